@@ -1,0 +1,1 @@
+"""The stack's CLI commands: up, down, status (light modules; see liverl.cli)."""

@@ -1,0 +1,84 @@
+"""`liverl`: one CLI, a subcommand per job. Config is parsed before any heavy import, so --help is instant.
+
+    liverl <command> [@ config.toml] [command flags] [--section.field VALUE ...]
+
+Each command lives in a light module of its stage exposing `add_arguments(parser)` and
+`run(config, args) -> int`; torch, vLLM and Beam are imported only inside `run`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+import traceback
+
+# command -> (module, one-line description)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "up": ("infra.commands.up", "start the embedded stack (broker, MLflow) and record it"),
+    "down": ("infra.commands.down", "stop every process `liverl up` started"),
+    "status": ("infra.commands.status", "show the embedded stack and the loop's state"),
+    "serve": ("serving.cli", "run the policy server (gRPC + OpenAI-compatible HTTP, hot-swap)"),
+    "capture": ("ingest.cli", "run the capture service (the shadow backend)"),
+    "distill": ("pipelines.cli", "distill Kafka into the trajectory table (one-shot or --follow)"),
+    "train": ("trainer.cli", "train on the trajectory table and register checkpoints"),
+    "demo": ("demo.cli", "run the whole loop on the embedded stack with a demo agent product"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="liverl",
+        description="Reinforcement learning from production agent traffic.",
+        epilog="Config precedence: defaults < '@ file.toml' < LIVERL_SECTION__FIELD env < --section.field flags.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (module_name, description) in COMMANDS.items():
+        sub = commands.add_parser(name, help=description, description=description)
+        sub.add_argument("--config", metavar="FILE", help="TOML config file (same as '@ FILE')")
+        importlib.import_module(module_name).add_arguments(sub)
+    return parser
+
+
+def split_argv(argv: list[str]) -> tuple[list[str], str | None, list[str]]:
+    """Separate '@ file', dotted config overrides (--a.b V) and the command's own flags."""
+    own: list[str] = []
+    overrides: list[str] = []
+    config_file = None
+    items = list(argv)
+    while items:
+        item = items.pop(0)
+        if item == "@":
+            if not items:
+                raise SystemExit("liverl: '@' must be followed by a TOML config file")
+            config_file = items.pop(0)
+        elif item.startswith("--") and "." in item.split("=", 1)[0]:
+            overrides.append(item)
+            if "=" not in item and items:
+                overrides.append(items.pop(0))
+        else:
+            own.append(item)
+    return own, config_file, overrides
+
+
+def main(argv: list[str] | None = None) -> int:
+    own, config_file, overrides = split_argv(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(own)
+    from liverl.config import load_config
+
+    try:
+        config = load_config(args.config or config_file, overrides)
+        module = importlib.import_module(COMMANDS[args.command][0])
+        return int(module.run(config, args) or 0)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as error:  # the one clean exit wrapper: a message, not a stack, unless asked
+        if os.environ.get("LIVERL_DEBUG"):
+            traceback.print_exc()
+        print(f"liverl {args.command}: error: {error}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,10 @@
+"""The demo agent product and the whole-loop run of `liverl demo`."""
+
+from liverl.config.section import Section
+
+
+class DemoConfig(Section):
+    duration_s: float = 600.0
+    """How long `liverl demo` runs the loop."""
+    seed: int = 0
+    tenant_id: str = "demo"

@@ -1,0 +1,39 @@
+"""Where the topics live. The same section points at the embedded broker or a real Kafka cluster."""
+
+from typing import Literal
+
+from liverl.config.section import Section
+
+
+class KafkaConfig(Section):
+    bootstrap_servers: str | None = None
+    """Comma-separated host:port list; unset: the embedded broker (stack.broker_host:broker_port)."""
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    """Transport security of a real cluster."""
+    sasl_mechanism: str | None = None
+    """E.g. "PLAIN" or "SCRAM-SHA-512" when the cluster uses SASL."""
+    sasl_username: str | None = None
+    sasl_password: str | None = None
+    ssl_cafile: str | None = None
+    session_events_topic: str = "liverl.session-events"
+    """SessionEvent records, key = session id."""
+    model_calls_topic: str = "liverl.model-calls"
+    """ModelCall records, key = session id."""
+    dead_letters_topic: str = "liverl.dead-letters"
+    """Rejected input with its reason, written by ingest and serving."""
+    partitions: int = 4
+    """Partitions per topic when liverl creates them."""
+    replication_factor: int = 1
+    """Replication per topic when liverl creates them (3 on a real cluster)."""
+
+    def client_kwargs(self) -> dict:
+        """Connection arguments shared by every kafka-python client."""
+        kwargs: dict = {"bootstrap_servers": (self.bootstrap_servers or "").split(","),
+                        "security_protocol": self.security_protocol}
+        if self.sasl_mechanism:
+            kwargs |= {"sasl_mechanism": self.sasl_mechanism,
+                       "sasl_plain_username": self.sasl_username,
+                       "sasl_plain_password": self.sasl_password}
+        if self.ssl_cafile:
+            kwargs["ssl_cafile"] = self.ssl_cafile
+        return kwargs

@@ -1,0 +1,45 @@
+"""Names the stages agree on: schema versions, Kafka headers, registry aliases and lineage tags.
+
+Topic, table and registry *locations* are configurable (liverl.config); these are the fixed keys.
+"""
+
+# Bumped when SessionEvent or ModelCall change incompatibly; consumers dead-letter newer versions.
+EVENT_SCHEMA_VERSION = 1
+
+# Message headers on both topics (Kafka headers are bytes).
+HEADER_SCHEMA_VERSION = "liverl-schema-version"
+HEADER_TENANT = "liverl-tenant"
+HEADER_KIND = "liverl-kind"  # "session-event" | "model-call" | "dead-letter"
+
+# gRPC metadata keys / HTTP headers (lower case, as gRPC requires).
+META_SESSION_ID = "x-liverl-session-id"
+META_AGENT_ROLE = "x-liverl-agent-role"  # "single" | "orchestrator" | "subagent"
+META_AGENT_ID = "x-liverl-agent-id"
+META_TENANT = "x-liverl-tenant"
+META_POLICY_VERSION = "x-liverl-policy-version"  # response header: the version that served
+
+# Registry aliases: the trainer sets `candidate`, the promotion gate moves `champion`, serving follows one.
+ALIAS_CANDIDATE = "candidate"
+ALIAS_CHAMPION = "champion"
+
+# Tags on every registered policy version (lineage). Values are strings; JSON where structured.
+TAG_TABLE_VERSIONS = "liverl.table_versions"  # JSON list of trajectory-table versions trained on
+TAG_KAFKA_OFFSETS = "liverl.kafka_offsets"  # JSON {topic: {partition: [first, last_exclusive]}}
+TAG_REWARD_CONFIG_VERSION = "liverl.reward_config_version"
+TAG_PARENT_VERSION = "liverl.parent_version"  # the registry version training started from
+TAG_CODE_VERSION = "liverl.code_version"  # git commit of the trainer, or the package version
+TAG_TRAJECTORIES = "liverl.trajectories"  # how many trajectories the version was trained on
+TAG_TRAINER_STEP = "liverl.trainer_step"
+TAG_GATE_DECISION = "liverl.gate.decision"  # "pass" | "fail"
+TAG_GATE_REPORT = "liverl.gate.report"  # JSON figures behind the decision
+TAG_SERVING_ROLLBACK = "liverl.serving.rollback"  # set by serving when it rolled a version back
+
+# Delta Lake commit metadata written by the pipelines with each batch.
+COMMIT_BATCH_ID = "liverl.batch_id"
+COMMIT_KAFKA_OFFSETS = "liverl.kafka_offsets"  # same JSON shape as TAG_KAFKA_OFFSETS
+COMMIT_SCHEMA_VERSION = "liverl.table_schema_version"
+# Delta application-transaction id of the distiller: its version is the batch sequence number.
+DISTILL_APP_ID = "liverl-distill"
+
+# The files of an exported policy (a Hugging Face folder that serving loads and the trainer writes).
+POLICY_ARTIFACT_PATH = "policy"

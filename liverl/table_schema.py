@@ -1,0 +1,64 @@
+"""The trajectory table: one row per trajectory, written by the pipelines, read by the trainer.
+
+Defined once, here, and versioned. Rows hold *raw* reward components: the trainer mixes them with
+weights that follow its own step (PARL's lambdas and Context-1's beta anneal with training).
+Bump TABLE_SCHEMA_VERSION on any change; readers refuse versions they do not know.
+"""
+
+import pyarrow as pa
+
+TABLE_SCHEMA_VERSION = 1
+
+# Per-span policy versions: a trajectory chains several model calls, possibly served by different
+# versions across a hot-swap; span i covers tokens [span_starts[i], span_ends[i]).
+TRAJECTORY_SCHEMA = pa.schema(
+    [
+        pa.field("trajectory_id", pa.string(), nullable=False),  # deterministic: same session -> same id
+        pa.field("session_id", pa.string(), nullable=False),
+        pa.field("tenant_id", pa.string(), nullable=False),
+        pa.field("task_family", pa.string()),  # "coding" | "search" | "orchestrator" | product-defined
+        pa.field("task_id", pa.string()),
+        pa.field("agent_role", pa.string(), nullable=False),  # "single" | "orchestrator" | "subagent"
+        pa.field("agent_id", pa.string(), nullable=False),
+        pa.field("parent_agent_id", pa.string()),  # orchestrator of a sub-agent trajectory
+        pa.field("policy_versions", pa.list_(pa.string())),  # distinct versions, oldest first
+        pa.field("span_starts", pa.list_(pa.int32())),
+        pa.field("span_ends", pa.list_(pa.int32())),
+        pa.field("span_policy_versions", pa.list_(pa.string())),
+        pa.field("token_ids", pa.list_(pa.int32()), nullable=False),  # (T,) the full chain
+        pa.field("loss_mask", pa.list_(pa.int8()), nullable=False),  # (T,) 1 only on policy-sampled tokens
+        pa.field("behaviour_logprobs", pa.list_(pa.float32()), nullable=False),  # (T,) 0 where mask is 0
+        pa.field("reward_components", pa.map_(pa.string(), pa.float64())),  # raw, unmixed
+        pa.field("reward_config_version", pa.string()),
+        pa.field("signals", pa.map_(pa.string(), pa.float64())),  # monitor counts: broken calls, turns, ...
+        pa.field("critical_steps", pa.int32()),
+        pa.field("num_turns", pa.int32()),
+        pa.field("num_model_calls", pa.int32()),
+        pa.field("session_start_ms", pa.int64()),
+        pa.field("session_end_ms", pa.int64()),
+        pa.field("first_served_ms", pa.int64()),  # earliest model call (freshness and staleness clocks)
+        pa.field("distilled_at_ms", pa.int64()),
+        pa.field("batch_id", pa.string(), nullable=False),  # the idempotency id of the committing batch
+        pa.field("schema_version", pa.int32(), nullable=False),
+        pa.field("event_date", pa.string(), nullable=False),  # partition column, "YYYY-MM-DD" (UTC)
+    ]
+)
+
+TRAJECTORY_PARTITION_BY = ["event_date"]
+
+# Events and sessions the pipelines could not use; never silently dropped.
+DEAD_LETTER_SCHEMA = pa.schema(
+    [
+        pa.field("dead_letter_id", pa.string(), nullable=False),  # deterministic, so re-runs dedupe
+        pa.field("reason", pa.string(), nullable=False),  # e.g. "malformed_event", "missing_model_call"
+        pa.field("message", pa.string()),
+        pa.field("session_id", pa.string()),
+        pa.field("source_topic", pa.string()),
+        pa.field("source_partition", pa.int32()),
+        pa.field("source_offset", pa.int64()),
+        pa.field("payload", pa.binary()),  # the raw record or a JSON summary of the session
+        pa.field("batch_id", pa.string(), nullable=False),
+        pa.field("recorded_at_ms", pa.int64()),
+        pa.field("event_date", pa.string(), nullable=False),
+    ]
+)

@@ -1,0 +1,66 @@
+"""Shared fixtures: the real embedded stack (tansu broker + MLflow server) on ports the tests pick.
+
+The stack is started once per test session in a temporary folder and stopped by PID at the end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from liverl.config import LiverlConfig, load_config
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory) -> Iterator[LiverlConfig]:
+    """A running broker (memory storage) and MLflow server; the config points every stage at them."""
+    from infra.embedded.stack import down, up
+
+    data_dir = tmp_path_factory.mktemp("stack")
+    config = stack_config(data_dir)
+    try:
+        up(config, say=lambda *_: None)
+        yield config
+    finally:
+        down(config, say=lambda *_: None)
+
+
+def stack_config(data_dir: Path, storage: str = "memory") -> LiverlConfig:
+    """A config on fresh free ports with every folder under data_dir."""
+    from infra.embedded.processes import free_port
+
+    return load_config(
+        overrides=[
+            "--stack.data_dir", str(data_dir),
+            "--stack.broker_storage", storage,
+            "--stack.broker_port", str(free_port()),
+            "--stack.s3_port", str(free_port()),
+            "--stack.mlflow_port", str(free_port()),
+        ],
+        environ={},
+    )
+
+
+@pytest.fixture
+def fresh_topics(stack: LiverlConfig, request) -> LiverlConfig:
+    """The session stack with topic names unique to this test, so tests never see each other's records."""
+    from infra.embedded.topics import ensure_topics
+
+    suffix = request.node.name.replace("[", "-").replace("]", "").replace("/", "-")[:60]
+    config = stack.model_copy(deep=True)
+    config.kafka.session_events_topic = f"t.{suffix}.session-events"
+    config.kafka.model_calls_topic = f"t.{suffix}.model-calls"
+    config.kafka.dead_letters_topic = f"t.{suffix}.dead-letters"
+    config.kafka.partitions = 2
+    ensure_topics(config.kafka)
+    return config
+
+
+@pytest.fixture(scope="session")
+def tiny_policy_dir(tmp_path_factory) -> Path:
+    """A tiny GPT-2 policy with a word-level tokenizer, built offline from a config."""
+    from liverl.tiny_policy import build_policy
+
+    return build_policy(tmp_path_factory.mktemp("policy") / "base", ["edit", "search", "ask", "fix", "file", "done"])
