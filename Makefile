@@ -7,11 +7,10 @@ STAMP := $(VENV)/.liverl-installed
 
 .PHONY: install demo test bench proto
 
-$(STAMP): requirements.lock pyproject.toml infra/s3/package-lock.json
+$(STAMP): requirements.lock pyproject.toml
 	python3.11 -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --no-deps -r requirements.lock
 	$(VENV)/bin/pip install --quiet --no-deps --no-build-isolation -e .
-	cd infra/s3 && npm ci --silent --no-audit --no-fund
 	touch $(STAMP)
 
 install: $(STAMP)

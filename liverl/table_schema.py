@@ -41,6 +41,9 @@ TRAJECTORY_SCHEMA = pa.schema(
         pa.field("batch_id", pa.string(), nullable=False),  # the idempotency id of the committing batch
         pa.field("schema_version", pa.int32(), nullable=False),
         pa.field("event_date", pa.string(), nullable=False),  # partition column, "YYYY-MM-DD" (UTC)
+        # Token offsets where a segment starts (0 first): self-summarisation rewrote the context there, so
+        # each segment is scored as its own sequence; the reward still covers every segment. Additive field.
+        pa.field("segment_starts", pa.list_(pa.int32())),
     ]
 )
 

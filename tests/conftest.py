@@ -29,14 +29,15 @@ def stack(tmp_path_factory) -> Iterator[LiverlConfig]:
 
 def stack_config(data_dir: Path, storage: str = "memory") -> LiverlConfig:
     """A config on fresh free ports with every folder under data_dir."""
-    from infra.embedded.processes import free_port
+    from infra.embedded.broker import GRPC_OFFSET, S3_SIDE_PORTS
+    from infra.embedded.processes import free_port, free_port_block
 
     return load_config(
         overrides=[
             "--stack.data_dir", str(data_dir),
             "--stack.broker_storage", storage,
             "--stack.broker_port", str(free_port()),
-            "--stack.s3_port", str(free_port()),
+            "--stack.s3_port", str(free_port_block(len(S3_SIDE_PORTS) + 1, spread=GRPC_OFFSET)),
             "--stack.mlflow_port", str(free_port()),
         ],
         environ={},

@@ -1,9 +1,48 @@
-"""CLI entry (placeholder until the stage lands)."""
+"""`liverl train`: register a base policy, train once on what is new, or keep following the table.
+
+    liverl train --init-from POLICY_DIR     # register the base version (candidate + champion); idempotent
+    liverl train                            # train on every new table version once, register, exit
+    liverl train --follow                   # keep following the table
+"""
+
+from __future__ import annotations
+
+import argparse
 
 
-def add_arguments(parser) -> None:
-    pass
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--init-from", metavar="DIR", help="register this HF policy folder as the base version")
+    mode.add_argument("--follow", action="store_true", help="keep following the table (stop with Ctrl-C / SIGTERM)")
 
 
 def run(config, args) -> int:
-    raise NotImplementedError("this command is being built")
+    from pathlib import Path
+
+    if args.init_from:
+        from trainer.base_policy import register_base
+
+        register_base(config, Path(args.init_from), say=_say)
+        return 0
+    import signal
+
+    from trainer.loop import Trainer
+
+    trainer = Trainer(config, say=_say)
+
+    def request_stop(signum, _frame):
+        _say(f"signal {signum}: stopping after this step")
+        trainer.stop_requested = True
+
+    previous = signal.signal(signal.SIGTERM, request_stop)
+    try:
+        trainer.start()
+        registered = trainer.run(follow=args.follow)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    _say(f"trainer done | step {trainer.state.step} | versions registered {registered}")
+    return 0
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)

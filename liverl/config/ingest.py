@@ -1,15 +1,61 @@
 """The capture service (shadow backend) and the SDK defaults. Owned by the ingest stage."""
 
+from pathlib import Path
+
 from liverl.config.section import Section
+
+
+class RedactionConfig(Section):
+    """What is masked in every string of an event before anything reaches Kafka."""
+
+    enabled: bool = True
+    """Turn redaction off only where the product already guarantees no personal data is sent."""
+    builtin: list[str] = ["email", "phone", "api_key", "bearer_token", "jwt", "env_secret", "private_key"]
+    """Built-in detectors to apply (ingest.redaction.BUILTIN_PATTERNS names them all)."""
+    custom_patterns: dict[str, str] = {}
+    """name -> Python regular expression; each match becomes "[REDACTED:<name>]"."""
 
 
 class IngestConfig(Section):
     host: str = "127.0.0.1"
+    """Address both listeners bind to (0.0.0.0 in a container)."""
     grpc_port: int = 50051
     """CaptureService gRPC port."""
     http_port: int = 8081
-    """HTTP JSON endpoint for products not written in Python."""
+    """HTTP JSON endpoint for products not written in Python (POST /v1/capture); 0 disables."""
     metrics_port: int = 9101
-    """Prometheus metrics; 0 disables."""
+    """Prometheus metrics; 0 disables (the HTTP endpoint serves /metrics too)."""
     tenant_tokens: dict[str, str] = {"demo": "demo-token"}
     """tenant id -> bearer token. Every request must carry its tenant's token."""
+    tls_cert_file: Path | None = None
+    """PEM certificate chain; set with tls_key_file to serve gRPC and HTTP over TLS."""
+    tls_key_file: Path | None = None
+    """PEM private key of tls_cert_file."""
+    spool_dir: Path | None = None
+    """Durable local spool (events acknowledged while Kafka is unreachable) and session state;
+    default: <stack.data_dir>/ingest/spool. A restarted service must reuse the same folder."""
+    max_spool_bytes: int = 1 << 30
+    """Past this the service stops acknowledging (callers retry) instead of filling the disk."""
+    kafka_ack_timeout_s: float = 5.0
+    """How long a request waits for Kafka's acks=all before its events go to the spool instead."""
+    max_event_bytes: int = 256 * 1024
+    """Largest serialized SessionEvent accepted."""
+    max_batch_events: int = 1000
+    """Most events in one request."""
+    max_request_bytes: int = 16 * 1024 * 1024
+    """Largest request body (gRPC message or HTTP body)."""
+    max_future_skew_s: float = 300.0
+    """Events stamped further than this in the future are rejected (clock_skew)."""
+    max_event_age_s: float = 7 * 24 * 3600.0
+    """Events older than this are rejected (too_old); SDK spools may hold events for hours."""
+    enforce_sessions: bool = True
+    """Reject events of sessions this service never saw start (unknown_session) or already closed
+    (closed_session). Scale-out must route a session to one instance, or turn this off."""
+    late_event_horizon_s: float = 24 * 3600.0
+    """Feedback and outcomes of a closed session are accepted for this long after it closed."""
+    opt_out_tenants: list[str] = []
+    """Tenants whose events are dropped at the edge (counted, never stored)."""
+    opt_out_users: dict[str, list[str]] = {}
+    """tenant id -> user ids whose events are dropped at the edge."""
+    redaction: RedactionConfig = RedactionConfig()
+    """Masking of personal data and secrets."""

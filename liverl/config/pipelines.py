@@ -1,12 +1,35 @@
 """The distillation jobs: Kafka -> sessions -> trajectories -> table. Owned by the pipelines stage."""
 
+from pydantic import Field
+
 from liverl.config.section import Section
 
 
 class PipelinesConfig(Section):
     consumer_group: str = "liverl-distill"
-    """Name under which the distiller's progress is recorded (offsets live in the table's commits)."""
+    """Name under which the distiller's progress is recorded (offsets live in the table's commits); prefix of batch ids."""
     follow_interval_s: float = 10.0
     """`liverl distill --follow`: seconds between batches."""
     runner: str = "DirectRunner"
-    """Beam runner; FlinkRunner or DataflowRunner for scale-out."""
+    """Beam runner; FlinkRunner or DataflowRunner for scale-out (see pipelines/README.md)."""
+    beam_options: list[str] = []
+    """Extra Beam pipeline flags for the runner, e.g. ["--flink_master=flink:8081", "--parallelism=8"]."""
+    state_uri: str | None = None
+    """Batch plans, staged outputs and pending sessions (any pyarrow filesystem URI; shared storage on a
+    distributed runner); default: <table.trajectories_uri>/_liverl_distill (hidden from Parquet readers)."""
+    reward_horizon_s: float = 3600.0
+    """A session is ready this long after its end event, so delayed signals (edit kept/reverted, feedback) join it."""
+    idle_timeout_s: float = 7200.0
+    """A session without an end event is ready once nothing happened in it for this long."""
+    late_event_retention_s: float = 7 * 24 * 3600.0
+    """How long emitted sessions are remembered, so events arriving after emission count as "late_event"."""
+    read_chunk_records: int = Field(default=5000, gt=0)
+    """Offset ranges are split into chunks of at most this many records: the unit of read parallelism."""
+    read_timeout_s: float = 30.0
+    """A worker reading a range fails the batch (nothing is committed) when no progress happens this long."""
+    audit: bool = True
+    """Log an MLflow run per committed batch in mlflow.audit_experiment (counts, offsets, rewards, samples)."""
+    audit_sample_size: int = 20
+    """Trajectories shown in each audit run's sample table."""
+    keep_state_batches: int = 3
+    """Staged folders of older committed batches beyond this many are deleted."""

@@ -1,8 +1,268 @@
-"""The reward library's configuration: components by name and weight, versioned. Owned by rewards."""
+"""The reward library's configuration: components by name and weight, versioned. Owned by rewards.
+
+Two halves, used at two different times:
+- labelling (pipelines, `liverl.rewards.label`): tool names, penalty parameters, the judge. They decide
+  the raw components written to the table, so changing them means bumping `version`.
+- mixing (trainer, `liverl.rewards.mix`): weights and step schedules. They follow the trainer's step
+  and may change without relabelling (the table keeps raw components).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
 
 from liverl.config.section import Section
+
+# Every component `label` may write (liverl/rewards/labeling.py documents each one). Weights must name
+# one of these, so a typo in a weight fails at load time instead of silently weighting nothing.
+KNOWN_COMPONENTS = (
+    "outcome", "edit_kept", "edit_reverted", "dissatisfied_followup", "feedback", "latency",
+    "broken_tool_calls", "repeated_tool_calls", "clarifying_instead_of_acting", "give_up",
+    "turn_penalty", "prune_penalty",
+    "parl.r_perf", "parl.r_parallel", "parl.r_finish",
+    "search.precision", "search.recall", "search.traj_recall", "search.answer_found", "search.budget_violation",
+    "judge",
+)
+
+DEFAULT_WEIGHTS = {
+    "outcome": 1.0, "edit_kept": 0.5, "edit_reverted": 0.5, "dissatisfied_followup": 0.5, "feedback": 0.5,
+    "latency": 0.1, "broken_tool_calls": 1.0, "repeated_tool_calls": 0.5, "clarifying_instead_of_acting": 1.0,
+    "give_up": 1.0, "turn_penalty": 1.0, "prune_penalty": 1.0, "search.budget_violation": 1.0, "judge": 0.5,
+}
+
+
+class ToolNamesConfig(Section):
+    """Which tool names mean what. Products name their tools differently; the reward logic should not care."""
+
+    edit: list[str] = ["edit", "write_file", "apply_patch"]
+    """Tools that change the user's files: an edit made, and the state change that ends a repeat streak."""
+    clarify: list[str] = ["ask_user", "clarify"]
+    """Tools that ask the user a question instead of acting."""
+    reply: list[str] = ["reply", "respond", "final_answer"]
+    """Tools that carry the agent's message to the user; a last reply ending in '?' counts as a question."""
+    reply_text_keys: list[str] = ["text", "message", "content", "answer"]
+    """Keys of a reply tool's JSON arguments that hold the text (the first present wins)."""
+    search: list[str] = ["search"]
+    """Retrieval tools: their ToolResult.chunk_ids are the retrieved chunks (Context-1)."""
+    prune: list[str] = ["prune_chunks"]
+    """Context pruning tools (Context-1); the only tools allowed past the hard token cutoff."""
+    prune_ids_key: str = "chunk_ids"
+    """Key of a prune call's JSON arguments listing the chunk ids it drops from the context."""
+    give_up: list[str] = ["give_up", "abort"]
+    """Tools by which an agent declares it stops without solving the task."""
+    act: list[str] = []
+    """Further tools that count as acting (besides edit, search and task assignment), e.g. "run_tests"."""
+
+
+class ProductionConfig(Section):
+    """Cursor-style real-time signals."""
+
+    edit_kept_min_age_s: float = 0.0
+    """An EDIT_KEPT feedback counts only if it came at least this long after the edit it targets.
+    The product already waits before sending it; raise this to enforce a minimum here too."""
+    dissatisfied_patterns: list[str] = [
+        r"\b(still|again)\b.*\b(broken|wrong|fail\w*|error)\b", r"\bdoes(n't| not) work\b",
+        r"\bnot what i (asked|wanted|meant)\b", r"\b(undo|revert)\b", r"\bthat'?s wrong\b", r"\bwhy did you\b",
+    ]
+    """Regexes (case-insensitive) that mark a follow-up user message as dissatisfied."""
+    latency_target_ms: float = 2000.0
+    """Mean model-call latency at or under this costs nothing."""
+    latency_limit_ms: float = 30000.0
+    """Mean latency at or over this gives the full latency penalty (-1); linear in between."""
+
+
+class PenaltyConfig(Section):
+    """Penalties from hacks observed in the seeds."""
+
+    per_broken_call: float = 0.25
+    """Penalty per invalid tool call (ToolCall.valid false); they are negatives, never discarded."""
+    broken_cap: float = 1.0
+    count_tool_errors_as_broken: bool = False
+    """Also count ToolResult.is_error as broken (off: a tool failing is not always the agent's fault)."""
+    per_repeated_call: float = 0.2
+    """Penalty per tool call identical to an earlier one with no edit in between (a loop)."""
+    repeated_cap: float = 1.0
+    clarify_penalty: float = 1.0
+    """Penalty when the agent asked the user instead of acting (no edit, search or assignment at all)."""
+    give_up_penalty: float = 1.0
+    """Penalty for giving up early: a give-up tool or end reason, or a failed task after few turns."""
+    give_up_end_reasons: list[str] = ["gave_up", "give_up"]
+    """SessionEnd reasons that mean the agent gave up."""
+    give_up_max_turns: int = 2
+    """A failed outcome after at most this many turns of the agent counts as giving up early."""
+    turn_penalty_start: int = 64
+    """Context-1 turn penalty: 0 at this many turns ..."""
+    turn_penalty_end: int = 128
+    """... rising linearly to turn_penalty_max at this many turns (and capped there)."""
+    turn_penalty_max: float = 0.5
+    prune_free_streak: int = 3
+    """Context-1 prune penalty: prune calls in a row up to this many are free ..."""
+    per_extra_prune: float = 0.1
+    """... each further one in the same streak costs this ..."""
+    prune_cap: float = 0.5
+    """... capped at this over the trajectory."""
+    count_summaries_as_turns: bool = False
+    """Self-summarisation calls (Summary.request_id) are not turns by default: summarising is not stalling."""
+
+
+class ScheduleConfig(Section):
+    """A value that moves from `start` to `end` between start_step and end_step, then stays at `end`."""
+
+    shape: Literal["linear", "cosine", "constant"] = "linear"
+    start: float = 1.0
+    end: float = 0.0
+    start_step: int = 0
+    end_step: int = 1000
+
+    @model_validator(mode="after")
+    def _steps_in_order(self) -> "ScheduleConfig":
+        if self.end_step < self.start_step:
+            raise ValueError(f"schedule end_step {self.end_step} is before start_step {self.start_step}; swap them")
+        return self
+
+
+class ParlConfig(Section):
+    """Kimi K2.5 PARL for orchestrator sessions: r = lambda1*r_parallel + lambda2*r_finish + r_perf."""
+
+    families: list[str] = ["orchestrator"]
+    """Task families labelled with PARL components (also any agent that created sub-agents)."""
+    parallel_target: int = 4
+    """r_parallel = min(1, sub-agents that received a task / parallel_target)."""
+    lambda1: ScheduleConfig = ScheduleConfig(start=0.3, end=0.0, end_step=1000)
+    """Weight of r_parallel, annealed to 0 so the orchestrator ends up optimising the task alone."""
+    lambda2: ScheduleConfig = ScheduleConfig(start=0.3, end=0.0, end_step=1000)
+    """Weight of r_finish, annealed to 0 likewise."""
+
+
+class Context1Config(Section):
+    """Chroma Context-1 for search sessions: r = clamp(0.7*F_beta + 0.3*r_traj + r_fa - p_prune - p_turn, eps, r_pre)."""
+
+    families: list[str] = ["search"]
+    """Task families labelled with search components (also any session whose Outcome lists gold chunks)."""
+    f_weight: float = 0.7
+    traj_weight: float = 0.3
+    answer_bonus: float = 1.0
+    """r_fa: added when a chunk holding the answer is in the final retrieved set."""
+    epsilon: float = 0.01
+    """Floor of the clamp: penalties never push a trajectory with some retrieval credit to 0."""
+    beta: ScheduleConfig = ScheduleConfig(start=4.0, end=2.0, end_step=1000)
+    """F_beta's beta, annealed by the trainer (recall-heavy first, then more precision)."""
+    hard_cutoff_fraction: float = 1.0
+    """Past token_budget * this (context tokens at the call), only prune tools are allowed."""
+    per_budget_violation: float = 0.25
+    """Penalty per non-prune tool call past the hard cutoff (capped at 1)."""
+
+
+class ToggleConfig(Section):
+    """Kimi's Toggle, optional: every other block of `period_steps` steps, credit needs a short enough answer."""
+
+    enabled: bool = False
+    period_steps: int = 100
+    """Blocks alternate: steps [0, m) free, [m, 2m) budgeted, ..."""
+    budget_tokens: dict[str, int] = {}
+    """Per task family policy-token budget; families not listed use default_budget_tokens."""
+    default_budget_tokens: int = 4096
+
+
+class JudgeConfig(Section):
+    """A generative reward model reached through an OpenAI-compatible chat endpoint (serving's or any)."""
+
+    enabled: bool = False
+    base_url: str = "http://127.0.0.1:8000/v1"
+    """OpenAI-compatible API root; /chat/completions is appended."""
+    model: str = "judge"
+    api_key: str | None = None
+    """Sent as 'Authorization: Bearer ...' when set."""
+    rubrics: dict[str, str] = {
+        "task_completion": "Did the agent accomplish what the user asked, fully and correctly?",
+        "honest_effort": "Did the agent act on the task (edit, search, delegate) rather than stall, "
+                         "ask needless questions or give up?",
+        "tool_hygiene": "Were the agent's tool calls well-formed, purposeful and free of pointless repetition?",
+    }
+    """Name -> question. Several are averaged so hacking one rubric does not pay."""
+    min_rubrics: int = 2
+    """Fewer successfully scored rubrics than this leaves the trajectory unjudged."""
+    timeout_s: float = 30.0
+    """Per request."""
+    max_retries: int = 1
+    max_concurrency: int = 8
+    """Requests in flight at once within one batch."""
+    max_transcript_chars: int = 12000
+    """The rendered session is cut (keeping its end) to this many characters."""
+    cache_size: int = 100000
+    """Judgements kept in memory, keyed by a hash of model, rubric and transcript."""
+    temperature: float = 0.0
+
+
+class DriftThreshold(Section):
+    """When a monitored figure's move from champion to candidate is flagged."""
+
+    direction: Literal["up", "down", "both"] = "up"
+    """Which moves are suspicious: "up" for hack rates, "down" for rewards, "both" for shape figures."""
+    max_abs: float | None = None
+    """Flag when |candidate - champion| in that direction exceeds this."""
+    max_rel: float | None = None
+    """Flag when the move exceeds this fraction of the champion's figure."""
+
+
+class MonitorsConfig(Section):
+    """Hacking monitors per policy version and the drift report the promotion gate reads."""
+
+    min_trajectories: int = 0
+    """A candidate with fewer trajectories than this gets an 'insufficient_data' flag."""
+    thresholds: dict[str, DriftThreshold] = {
+        "rate.broken_tool_calls": DriftThreshold(direction="up", max_abs=0.05),
+        "rate.clarifying": DriftThreshold(direction="up", max_abs=0.05),
+        "rate.give_up": DriftThreshold(direction="up", max_abs=0.05),
+        "rate.repeated_tool_calls": DriftThreshold(direction="up", max_abs=0.05),
+        "rate.prune_streaks": DriftThreshold(direction="up", max_abs=0.05),
+        "rate.budget_violations": DriftThreshold(direction="up", max_abs=0.05),
+        "mean.edits": DriftThreshold(direction="down", max_rel=0.5),
+        "mean.turns": DriftThreshold(direction="both", max_rel=0.5),
+        "mean.subagents_per_task": DriftThreshold(direction="both", max_rel=0.5),
+        "mean.critical_steps": DriftThreshold(direction="up", max_rel=0.5),
+        "component.outcome": DriftThreshold(direction="down", max_abs=0.1),
+    }
+    """Figure name (see liverl.rewards.monitors) -> threshold; figures not listed are reported, never flagged."""
 
 
 class RewardsConfig(Section):
     version: str = "rewards-v1"
-    """Stored on every trajectory; bump it when a component or its parameters change."""
+    """Stored on every trajectory; bump it when a component or its labelling parameters change."""
+    tools: ToolNamesConfig = ToolNamesConfig()
+    production: ProductionConfig = ProductionConfig()
+    penalties: PenaltyConfig = PenaltyConfig()
+    parl: ParlConfig = ParlConfig()
+    context1: Context1Config = Context1Config()
+    toggle: ToggleConfig = ToggleConfig()
+    judge: JudgeConfig = JudgeConfig()
+    monitors: MonitorsConfig = MonitorsConfig()
+    weights: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
+    """Mixing weight per component (values are signed: penalties are already negative). What a file or
+    override sets is merged over DEFAULT_WEIGHTS, so changing one weight keeps the others. Components not
+    listed weigh 0. PARL and Context-1 components are combined by their own formulas, not by these."""
+    family_weights: dict[str, dict[str, float]] = Field(default_factory=lambda: {"search": {"outcome": 0.0}})
+    """Per task family overrides of `weights` (search: Context-1's answer bonus already is the outcome)."""
+
+    @field_validator("weights", mode="before")
+    @classmethod
+    def _merge_over_defaults(cls, value):
+        return {**DEFAULT_WEIGHTS, **value} if isinstance(value, dict) else value
+
+    @model_validator(mode="after")
+    def _weights_name_known_components(self) -> "RewardsConfig":
+        named = [("weights", self.weights)] + [(f"family_weights.{f}", w) for f, w in self.family_weights.items()]
+        for where, weights in named:
+            unknown = sorted(set(weights) - set(KNOWN_COMPONENTS))
+            if unknown:
+                raise ValueError(f"rewards.{where} names unknown components {unknown}; known: {list(KNOWN_COMPONENTS)}")
+        if self.judge.min_rubrics > len(self.judge.rubrics):
+            raise ValueError(f"rewards.judge.min_rubrics={self.judge.min_rubrics} exceeds the "
+                             f"{len(self.judge.rubrics)} rubrics configured; lower it or add rubrics")
+        return self
+
+    def weights_for(self, task_family: str) -> dict[str, float]:
+        """`weights` with the family's overrides applied."""
+        return {**self.weights, **self.family_weights.get(task_family, {})}

@@ -12,9 +12,9 @@ class StackConfig(Section):
     broker_host: str = "127.0.0.1"
     broker_port: int = 9092
     broker_storage: Literal["disk", "memory"] = "disk"
-    """"disk" keeps topics across restarts (tansu on an S3 emulator over a folder); "memory" does not."""
-    s3_port: int = 9093
-    """Port of the local S3 emulator that backs the broker when broker_storage is "disk"."""
+    """"disk" keeps topics across restarts (tansu on a local S3 server over a folder); "memory" does not."""
+    s3_port: int = 8333
+    """S3 port of the local SeaweedFS behind a "disk" broker; it also takes the next 7 ports and each +10000."""
     mlflow_host: str = "127.0.0.1"
     mlflow_port: int = 5000
     start_timeout_s: float = 90.0

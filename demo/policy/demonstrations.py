@@ -1,0 +1,105 @@
+"""Synthetic demonstrations: scripted agents play the product's own tasks, good and bad behaviour mixed.
+
+The base policy is fitted to these so that its tool calls parse, and it inherits the hacks the seeds
+warn about in proportion (clarifying instead of editing, broken calls, one broad search then stop,
+spawning sub-agents that do nothing, serial collapse). RL has to unlearn them: the base policy's served
+reward is mediocre on purpose.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from demo.product.grammar import FIXES, parse_tool_call
+from demo.product.tasks import CodingTask, OrchestratorTask, SearchTask, make_task
+
+# Behaviour mixtures per family: mode -> weight. A session picks one mode at its start.
+CODING_MODES = {"good": 0.25, "ask": 0.3, "broken": 0.25, "wrong_file": 0.2}
+SEARCH_MODES = {"good": 0.2, "broad_stop": 0.3, "broad_prune": 0.1, "answer_all": 0.15, "wrong_topic": 0.1, "broken": 0.15}
+ORCHESTRATOR_MODES = {"good": 0.15, "idle_spawn": 0.4, "serial": 0.2, "broken": 0.25}
+RECOVERY = 0.4
+"""After a clarifying question, a broken call or a failed edit, the chance that the next call is right."""
+
+
+@dataclass(frozen=True)
+class Demonstration:
+    prompt: str
+    completion: str  # a tool call, without <eos> (the fit appends it)
+
+
+def make_demonstrations(n_sessions_per_family: int, seed: int) -> list[Demonstration]:
+    """Demonstrations of every family (and of the frozen sub-agents), shuffled."""
+    rng = random.Random(seed)
+    demos: list[Demonstration] = []
+    for family in ("coding", "search", "orchestrator"):
+        for index in range(n_sessions_per_family):
+            demos += _play(make_task(family, rng, f"demo-{family}-{index}"), rng)
+    rng.shuffle(demos)
+    return demos
+
+
+def _play(task, rng) -> list[Demonstration]:
+    agent = {CodingTask: _coding_agent, SearchTask: _search_agent, OrchestratorTask: _orchestrator_agent}[type(task)]
+    modes = {CodingTask: CODING_MODES, SearchTask: SEARCH_MODES, OrchestratorTask: ORCHESTRATOR_MODES}[type(task)]
+    mode = rng.choices(list(modes), weights=list(modes.values()))[0]
+    demos = []
+    while not task.is_done:
+        prompt = task.prompt()
+        text = agent(task, mode, rng)
+        demos.append(Demonstration(prompt, text))
+        result = task.step(parse_tool_call(text, task.tools))
+        for sub, part in result.assignments:
+            demos.append(Demonstration(f"subagent do {part} :", "done"))
+            task.finish_part(sub, part, rng)
+    return demos
+
+
+def _coding_agent(task: CodingTask, mode: str, rng) -> str:
+    right = task.right_edit
+    if task.calls > 0 and rng.random() < RECOVERY:
+        return right
+    if mode == "good":
+        return right
+    if mode == "ask":
+        return "ask_user"
+    if mode == "broken":
+        return rng.choice([f"edit {FIXES[task.bug]}", f"edit {task.buggy_file}", f"{task.buggy_file} {FIXES[task.bug]}"])
+    other = rng.choice([f for f in task.files if f != task.buggy_file])
+    return f"edit {other} {FIXES[task.bug]}"
+
+
+def _search_agent(task: SearchTask, mode: str, rng) -> str:
+    if not task.context:  # first call
+        if mode in ("broad_stop", "broad_prune"):
+            return "search all"
+        if mode == "wrong_topic":
+            return f"search {rng.choice([t for t in task.topic_of.values() if t != task.topic])}"
+        if mode == "broken" and task.calls == 0:
+            return rng.choice(["search", "answer", "prune_chunks"])
+        return f"search {task.topic}"
+    on_topic = [c for c in task.context if task.topic_of[c] == task.topic]
+    off_topic = [c for c in task.context if task.topic_of[c] != task.topic]
+    if mode == "broad_stop":
+        return "done"
+    if task.over_budget:
+        return f"prune_chunks {' '.join(off_topic[:4])}"
+    if mode == "answer_all":
+        return f"answer {' '.join(task.context[:4])}"
+    if mode == "wrong_topic":
+        return f"answer {' '.join(task.context[:2])}"
+    return f"answer {' '.join(on_topic)}"
+
+
+def _orchestrator_agent(task: OrchestratorTask, mode: str, rng) -> str:
+    if mode == "broken" and task.calls == 0:
+        return rng.choice(["create_subagent", "assign_task part_1", "assign_task sub_1"])
+    if not task.agents:
+        count = {"idle_spawn": 3, "serial": 1}.get(mode, task.n_parts)
+        return f"create_subagent {count}"
+    if mode == "idle_spawn":
+        return "done"
+    if mode == "serial":
+        return f"assign_task {task.agents[0]} {task.todo[0]}"
+    pairs = zip(task.agents, list(task.todo))
+    return "assign_task " + " ".join(f"{sub} {part}" for sub, part in pairs)

@@ -1,0 +1,11 @@
+"""The demo agent product: simulated users, three task families and the sessions that tie them to liverl.
+
+It uses liverl the way a real product would: the policy through serving's API (GrpcPolicy; LocalPolicy
+in tests), and every session recorded through the ingest SDK (a CaptureClient).
+"""
+
+from demo.product.policy import Completion, Policy
+from demo.product.session import SessionStats
+from demo.product.traffic import TrafficStats, run_traffic
+
+__all__ = ["Completion", "Policy", "SessionStats", "TrafficStats", "run_traffic"]

@@ -1,0 +1,103 @@
+"""An in-memory stand-in for ingest.sdk.CaptureClient with exactly its methods, for tests and calibration.
+
+The demo records through the real CaptureClient; this keeps the events as plain records instead.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import uuid
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class RecordedEvent:
+    session_id: str
+    agent_id: str
+    agent_role: str
+    kind: str  # the SessionEvent body name: "session_start", "tool_call", "feedback", ...
+    fields: dict = field(default_factory=dict)
+
+
+class MemorySession:
+    def __init__(self, client: "MemoryRecorder", session_id: str, agent_id: str = "main", role: str = "") -> None:
+        self._client = client
+        self.session_id = session_id
+        self._agent_id = agent_id
+        self._role = role
+
+    def _add(self, kind: str, **fields) -> None:
+        self._client._append(RecordedEvent(self.session_id, self._agent_id, self._role, kind, fields))
+
+    def for_agent(self, agent_id: str, role: str = "subagent") -> "MemorySession":
+        return MemorySession(self._client, self.session_id, agent_id, role)
+
+    def user_message(self, text: str, follow_up: bool = False) -> None:
+        self._add("user_message", text=text, follow_up=follow_up)
+
+    def tool_call(self, name: str, arguments_json: str, request_id: str = "", valid: bool = True, error: str = "") -> str:
+        call_id = f"call-{next(self._client._ids)}"
+        self._add("tool_call", call_id=call_id, name=name, arguments_json=arguments_json, request_id=request_id,
+                  valid=valid, error=error)
+        return call_id
+
+    def tool_result(self, call_id: str, output: str, is_error: bool = False, chunk_ids=()) -> None:
+        self._add("tool_result", call_id=call_id, output=output, is_error=is_error, chunk_ids=tuple(chunk_ids))
+
+    def summary(self, text: str, request_id: str = "") -> None:
+        self._add("summary", text=text, request_id=request_id)
+
+    def subagent_created(self, subagent_id: str, name: str) -> None:
+        self._add("subagent_created", subagent_id=subagent_id, name=name)
+
+    def task_assigned(self, subagent_id: str, task_id: str, description: str, stage: int = 0) -> None:
+        self._add("task_assigned", subagent_id=subagent_id, task_id=task_id, description=description, stage=stage)
+
+    def subagent_finished(self, subagent_id: str, task_id: str, success: bool, steps: int) -> None:
+        self._add("subagent_finished", subagent_id=subagent_id, task_id=task_id, success=success, steps=steps)
+
+    def outcome(self, success: bool, score: float, detail: str = "", gold_chunk_ids=(), answer_chunk_ids=()) -> None:
+        self._add("outcome", success=success, score=score, detail=detail, gold_chunk_ids=tuple(gold_chunk_ids),
+                  answer_chunk_ids=tuple(answer_chunk_ids))
+
+    def end(self, reason: str = "completed") -> None:
+        self._add("session_end", reason=reason)
+
+
+class MemoryRecorder:
+    """Thread-safe; `events` keeps every recorded event in the order it was recorded."""
+
+    def __init__(self) -> None:
+        self.events: list[RecordedEvent] = []
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+
+    def _append(self, event: RecordedEvent) -> None:
+        with self._lock:
+            self.events.append(event)
+
+    def start_session(self, task_family: str, task_id: str, user_id: str = "", token_budget: int = 0,
+                      attributes: dict | None = None) -> MemorySession:
+        session = MemorySession(self, f"sess-{uuid.uuid4().hex[:16]}")
+        session._add("session_start", task_family=task_family, task_id=task_id, user_id=user_id,
+                     token_budget=token_budget, attributes=dict(attributes or {}))
+        return session
+
+    def feedback(self, session_id: str, kind, value: float = 0.0, target_call_id: str = "", comment: str = "") -> None:
+        self._append(RecordedEvent(session_id, "main", "", "feedback",
+                                   {"kind": kind, "value": value, "target_call_id": target_call_id, "comment": comment}))
+
+    def of_session(self, session_id: str) -> list[RecordedEvent]:
+        with self._lock:
+            return [e for e in self.events if e.session_id == session_id]
+
+    def flush(self, timeout_s: float = 10.0) -> bool:
+        return True
+
+    def stats(self) -> dict:
+        with self._lock:
+            return {"recorded": len(self.events)}
+
+    def close(self) -> None:
+        pass

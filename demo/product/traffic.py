@@ -1,0 +1,126 @@
+"""Product traffic: many sessions across the task families, concurrently, for a count or a duration."""
+
+from __future__ import annotations
+
+import random
+import statistics
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+
+from demo.product.feedback import DelayedFeedback
+from demo.product.policy import Policy
+from demo.product.session import PolicyTurn, SessionStats, run_session
+from demo.product.tasks import FAMILIES, make_task
+from demo.product.user import SimulatedUser, UserModel
+
+DEFAULT_FAMILIES = tuple(FAMILIES)
+
+
+@dataclass
+class TrafficStats:
+    """Every finished session, in the order they finished. Produced by run_traffic, consumed by the demo."""
+
+    sessions: list[SessionStats] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # sessions that failed (e.g. the policy was unreachable)
+    feedback_sent: int = 0
+    feedback_failed: int = 0
+
+    def mean_reward(self, family: str | None = None) -> float:
+        rewards = [s.reward for s in self.sessions if family is None or s.family == family]
+        return statistics.fmean(rewards) if rewards else float("nan")
+
+    def by_version(self) -> dict[str, list[SessionStats]]:
+        """Sessions grouped by the version that served them, versions in the order first served."""
+        groups: dict[str, list[SessionStats]] = defaultdict(list)
+        for s in sorted(self.sessions, key=lambda s: s.ended_at):
+            groups[s.served_version].append(s)
+        return dict(groups)
+
+    def mean_reward_by_version(self) -> dict[str, float]:
+        return {v: statistics.fmean(s.reward for s in group) for v, group in self.by_version().items()}
+
+    def mean_reward_by_family(self) -> dict[str, float]:
+        return {f: self.mean_reward(f) for f in sorted({s.family for s in self.sessions})}
+
+
+def run_traffic(
+    policy: Policy,
+    recorder,
+    *,
+    n_sessions: int | None = None,
+    duration_s: float | None = None,
+    seed: int = 0,
+    concurrency: int = 1,
+    families: Sequence[str] = DEFAULT_FAMILIES,
+    feedback_delay_s: float = 2.0,
+    wait_for_feedback: bool = True,
+    user_model: UserModel = UserModel(),
+    subagents_call_policy: bool = True,
+    user_id_prefix: str = "user",
+    stop: threading.Event | None = None,
+    on_session: Callable[[SessionStats], None] | None = None,
+    turns: list[list[PolicyTurn]] | None = None,
+) -> TrafficStats:
+    """Run sessions until n_sessions finished, duration_s passed or `stop` is set (whichever comes first).
+
+    Session i is a task of families[i % len(families)] drawn with its own seeded random.Random, so a
+    seed fixes the tasks and the users (the policy's sampling has its own randomness). A session that
+    raises is counted in TrafficStats.errors and the traffic goes on. `turns`, when given, receives the
+    trained agent's calls of every session (for the offline calibration).
+    """
+    if n_sessions is None and duration_s is None and stop is None:
+        raise ValueError("give n_sessions, duration_s or a stop event, or the traffic never ends")
+    unknown = [f for f in families if f not in FAMILIES]
+    if unknown or not families:
+        raise ValueError(f"unknown task families {unknown}; choose from {', '.join(FAMILIES)}")
+    stats = TrafficStats()
+    user = SimulatedUser(user_model)
+    feedback = DelayedFeedback()
+    deadline = None if duration_s is None else time.monotonic() + duration_s
+    lock = threading.Lock()
+
+    def one(index: int) -> None:
+        rng = random.Random(seed * 1_000_003 + index)
+        family = families[index % len(families)]
+        task = make_task(family, rng, f"{family}-{seed}-{index}")
+        session_turns: list[PolicyTurn] = []
+        result = run_session(
+            task, policy, recorder, rng,
+            user=user, feedback=feedback, feedback_delay_s=feedback_delay_s,
+            user_id=f"{user_id_prefix}-{rng.randrange(100)}", subagents_call_policy=subagents_call_policy,
+            turns=session_turns,
+        )
+        with lock:
+            stats.sessions.append(result)
+            if turns is not None:
+                turns.append(session_turns)
+        if on_session is not None:
+            on_session(result)
+
+    def keep_going(started: int) -> bool:
+        if stop is not None and stop.is_set():
+            return False
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
+        return n_sessions is None or started < n_sessions
+
+    started = 0
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="demo-session") as pool:
+            running = set()
+            while keep_going(started) or running:
+                while keep_going(started) and len(running) < max(1, concurrency):
+                    running.add(pool.submit(one, started))
+                    started += 1
+                finished, running = wait(running, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    if future.exception() is not None:
+                        stats.errors.append(f"{type(future.exception()).__name__}: {future.exception()}")
+    finally:
+        feedback.close(send_pending=wait_for_feedback)
+        stats.feedback_sent, stats.feedback_failed = feedback.sent, feedback.failed
+    return stats

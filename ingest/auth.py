@@ -1,0 +1,41 @@
+"""Per-tenant bearer tokens: the token decides the tenant, so no caller can write under another's id."""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Mapping
+
+
+class AuthError(Exception):
+    """`status` is "unauthenticated" (missing or wrong token) or "permission_denied" (wrong tenant)."""
+
+    def __init__(self, status: str, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class TokenAuth:
+    def __init__(self, tenant_tokens: Mapping[str, str]):
+        empty = [tenant for tenant, token in tenant_tokens.items() if not token]
+        if empty:
+            raise ValueError(f"tenants {empty} have an empty token in ingest.tenant_tokens; give each a secret")
+        self._tokens = [(tenant, token.encode()) for tenant, token in tenant_tokens.items()]
+
+    def tenant_of(self, authorization: str | None, claimed_tenant: str | None = None) -> str:
+        """The tenant whose token is in `authorization` ("Bearer <token>"); raises AuthError otherwise."""
+        if not authorization:
+            raise AuthError("unauthenticated", "missing credentials: send 'authorization: Bearer <tenant token>'")
+        scheme, _, token = authorization.strip().partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise AuthError("unauthenticated", "malformed authorization: expected 'Bearer <tenant token>'")
+        presented = token.strip().encode()
+        tenant = None
+        for candidate, expected in self._tokens:  # compare with every token: timing says nothing about which
+            if hmac.compare_digest(presented, expected):
+                tenant = candidate
+        if tenant is None:
+            raise AuthError("unauthenticated", "invalid token: it belongs to no tenant in ingest.tenant_tokens")
+        if claimed_tenant and claimed_tenant != tenant:
+            raise AuthError("permission_denied", f"the token is not valid for tenant {claimed_tenant!r}")
+        return tenant

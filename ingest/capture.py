@@ -1,0 +1,145 @@
+"""The capture core shared by the gRPC and HTTP front ends: parse, check, drop, redact, make durable.
+
+Per event: parse -> opt-out -> validate -> session rules -> redact. Good events become Kafka records
+keyed by session id; bad ones become dead letters with their reason; both are made durable in one
+delivery before the caller gets its answer, so an acknowledgement always means "stored".
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+
+from ingest.delivery import KafkaDelivery, Record
+from ingest.metrics import CaptureMetrics
+from ingest.redaction import Redactor
+from ingest.sessions import SessionRegistry
+from ingest.validation import Limits, Rejected, SessionEvent, validate
+from liverl import names
+from liverl.config import LiverlConfig
+from liverl.v1 import capture_pb2
+
+log = logging.getLogger("liverl.ingest.capture")
+DEAD_LETTER_PAYLOAD_LIMIT = 64 * 1024
+PRUNE_EVERY_S = 600.0
+
+
+class CaptureCore:
+    def __init__(self, config: LiverlConfig, delivery: KafkaDelivery, sessions: SessionRegistry,
+                 metrics: CaptureMetrics, clock: Callable[[], float] = time.time):
+        ingest = config.ingest
+        self.topics = config.kafka
+        self.delivery = delivery
+        self.sessions = sessions
+        self.metrics = metrics
+        self.clock = clock
+        self.redactor = Redactor(ingest.redaction.builtin, ingest.redaction.custom_patterns, ingest.redaction.enabled)
+        self.limits = Limits(ingest.max_event_bytes, int(ingest.max_future_skew_s * 1000),
+                             int(ingest.max_event_age_s * 1000))
+        self.opt_out_tenants = set(ingest.opt_out_tenants)
+        self.opt_out_users = {tenant: set(users) for tenant, users in ingest.opt_out_users.items()}
+        self._last_prune = 0.0
+
+    def capture(self, tenant: str, items: Sequence, parse: Callable[[object], SessionEvent],
+                api: str) -> capture_pb2.CaptureResponse:
+        """Handle one request's events; raises SpoolFull when nothing could be made durable."""
+        started = time.perf_counter()
+        now_ms = int(self.clock() * 1000)
+        response = capture_pb2.CaptureResponse()
+        if tenant in self.opt_out_tenants:
+            response.dropped_opt_out = len(items)
+            self.metrics.dropped.labels("opt_out").inc(len(items))
+            return response
+        records: list[Record] = []
+        dead: list[Record] = []
+        redacted: Counter = Counter()
+        for index, item in enumerate(items):
+            event = None
+            try:
+                event = parse(item)
+                if self._opted_out(tenant, event):
+                    response.dropped_opt_out += 1
+                    continue
+                validate(event, tenant, now_ms, self.limits)
+                self.sessions.admit(event, now_ms)
+                redacted += self.redactor.redact_event(event)
+                records.append(self._event_record(event))
+            except Rejected as rejected:
+                response.rejected.add(index=index, event_id=event.event_id if event else "",
+                                      reason=rejected.reason, message=rejected.message)
+                dead.append(self.dead_letter(rejected.reason, rejected.message, tenant, item, event, now_ms))
+        self.sessions.commit()
+        self.delivery.deliver(records + dead)
+        self._count(tenant, response, redacted, len(records), api, time.perf_counter() - started)
+        self._maybe_prune(now_ms)
+        return response
+
+    def dead_letter(self, reason: str, message: str, tenant: str, raw: object, event: SessionEvent | None,
+                    now_ms: int) -> Record:
+        """The contract's dead-letter JSON; the payload is redacted like anything else bound for Kafka."""
+        if event is not None:
+            copy = SessionEvent()
+            copy.CopyFrom(event)
+            self.redactor.redact_event(copy)
+            payload = copy.SerializeToString()
+        else:
+            blob = raw if isinstance(raw, bytes) else json.dumps(raw, default=str).encode("utf-8", "replace")
+            payload, _ = self.redactor.redact_bytes(blob[:DEAD_LETTER_PAYLOAD_LIMIT])
+        session_id = event.session_id if event is not None else ""
+        value = json.dumps({"reason": reason, "message": message, "source": "ingest", "tenant_id": tenant,
+                            "session_id": session_id, "payload_b64": base64.b64encode(payload).decode(),
+                            "at_ms": now_ms}).encode()
+        self.metrics.dead_letters.labels(reason).inc()
+        return Record(self.topics.dead_letters_topic, session_id.encode("utf-8"), value,
+                      _headers(tenant, b"dead-letter"))
+
+    def reject_request(self, reason: str, message: str, tenant: str, raw: bytes, api: str) -> None:
+        """A whole request refused (framing, body, batch size): one dead letter and a log line."""
+        self.metrics.requests_rejected.labels(reason).inc()
+        self.delivery.deliver([self.dead_letter(reason, message, tenant, raw, None, int(self.clock() * 1000))])
+        log.warning(json.dumps({"msg": "capture request rejected", "api": api, "tenant": tenant, "reason": reason,
+                                "detail": message}))
+
+    def _opted_out(self, tenant: str, event: SessionEvent) -> bool:
+        users = self.opt_out_users.get(tenant)
+        if not users:
+            return False
+        user = event.user_id or self.sessions.user_of(tenant, event.session_id)
+        if user in users:
+            self.metrics.dropped.labels("opt_out").inc()
+            return True
+        return False
+
+    def _event_record(self, event: SessionEvent) -> Record:
+        return Record(self.topics.session_events_topic, event.session_id.encode("utf-8"), event.SerializeToString(),
+                      _headers(event.tenant_id, b"session-event"), event.event_time_ms)
+
+    def _count(self, tenant: str, response, redacted: Counter, accepted: int, api: str, seconds: float) -> None:
+        response.accepted = accepted
+        self.metrics.accepted.labels(tenant).inc(accepted)
+        for kind, count in redacted.items():
+            self.metrics.redacted.labels(kind).inc(count)
+        self.metrics.request_seconds.labels(api).observe(seconds)
+        if response.rejected:
+            reasons = Counter(r.reason for r in response.rejected)
+            for reason, count in reasons.items():
+                self.metrics.rejected.labels(reason).inc(count)
+            log.warning(json.dumps({"msg": "capture batch had rejections", "api": api, "tenant": tenant,
+                                    "accepted": accepted, "rejected": len(response.rejected),
+                                    "reasons": dict(reasons),
+                                    "first": {"index": response.rejected[0].index,
+                                              "message": response.rejected[0].message}}))
+
+    def _maybe_prune(self, now_ms: int) -> None:
+        if now_ms / 1000 - self._last_prune > PRUNE_EVERY_S:
+            self._last_prune = now_ms / 1000
+            self.sessions.prune(now_ms)
+
+
+def _headers(tenant: str, kind: bytes) -> tuple[tuple[str, bytes], ...]:
+    return ((names.HEADER_SCHEMA_VERSION, str(names.EVENT_SCHEMA_VERSION).encode()),
+            (names.HEADER_TENANT, tenant.encode("utf-8")), (names.HEADER_KIND, kind))

@@ -1,0 +1,59 @@
+"""The CaptureService over gRPC. The request arrives as raw bytes and is split per event (ingest.wire),
+so one malformed event is rejected on its own instead of failing its whole batch.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+from ingest.auth import AuthError, TokenAuth
+from ingest.capture import CaptureCore
+from ingest.spool import SpoolFull
+from ingest.validation import parse_binary
+from ingest.wire import MalformedRequest, split_events
+from liverl import names
+from liverl.v1 import capture_pb2
+
+SERVICE_NAME = "liverl.v1.CaptureService"
+AUTH_STATUS = {"unauthenticated": grpc.StatusCode.UNAUTHENTICATED,
+               "permission_denied": grpc.StatusCode.PERMISSION_DENIED}
+
+
+class CaptureHandler:
+    def __init__(self, core: CaptureCore, auth: TokenAuth, max_batch_events: int):
+        self.core = core
+        self.auth = auth
+        self.max_batch_events = max_batch_events
+
+    def capture(self, request: bytes, context: grpc.ServicerContext) -> capture_pb2.CaptureResponse:
+        metadata = dict(context.invocation_metadata())
+        try:
+            tenant = self.auth.tenant_of(metadata.get("authorization"), metadata.get(names.META_TENANT))
+        except AuthError as error:
+            self.core.metrics.requests_rejected.labels(error.status).inc()
+            context.abort(AUTH_STATUS[error.status], error.message)
+        try:
+            events = split_events(request)
+        except MalformedRequest as error:
+            self._reject(context, "invalid_protobuf", f"the CaptureRequest is malformed: {error}", tenant, request)
+        if len(events) > self.max_batch_events:
+            self._reject(context, "too_many_events", f"{len(events)} events in one request; send at most "
+                                                     f"{self.max_batch_events} (ingest.max_batch_events)", tenant,
+                         request)
+        try:
+            return self.core.capture(tenant, events, parse_binary, api="grpc")
+        except SpoolFull as error:
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"not stored, retry later: {error}")
+
+    def _reject(self, context, reason: str, message: str, tenant: str, raw: bytes) -> None:
+        try:
+            self.core.reject_request(reason, message, tenant, raw, api="grpc")
+        except SpoolFull:
+            pass  # the caller learns of the rejection either way
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{reason}: {message}")
+
+    def generic_handler(self) -> grpc.GenericRpcHandler:
+        method = grpc.unary_unary_rpc_method_handler(
+            self.capture, request_deserializer=None,  # raw bytes: split and parse per event
+            response_serializer=capture_pb2.CaptureResponse.SerializeToString)
+        return grpc.method_handlers_generic_handler(SERVICE_NAME, {"Capture": method})

@@ -1,0 +1,235 @@
+"""The SDK's background sender: a bounded in-memory queue, batches over gRPC, retries with backoff, and
+a disk spool for when the capture service is unreachable.
+
+The caller's thread only appends to the queue (no network, no disk). When the queue is full the NEW
+event is dropped (drop-newest) and counted: the queue keeps what was recorded first, so sessions
+already under way keep their beginnings, and `stats()["dropped"]` says how many were lost. Batches
+the service cannot take go to the spool (fsync'd) and are resent, in order, before anything newer.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import random
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+
+from ingest.spool import Spool, SpoolFull
+from liverl.v1 import capture_pb2
+
+log = logging.getLogger("liverl.ingest.sdk")
+CAPTURE_METHOD = "/liverl.v1.CaptureService/Capture"
+RETRIABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED,
+             grpc.StatusCode.ABORTED, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN,
+             grpc.StatusCode.CANCELLED}
+MAX_BACKOFF_S = 5.0
+
+
+@dataclass
+class SenderStats:
+    recorded: int = 0
+    sent: int = 0  # acknowledged by the capture service (stored in Kafka or its spool)
+    rejected: int = 0
+    rejected_by_reason: Counter = field(default_factory=Counter)
+    dropped: int = 0  # queue full (drop-newest) or lost at close without a spool
+    dropped_opt_out: int = 0
+    spooled: int = 0
+    retries: int = 0
+    last_error: str = ""
+
+
+class BackgroundSender:
+    def __init__(self, target: str, token: str, spool_dir: Path | None, max_queue_events: int = 10_000,
+                 batch_size: int = 256, linger_s: float = 0.02, request_timeout_s: float = 10.0,
+                 max_spool_bytes: int = 256 << 20, credentials: grpc.ChannelCredentials | None = None):
+        self.batch_size = batch_size
+        self.linger_s = linger_s
+        self.request_timeout_s = request_timeout_s
+        self.max_queue_events = max_queue_events
+        self._metadata = (("authorization", f"Bearer {token}"),)
+        options = [("grpc.max_send_message_length", 64 << 20), ("grpc.max_receive_message_length", 64 << 20)]
+        self._channel = (grpc.secure_channel(target, credentials, options) if credentials
+                         else grpc.insecure_channel(target, options))
+        self._capture = self._channel.unary_unary(CAPTURE_METHOD, request_serializer=None,
+                                                  response_deserializer=capture_pb2.CaptureResponse.FromString)
+        self._spool = Spool(spool_dir, max_bytes=max_spool_bytes) if spool_dir is not None else None
+        self._queue: collections.deque = collections.deque()
+        self._in_flight = 0
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._stats = SenderStats()
+        self._thread = threading.Thread(target=self._run, name="liverl-capture-sender", daemon=True)
+        self._thread.start()
+
+    # --- caller side: never blocks on the network --------------------------------------------
+
+    def submit(self, event) -> bool:
+        """Queue an event; False (and counted) when the queue is full or the sender is closed."""
+        with self._cond:
+            self._stats.recorded += 1
+            if self._stopping or len(self._queue) >= self.max_queue_events:
+                self._stats.dropped += 1
+                return False
+            self._queue.append(event)
+            if len(self._queue) == 1:
+                self._cond.notify()
+        return True
+
+    def flush(self, timeout_s: float) -> bool:
+        """Wait until everything queued and spooled is acknowledged; False on timeout."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            self._cond.notify_all()
+            while self._queue or self._in_flight or not self._spool_empty():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not self._thread.is_alive():
+                    return False
+                self._cond.wait(min(remaining, 0.05))
+        return True
+
+    def stats(self) -> dict:
+        with self._cond:
+            s = self._stats
+            return {"recorded": s.recorded, "sent": s.sent, "rejected": s.rejected,
+                    "rejected_by_reason": dict(s.rejected_by_reason), "dropped": s.dropped,
+                    "dropped_opt_out": s.dropped_opt_out, "spooled": s.spooled,
+                    "spool_pending": self._spool.pending() if self._spool else 0, "queued": len(self._queue),
+                    "in_flight": self._in_flight, "retries": s.retries, "last_error": s.last_error}
+
+    def close(self, timeout_s: float) -> None:
+        """Flush, stop the thread, and keep what is left in the spool for the next client on this folder."""
+        self.flush(timeout_s)
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        self._thread.join(timeout=self.request_timeout_s + 1)
+        with self._cond:
+            leftover = list(self._queue)
+            self._queue.clear()
+        if leftover:
+            self._park([e.SerializeToString() for e in leftover])
+        if self._spool is not None:
+            self._spool.close()
+        self._channel.close()
+
+    # --- sender thread -----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        backoff = 0.1
+        while True:
+            with self._cond:
+                if self._stopping:
+                    return
+            ok = self._send_spooled() if not self._spool_empty() else self._send_queued()
+            if ok:
+                backoff = 0.1
+                continue
+            self._park_queue()  # the service is away: persist what waits, in order, behind the spool
+            with self._cond:
+                self._stats.retries += 1
+                self._cond.wait(backoff * (0.5 + random.random()))
+            backoff = min(backoff * 2, MAX_BACKOFF_S)
+
+    def _send_queued(self) -> bool:
+        with self._cond:
+            if not self._queue:
+                self._cond.wait(0.1)
+                if not self._queue:
+                    return True
+            if len(self._queue) < self.batch_size and self.linger_s:
+                self._cond.wait(self.linger_s)  # let a batch form; submit() only notifies on the first event
+            batch = [self._queue.popleft() for _ in range(min(self.batch_size, len(self._queue)))]
+            self._in_flight = len(batch)
+        blobs = [event.SerializeToString() for event in batch]
+        ok = self._send(blobs)
+        parked = not ok and self._park(blobs)  # disk work outside the lock: submit() never waits on it
+        with self._cond:
+            self._in_flight = 0
+            if not ok and not parked:
+                self._queue.extendleft(reversed(batch))  # no spool room: keep them in memory, in order
+            self._cond.notify_all()
+        return ok
+
+    def _send_spooled(self) -> bool:
+        blobs, position = self._spool.read(self.batch_size)
+        if not blobs:
+            return True
+        ok = self._send(blobs)
+        if ok:
+            self._spool.commit(position, len(blobs))
+            with self._cond:
+                self._cond.notify_all()
+        return ok
+
+    def _send(self, blobs: list[bytes]) -> bool:
+        """One Capture call; True when the batch is settled (acknowledged or refused for good)."""
+        request = b"".join(_frame(blob) for blob in blobs)
+        try:
+            response = self._capture(request, metadata=self._metadata, timeout=self.request_timeout_s)
+        except grpc.RpcError as error:
+            code = error.code()
+            with self._cond:
+                self._stats.last_error = f"{code.name}: {error.details()}"
+                if code in RETRIABLE:
+                    return False
+                # Refused for good (bad token, wrong tenant, malformed): retrying cannot help; count it.
+                self._stats.rejected += len(blobs)
+                self._stats.rejected_by_reason[code.name.lower()] += len(blobs)
+            log.warning("capture service refused a batch of %d events: %s %s", len(blobs), code.name,
+                        error.details())
+            return True
+        with self._cond:
+            self._stats.sent += response.accepted
+            self._stats.dropped_opt_out += response.dropped_opt_out
+            self._stats.rejected += len(response.rejected)
+            for rejection in response.rejected:
+                self._stats.rejected_by_reason[rejection.reason] += 1
+            if response.rejected:
+                first = response.rejected[0]
+                self._stats.last_error = f"{first.reason}: {first.message}"
+        return True
+
+    def _park_queue(self) -> None:
+        if self._spool is None:
+            return
+        with self._cond:
+            batch = list(self._queue)
+            self._queue.clear()
+        if batch and not self._park([event.SerializeToString() for event in batch]):
+            with self._cond:
+                self._queue.extendleft(reversed(batch))
+
+    def _park(self, blobs: list[bytes]) -> bool:
+        if self._spool is None:
+            return False
+        try:
+            self._spool.append(blobs)
+        except SpoolFull as error:
+            log.warning("SDK spool full: %s", error)
+            return False
+        with self._cond:
+            self._stats.spooled += len(blobs)
+        return True
+
+    def _spool_empty(self) -> bool:
+        return self._spool is None or self._spool.empty()
+
+
+def _frame(blob: bytes) -> bytes:
+    """One CaptureRequest.events entry on the wire: tag (field 1, length-delimited), length, bytes."""
+    length = len(blob)
+    varint = bytearray()
+    while True:
+        byte = length & 0x7F
+        length >>= 7
+        if length:
+            varint.append(byte | 0x80)
+        else:
+            varint.append(byte)
+            return b"\x0a" + bytes(varint) + blob

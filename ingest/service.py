@@ -1,0 +1,129 @@
+"""The capture service assembled: gRPC + HTTP front ends over one core, spool and session state.
+
+    server = CaptureServer(config).start()   # binds; port 0 in config picks a free one
+    server.grpc_address, server.http_address
+    server.stop()                            # graceful: finish requests, flush Kafka, keep the spool
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from ingest.auth import TokenAuth
+from ingest.capture import CaptureCore
+from ingest.delivery import KafkaDelivery
+from ingest.grpc_api import SERVICE_NAME, CaptureHandler
+from ingest.metrics import CaptureMetrics
+from ingest.sessions import SessionRegistry
+from ingest.spool import Spool
+from liverl.config import LiverlConfig
+
+
+def spool_dir(config: LiverlConfig) -> Path:
+    return config.ingest.spool_dir or config.stack.data_dir / "ingest" / "spool"
+
+
+class CaptureServer:
+    def __init__(self, config: LiverlConfig):
+        self.config = config
+        ingest = config.ingest
+        folder = spool_dir(config)
+        self.metrics = CaptureMetrics()
+        self.auth = TokenAuth(ingest.tenant_tokens)
+        self.spool = Spool(folder / "kafka", max_bytes=ingest.max_spool_bytes)
+        self.sessions = SessionRegistry(folder / "sessions.sqlite", int(ingest.late_event_horizon_s * 1000),
+                                        ingest.enforce_sessions, now_ms=int(time.time() * 1000))
+        self.delivery = KafkaDelivery(config.kafka, self.spool, self.metrics, ingest.kafka_ack_timeout_s)
+        self.core = CaptureCore(config, self.delivery, self.sessions, self.metrics)
+        self.grpc_port = 0
+        self.http_port = 0
+        self.metrics_port = 0
+        self._grpc = None
+        self._http = None
+        self._http_thread = None
+        self._metrics_server = None
+
+    @property
+    def grpc_address(self) -> str:
+        return f"{self.config.ingest.host}:{self.grpc_port}"
+
+    @property
+    def http_address(self) -> str:
+        return f"{self.config.ingest.host}:{self.http_port}"
+
+    def start(self) -> "CaptureServer":
+        self.delivery.start()
+        self._start_grpc()
+        if self.config.ingest.http_port:
+            self._start_http()
+        if self.config.ingest.metrics_port:
+            from prometheus_client import start_http_server
+
+            self._metrics_server, _ = start_http_server(self.config.ingest.metrics_port, self.config.ingest.host,
+                                                        registry=self.metrics.registry)
+            self.metrics_port = self._metrics_server.server_port
+        return self
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        if self._grpc is not None:
+            self._grpc.stop(grace_s).wait()
+        if self._http is not None:
+            self._http.should_exit = True
+            self._http_thread.join(timeout=grace_s + 5)
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+            self._metrics_server.server_close()
+        self.delivery.close()
+        self.sessions.close()
+
+    def _start_grpc(self) -> None:
+        ingest = self.config.ingest
+        options = [("grpc.max_receive_message_length", ingest.max_request_bytes),
+                   ("grpc.so_reuseport", 0)]
+        self._grpc = grpc.server(ThreadPoolExecutor(max_workers=8, thread_name_prefix="capture"), options=options)
+        handler = CaptureHandler(self.core, self.auth, ingest.max_batch_events)
+        self._grpc.add_generic_rpc_handlers((handler.generic_handler(),))
+        health_servicer = health.HealthServicer()
+        health_servicer.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+        health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, self._grpc)
+        address = f"{ingest.host}:{ingest.grpc_port}"
+        if ingest.tls_cert_file and ingest.tls_key_file:
+            credentials = grpc.ssl_server_credentials([(ingest.tls_key_file.read_bytes(),
+                                                        ingest.tls_cert_file.read_bytes())])
+            self.grpc_port = self._grpc.add_secure_port(address, credentials)
+        else:
+            self.grpc_port = self._grpc.add_insecure_port(address)
+        if not self.grpc_port:
+            raise RuntimeError(f"cannot bind gRPC to {address}; set --ingest.grpc_port to a free port")
+        self._grpc.start()
+
+    def _start_http(self) -> None:
+        import uvicorn
+
+        from ingest.http_api import build_app
+
+        ingest = self.config.ingest
+        app = build_app(self.core, self.auth, ingest.max_batch_events, ingest.max_request_bytes)
+        tls = {}
+        if ingest.tls_cert_file and ingest.tls_key_file:
+            tls = {"ssl_certfile": str(ingest.tls_cert_file), "ssl_keyfile": str(ingest.tls_key_file)}
+        server_config = uvicorn.Config(app, host=ingest.host, port=ingest.http_port, log_level="warning",
+                                       access_log=False, lifespan="off", **tls)
+        self._http = uvicorn.Server(server_config)
+        # uvicorn installs signal handlers only on the main thread: in this thread the CLI keeps them.
+        self._http_thread = threading.Thread(target=self._http.run, name="capture-http", daemon=True)
+        self._http_thread.start()
+        deadline = time.monotonic() + 30
+        while not self._http.started:
+            if not self._http_thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"the HTTP endpoint did not start on {ingest.host}:{ingest.http_port}; "
+                                   "set --ingest.http_port to a free port")
+            time.sleep(0.02)
+        self.http_port = self._http.servers[0].sockets[0].getsockname()[1]

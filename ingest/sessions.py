@@ -1,0 +1,141 @@
+"""Which sessions the capture service has seen open and closed, kept durable next to the spool.
+
+Rules (ingest.enforce_sessions):
+- session_start opens a session; session_end closes it and remembers the end's sequence number.
+- An event of an unknown session is rejected (unknown_session) unless this state is younger than the
+  event: a restarted service keeps its state (SQLite in the spool folder), but a fresh state folder
+  cannot know sessions that began before it existed, so those are let through.
+- After the close, feedback and outcomes are accepted for late_event_horizon_s (they arrive late on
+  purpose); any other event is rejected (closed_session) unless its sequence is not past the end's,
+  which is a retry or a reordering of something that happened before the close.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from ingest.validation import LATE_KINDS, Rejected, SessionEvent
+
+CACHE_LIMIT = 200_000
+
+
+@dataclass
+class SessionState:
+    user_id: str
+    opened_ms: int
+    closed_ms: int | None = None
+    end_sequence: int | None = None
+
+
+class SessionRegistry:
+    def __init__(self, path: Path, late_horizon_ms: int, enforce: bool = True, now_ms: int = 0):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.late_horizon_ms = late_horizon_ms
+        self.enforce = enforce
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute("CREATE TABLE IF NOT EXISTS sessions (tenant TEXT, session_id TEXT, user_id TEXT, "
+                         "opened_ms INTEGER, closed_ms INTEGER, end_sequence INTEGER, "
+                         "PRIMARY KEY (tenant, session_id))")
+        self._db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER)")
+        self._db.execute("INSERT OR IGNORE INTO meta VALUES ('created_ms', ?)", (now_ms,))
+        self.created_ms = self._db.execute("SELECT value FROM meta WHERE key='created_ms'").fetchone()[0]
+        self._cache: dict[tuple[str, str], SessionState | None] = {}
+        self._dirty: dict[tuple[str, str], SessionState] = {}
+
+    def admit(self, event: SessionEvent, now_ms: int) -> None:
+        """Raise Rejected if the session rules refuse the event; otherwise record what it changes."""
+        kind = event.WhichOneof("body")
+        key = (event.tenant_id, event.session_id)
+        with self._lock:
+            state = self._get(key)
+            if kind == "session_start":
+                if state is None:
+                    self._put(key, SessionState(event.user_id, now_ms))
+                elif state.closed_ms is not None and self.enforce and not self._before_end(event, state):
+                    raise Rejected("closed_session", f"session {event.session_id} already ended; "
+                                                     "start a new session with a new session id")
+                return
+            if state is None:
+                if self.enforce and not self._may_predate_state(event, now_ms, kind):
+                    raise Rejected("unknown_session", f"no session_start was seen for session {event.session_id}; "
+                                                      "send session_start first (the SDK does)")
+                state = SessionState(event.user_id, now_ms)
+                self._put(key, state)
+            elif state.closed_ms is not None and self.enforce:
+                self._check_closed(event, state, kind, now_ms)
+            if kind == "session_end" and state.closed_ms is None:
+                state.closed_ms = now_ms
+                state.end_sequence = event.sequence
+                self._put(key, state)
+
+    def user_of(self, tenant_id: str, session_id: str) -> str:
+        with self._lock:
+            state = self._get((tenant_id, session_id))
+        return state.user_id if state else ""
+
+    def commit(self) -> None:
+        """Persist what this request changed (once per request: one fsync, not one per event)."""
+        with self._lock:
+            if not self._dirty:
+                return
+            rows = [(t, s, st.user_id, st.opened_ms, st.closed_ms, st.end_sequence)
+                    for (t, s), st in self._dirty.items()]
+            self._db.execute("BEGIN")
+            self._db.executemany("INSERT OR REPLACE INTO sessions VALUES (?, ?, ?, ?, ?, ?)", rows)
+            self._db.execute("COMMIT")
+            self._dirty.clear()
+
+    def prune(self, now_ms: int) -> int:
+        """Forget sessions closed longer ago than the horizon; returns how many."""
+        with self._lock:
+            cursor = self._db.execute("DELETE FROM sessions WHERE closed_ms IS NOT NULL AND closed_ms < ?",
+                                      (now_ms - self.late_horizon_ms,))
+            self._cache.clear()
+            return cursor.rowcount
+
+    def close(self) -> None:
+        self.commit()
+        with self._lock:
+            self._db.close()
+
+    def _check_closed(self, event: SessionEvent, state: SessionState, kind: str, now_ms: int) -> None:
+        if kind in LATE_KINDS:
+            if now_ms - state.closed_ms > self.late_horizon_ms:
+                raise Rejected("closed_session", f"session {event.session_id} closed more than "
+                                                 f"{self.late_horizon_ms / 1000:.0f} s ago (ingest.late_event_horizon_s)")
+        elif not self._before_end(event, state):
+            raise Rejected("closed_session", f"session {event.session_id} already ended; only feedback and outcomes "
+                                             "are accepted after session_end")
+
+    @staticmethod
+    def _before_end(event: SessionEvent, state: SessionState) -> bool:
+        return state.end_sequence is not None and event.sequence <= state.end_sequence
+
+    def _may_predate_state(self, event: SessionEvent, now_ms: int, kind: str) -> bool:
+        if event.event_time_ms < self.created_ms:
+            return True
+        # Late kinds of a session that may have started before this state existed.
+        return kind in LATE_KINDS and now_ms - self.created_ms < self.late_horizon_ms
+
+    def _get(self, key: tuple[str, str]) -> SessionState | None:
+        if key in self._dirty:
+            return self._dirty[key]
+        if key in self._cache:
+            return self._cache[key]
+        row = self._db.execute("SELECT user_id, opened_ms, closed_ms, end_sequence FROM sessions "
+                               "WHERE tenant=? AND session_id=?", key).fetchone()
+        state = SessionState(*row) if row else None
+        if len(self._cache) > CACHE_LIMIT:
+            self._cache.clear()
+        self._cache[key] = state
+        return state
+
+    def _put(self, key: tuple[str, str], state: SessionState) -> None:
+        self._cache[key] = state
+        self._dirty[key] = state

@@ -1,0 +1,146 @@
+"""Parse and check one SessionEvent: every way it can be wrong has a reason name and a message that
+says what to do. The capture service turns a `Rejected` into a rejection for the caller and a dead letter.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cache
+
+from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
+from google.protobuf.message import DecodeError
+
+from liverl import names
+from liverl.v1 import common_pb2, session_event_pb2
+
+SessionEvent = session_event_pb2.SessionEvent
+MAX_ID_CHARS = 256
+LATE_KINDS = frozenset({"feedback", "outcome"})  # may arrive after the session closed
+
+
+class Rejected(Exception):
+    """An event the service refuses: `reason` is machine-readable, the message is for a human."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_event_bytes: int
+    max_future_skew_ms: int
+    max_event_age_ms: int
+
+
+def parse_binary(raw: bytes) -> SessionEvent:
+    """A SessionEvent from protobuf bytes, telling invalid UTF-8 apart from broken encoding."""
+    try:
+        return SessionEvent.FromString(raw)
+    except DecodeError:
+        pass
+    try:
+        _lenient_event_class().FromString(raw)
+    except DecodeError:
+        raise Rejected("invalid_protobuf", "the event is not a valid serialized liverl.v1.SessionEvent; "
+                                           "serialize it with the generated class (SerializeToString)") from None
+    raise Rejected("invalid_utf8", "a string field of the event is not valid UTF-8; send text as UTF-8 "
+                                   "(binary data belongs base64-encoded in a string)")
+
+
+def parse_json(item: object) -> SessionEvent:
+    """A SessionEvent from its JSON form (protobuf JSON mapping: camelCase or field names)."""
+    if not isinstance(item, dict):
+        raise Rejected("wrong_type", f"each event must be a JSON object, got {type(item).__name__}")
+    try:
+        return json_format.ParseDict(item, SessionEvent())
+    except json_format.ParseError as error:
+        text = str(error).split("\n")[0]
+        reason = "invalid_utf8" if "surrogate" in text.lower() else "wrong_type" if "field" in text else "invalid_schema"
+        if "no field named" in text:
+            reason = "invalid_schema"
+        raise Rejected(reason, f"{text}; see proto/liverl/v1/session_event.proto for the fields and types")
+    except (ValueError, TypeError, RecursionError) as error:
+        raise Rejected("wrong_type", f"the event does not match SessionEvent: {error}") from None
+
+
+def validate(event: SessionEvent, tenant_id: str, now_ms: int, limits: Limits) -> None:
+    """Check an event in place and stamp what the service owns (tenant, ingest time, default agent id)."""
+    _check_ids(event)
+    if event.schema_version != names.EVENT_SCHEMA_VERSION:
+        if event.schema_version == 0:
+            raise Rejected("invalid_schema", f"schema_version is missing; set it to {names.EVENT_SCHEMA_VERSION}")
+        raise Rejected("unsupported_schema_version", f"schema_version {event.schema_version} is not supported; "
+                                                     f"this service speaks {names.EVENT_SCHEMA_VERSION}")
+    if event.WhichOneof("body") is None:
+        raise Rejected("invalid_schema", "the event has no body; set exactly one of session_start, user_message, ...")
+    if event.tenant_id and event.tenant_id != tenant_id:
+        raise Rejected("tenant_mismatch", "the event names another tenant than the caller's token; leave tenant_id "
+                                          "empty (the service sets it) or use that tenant's token")
+    _check_time(event, now_ms, limits)
+    _check_values(event)
+    if event.agent_id == "":
+        event.agent_id = "main"
+    event.tenant_id = tenant_id
+    event.ingest_time_ms = now_ms
+    size = event.ByteSize()
+    if size > limits.max_event_bytes:
+        raise Rejected("too_large", f"the event is {size} bytes, over the {limits.max_event_bytes}-byte limit; "
+                                    "send large outputs truncated or by reference")
+
+
+def _check_ids(event: SessionEvent) -> None:
+    for field in ("event_id", "session_id"):
+        value = getattr(event, field)
+        if not value:
+            raise Rejected("invalid_schema", f"{field} is required (the SDK sets it; HTTP callers must too)")
+        if len(value) > MAX_ID_CHARS or not value.isprintable():
+            raise Rejected("invalid_schema", f"{field} must be printable and at most {MAX_ID_CHARS} characters")
+    for field in ("user_id", "agent_id"):
+        if len(getattr(event, field)) > MAX_ID_CHARS:
+            raise Rejected("invalid_schema", f"{field} must be at most {MAX_ID_CHARS} characters")
+
+
+def _check_time(event: SessionEvent, now_ms: int, limits: Limits) -> None:
+    if event.event_time_ms <= 0:
+        raise Rejected("invalid_schema", "event_time_ms is required: unix milliseconds when it happened")
+    if event.event_time_ms > now_ms + limits.max_future_skew_ms:
+        ahead = (event.event_time_ms - now_ms) / 1000
+        raise Rejected("clock_skew", f"event_time_ms is {ahead:.0f} s in the future (limit "
+                                     f"{limits.max_future_skew_ms / 1000:.0f} s); check the producer's clock (NTP)")
+    if event.event_time_ms < now_ms - limits.max_event_age_ms:
+        age = (now_ms - event.event_time_ms) / 1000
+        raise Rejected("too_old", f"event_time_ms is {age:.0f} s old (limit {limits.max_event_age_ms / 1000:.0f} s); "
+                                  "check the producer's clock, or the event was held too long")
+
+
+def _check_values(event: SessionEvent) -> None:
+    kind = event.WhichOneof("body")
+    if kind == "feedback":
+        value = event.feedback.value
+        if not math.isfinite(value):
+            raise Rejected("invalid_value", "feedback.value must be a finite number")
+        if event.feedback.kind == session_event_pb2.FEEDBACK_KIND_RATING and not 0.0 <= value <= 1.0:
+            raise Rejected("invalid_value", "a RATING feedback's value must lie in [0, 1]")
+    elif kind == "outcome":
+        score = event.outcome.score
+        if not (math.isfinite(score) and 0.0 <= score <= 1.0):
+            raise Rejected("invalid_value", "outcome.score must be a finite number in [0, 1]")
+        if any(not math.isfinite(v) for v in event.outcome.metrics.values()):
+            raise Rejected("invalid_value", "outcome.metrics values must be finite numbers")
+    if event.agent_role not in common_pb2.AgentRole.values():
+        raise Rejected("invalid_value", f"agent_role {event.agent_role} is not a known AgentRole")
+
+
+@cache
+def _lenient_event_class():
+    """SessionEvent compiled as proto2, which does not check UTF-8: parses iff only UTF-8 was wrong."""
+    pool = descriptor_pool.DescriptorPool()
+    for module in (common_pb2, session_event_pb2):
+        proto = descriptor_pb2.FileDescriptorProto()
+        module.DESCRIPTOR.CopyToProto(proto)
+        proto.syntax = "proto2"
+        pool.Add(proto)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("liverl.v1.SessionEvent"))

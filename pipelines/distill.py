@@ -1,0 +1,155 @@
+"""One distillation batch, end to end: plan -> run the Beam graph -> commit exactly once -> audit.
+
+    plan      fix [start, end) per partition (start: the last commit's offsets; end: fetch high-water mark)
+              and the batch clock; written ahead to <state>/plans/<seq>.json, reused until committed
+    distill   run DistillBatch on the configured runner; outputs staged as Parquet in <state>/batches/<seq>
+    commit    dead letters, then trajectories + offsets + state pointer as ONE Delta version, each guarded
+              by the Delta app transaction (DISTILL_APP_ID, seq)
+    audit     an MLflow run for the committed batch (recovered on the next run if the process died first)
+
+`on_phase(name)` is called between phases ("planned", "distilled", "before_commit", "during_commit",
+"after_commit"): tests raise from it to inject crashes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from liverl import names
+from liverl.config import LiverlConfig
+from liverl.table_schema import DEAD_LETTER_SCHEMA, TRAJECTORY_SCHEMA
+from pipelines import table
+from pipelines.kafka_source import high_water_marks, plan_ranges
+from pipelines.sessionize import Timing
+from pipelines.state import BatchPlan, StateStore
+
+
+@dataclass
+class BatchReport:
+    seq: int
+    batch_id: str
+    committed: bool  # False: nothing new to do, no commit
+    table_version: int | None = None
+    sessions: int = 0  # sessions emitted as trajectories
+    trajectories: int = 0
+    dead_letters: dict[str, int] = field(default_factory=dict)  # reason -> count
+    counters: dict[str, int] = field(default_factory=dict)  # Beam counters: records_read, duplicates, ...
+    offsets: dict = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def summary(self) -> dict:
+        return {"sessions": self.sessions, "trajectories": self.trajectories, "dead_letters": self.dead_letters,
+                **self.counters}
+
+    def line(self) -> str:
+        """One dense line per batch, as `liverl distill` prints it."""
+        dead = sum(self.dead_letters.values())
+        reasons = ", ".join(f"{k} {v}" for k, v in sorted(self.dead_letters.items()))
+        offsets = " ".join(f"{topic.rsplit('.', 1)[-1]}[" + " ".join(f"{p}:{a}-{b}" for p, (a, b) in parts.items()) + "]"
+                           for topic, parts in self.offsets.items())
+        state = f"table v{self.table_version}" if self.committed else "nothing new"
+        return (f"batch {self.batch_id} | sessions {self.sessions} (pending {self.counters.get('sessions_pending', 0)})"
+                f" | trajectories {self.trajectories} | dead letters {dead}{f' ({reasons})' if reasons else ''}"
+                f" | dup {self.counters.get('duplicates', 0)} late {self.counters.get('late_events', 0)}"
+                f" | offsets {offsets} | {state} | {self.seconds:.1f}s")
+
+
+def state_uri(config: LiverlConfig) -> str:
+    return config.pipelines.state_uri or f"{config.table.trajectories_uri.rstrip('/')}/_liverl_distill"
+
+
+def distill_once(config: LiverlConfig, now_ms: int | None = None,
+                 on_phase: Callable[[str], None] = lambda phase: None) -> BatchReport:
+    """Distill everything new since the last commit; safe to re-run after a crash at any point."""
+    began = time.monotonic()
+    store = StateStore(state_uri(config))
+    committed = table.read_committed(config.table.trajectories_uri)
+    if config.pipelines.audit and committed.seq:
+        from pipelines.audit import ensure_audited
+
+        ensure_audited(config, committed)
+    seq = committed.seq + 1
+    plan = store.load_plan(seq)
+    if plan is None:
+        plan = make_plan(config, committed, seq, now_ms)
+        store.save_plan(plan)
+    on_phase("planned")
+    report = BatchReport(seq, plan.batch_id, committed=False, offsets=plan.offsets(),
+                         table_version=committed.table_version)
+    carried, closed = store.carried(plan.carried_state)
+    if plan.new_records() == 0 and not carried:
+        store.drop_plan(seq)  # nothing new and nothing waiting: a fresh plan next time, with a fresh clock
+        report.seconds = time.monotonic() - began
+        return report
+    store.reset_batch_dir(seq)
+    report.counters = run_pipeline(config, plan, carried, closed, store.batch_dir(seq))
+    on_phase("distilled")
+    rows = store.read_staged(store.batch_dir(seq), "trajectories", TRAJECTORY_SCHEMA)
+    dead = store.read_staged(store.batch_dir(seq), "dead_letters", DEAD_LETTER_SCHEMA)
+    report.trajectories = rows.num_rows
+    report.sessions = len(set(rows.column("session_id").to_pylist()))
+    report.dead_letters = dict(Counter(dead.column("reason").to_pylist()))
+    if plan.new_records() == 0 and rows.num_rows == 0 and dead.num_rows == 0:
+        store.drop_plan(seq)  # pending sessions are still pending: committing would only churn versions
+        report.seconds = time.monotonic() - began
+        return report
+    on_phase("before_commit")
+    table.commit_dead_letters(config.table.dead_letters_uri, dead, seq, plan.batch_id)
+    on_phase("during_commit")
+    report.table_version = table.commit_trajectories(config.table.trajectories_uri, rows, seq, {
+        names.COMMIT_BATCH_ID: plan.batch_id,
+        names.COMMIT_KAFKA_OFFSETS: json.dumps(plan.offsets(), sort_keys=True),
+        table.COMMIT_DISTILL_STATE: store.batch_dir(seq),
+        table.COMMIT_DISTILL_SUMMARY: json.dumps(report.summary(), sort_keys=True),
+        table.COMMIT_REWARD_CONFIG_VERSION: config.rewards.version,
+    })
+    report.committed = True
+    on_phase("after_commit")
+    if config.pipelines.audit:
+        from pipelines.audit import ensure_audited
+
+        ensure_audited(config, table.read_committed(config.table.trajectories_uri))
+    store.prune(seq, config.pipelines.keep_state_batches)
+    report.seconds = time.monotonic() - began
+    return report
+
+
+def make_plan(config: LiverlConfig, committed: table.Committed, seq: int, now_ms: int | None) -> BatchPlan:
+    kafka = config.kafka
+    starts = committed.next_starts()
+    marks = high_water_marks(kafka.client_kwargs(), [kafka.session_events_topic, kafka.model_calls_topic], starts,
+                             config.pipelines.read_timeout_s)
+    return BatchPlan(seq=seq, batch_id=f"{config.pipelines.consumer_group}-{seq:08d}",
+                     as_of_ms=int(time.time() * 1000) if now_ms is None else now_ms,
+                     ranges=tuple(plan_ranges(marks, starts)), carried_state=committed.state_uri)
+
+
+def run_pipeline(config: LiverlConfig, plan: BatchPlan, carried, closed, staging_uri: str) -> dict[str, int]:
+    """Run the batch's Beam graph to completion; returns its counters."""
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipelines.job import DistillBatch, stage_outputs
+
+    settings = config.pipelines
+    timing = Timing(as_of_ms=plan.as_of_ms, reward_horizon_ms=int(settings.reward_horizon_s * 1000),
+                    idle_timeout_ms=int(settings.idle_timeout_s * 1000),
+                    late_event_retention_ms=int(settings.late_event_retention_s * 1000))
+    chunks = [chunk for r in plan.ranges for chunk in r.split(settings.read_chunk_records)]
+    options = PipelineOptions([f"--runner={settings.runner}", *settings.beam_options])
+    pipeline = beam.Pipeline(options=options)
+    outputs = pipeline | "DistillBatch" >> DistillBatch(
+        chunks, carried, closed, config.kafka.session_events_topic, config.kafka.model_calls_topic,
+        config.kafka.client_kwargs(), settings.read_timeout_s, timing, config.rewards, plan.batch_id)
+    stage_outputs(outputs, staging_uri)
+    result = pipeline.run()
+    result.wait_until_finish()
+    counters: Counter = Counter()
+    for item in result.metrics().query()["counters"]:
+        value = item.committed if item.committed is not None else item.attempted
+        counters[item.key.metric.name] += int(value or 0)
+    return dict(counters)

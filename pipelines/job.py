@@ -1,0 +1,77 @@
+"""The Beam graph of one distillation batch: read ranges -> parse -> sessionize -> trajectories -> staged Parquet.
+
+    PlanRanges -> Spread -> ReadOffsetRanges ─┐
+    CarriedPending ───────────────────────────┴> AllRecords -> ParseRecords ─┐
+    ClosedSessions ──────────────────────────────────────────────────────────┴> GroupBySession
+      -> DecideReadiness -> BuildTrajectories -> StageTrajectories
+      dead letters of every step -> AllDeadLetters -> StampDeadLetters -> StageDeadLetters
+      pending records -> StagePending; closed sessions -> StageClosed
+
+Outputs land in the batch's staging folder; the driver commits them (pipelines/commit.py). The graph is
+runner-agnostic: the same transforms run on DirectRunner here and on Flink or Dataflow (README.md).
+"""
+
+from __future__ import annotations
+
+import apache_beam as beam
+
+from liverl.config.rewards import RewardsConfig
+from liverl.table_schema import DEAD_LETTER_SCHEMA, TRAJECTORY_SCHEMA
+from pipelines import dead_letters, parse, sessionize, trajectories
+from pipelines.kafka_source import OffsetRange, ReadOffsetRange
+from pipelines.records import CLOSED_SESSION_SCHEMA, RAW_RECORD_SCHEMA, RawRecord
+
+# Staged outputs: name -> schema. The driver reads `<staging>/<name>-*.parquet`.
+STAGED = {"trajectories": TRAJECTORY_SCHEMA, "dead_letters": DEAD_LETTER_SCHEMA, "pending": RAW_RECORD_SCHEMA,
+          "closed": CLOSED_SESSION_SCHEMA}
+
+
+class DistillBatch(beam.PTransform):
+    """PBegin -> {"trajectories", "dead_letters", "pending", "closed"}: PCollections of row dicts."""
+
+    def __init__(self, ranges: list[OffsetRange], carried: list[RawRecord], closed: list[tuple[str, int]],
+                 events_topic: str, calls_topic: str, client_kwargs: dict, read_timeout_s: float,
+                 timing: sessionize.Timing, rewards: RewardsConfig, batch_id: str):
+        super().__init__()
+        self._ranges, self._carried, self._closed = ranges, carried, closed
+        self._topics = (events_topic, calls_topic)
+        self._client_kwargs, self._read_timeout_s = client_kwargs, read_timeout_s
+        self._timing, self._rewards, self._batch_id = timing, rewards, batch_id
+
+    def expand(self, pbegin):
+        read = (pbegin
+                | "PlanRanges" >> beam.Create(self._ranges)
+                | "Spread" >> beam.Reshuffle()
+                | "ReadOffsetRanges" >> beam.ParDo(ReadOffsetRange(self._client_kwargs, self._read_timeout_s)))
+        carried = pbegin | "CarriedPending" >> beam.Create(self._carried)
+        parsed = ((read, carried)
+                  | "AllRecords" >> beam.Flatten()
+                  | "ParseRecords" >> beam.ParDo(parse.ParseRecord(*self._topics)).with_outputs(
+                      parse.DEAD, main="records"))
+        closed = pbegin | "ClosedSessions" >> beam.Create(self._closed)
+        decided = ({"records": parsed.records, "closed": closed}
+                   | "GroupBySession" >> beam.CoGroupByKey()
+                   | "DecideReadiness" >> beam.ParDo(sessionize.DecideSession(self._timing)).with_outputs(
+                       sessionize.PENDING, sessionize.CLOSED, sessionize.DEAD, main="ready"))
+        built = decided.ready | "BuildTrajectories" >> beam.ParDo(trajectories.BuildTrajectories(
+            self._rewards, self._batch_id, self._timing.as_of_ms)).with_outputs(trajectories.DEAD, main="rows")
+        dead = ((parsed[parse.DEAD], decided[sessionize.DEAD], built[trajectories.DEAD])
+                | "AllDeadLetters" >> beam.Flatten()
+                | "StampDeadLetters" >> beam.Map(stamp_dead_letter, self._batch_id, self._timing.as_of_ms))
+        return {"trajectories": built.rows, "dead_letters": dead, "pending": decided[sessionize.PENDING],
+                "closed": decided[sessionize.CLOSED]}
+
+
+def stamp_dead_letter(row: dict, batch_id: str, as_of_ms: int) -> dict:
+    return row | {"batch_id": batch_id, "recorded_at_ms": as_of_ms, "event_date": dead_letters.utc_date(as_of_ms)}
+
+
+def stage_outputs(outputs: dict, staging_uri: str) -> None:
+    """Write each output to `<staging>/<name>-SSSSS-of-NNNNN.parquet` (always at least one file)."""
+    for name, schema in STAGED.items():
+        outputs[name] | f"Stage{_camel(name)}" >> beam.io.WriteToParquet(
+            f"{staging_uri.rstrip('/')}/{name}", schema, file_name_suffix=".parquet")
+
+
+def _camel(name: str) -> str:
+    return "".join(part.capitalize() for part in name.split("_"))

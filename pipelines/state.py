@@ -1,0 +1,125 @@
+"""The distiller's own files: batch plans (write-ahead) and each batch's staged outputs.
+
+    <state_uri>/plans/<seq>.json        the plan of batch `seq`: ranges, clock, carried state (immutable)
+    <state_uri>/batches/<seq>/*.parquet  staged trajectories, dead letters, pending records, closed sessions
+
+A plan is written before its batch runs and reused until the batch commits, so a re-run after a crash
+reads the same offsets with the same clock and produces the same rows. The pending and closed files of a
+batch become the distiller's state only when the trajectory commit names that folder
+(COMMIT_DISTILL_STATE); a crashed batch's folder is simply rebuilt.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from pipelines.kafka_source import OffsetRange
+from pipelines.records import CLOSED_SESSION_SCHEMA, RAW_RECORD_SCHEMA, RawRecord
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    seq: int  # Delta app-transaction version of the batch: 1, 2, ...
+    batch_id: str  # the idempotency id on every row of the batch
+    as_of_ms: int  # the batch's clock: readiness and distilled_at_ms use it, never the wall clock
+    ranges: tuple[OffsetRange, ...]
+    carried_state: str | None  # staged folder of the last committed batch (its pending + closed files)
+
+    def offsets(self) -> dict[str, dict[str, list[int]]]:
+        """{topic: {partition: [first, end_exclusive]}} (names.COMMIT_KAFKA_OFFSETS)."""
+        merged: dict[str, dict[str, list[int]]] = {}
+        for r in self.ranges:
+            span = merged.setdefault(r.topic, {}).setdefault(str(r.partition), [r.start, r.end])
+            span[0], span[1] = min(span[0], r.start), max(span[1], r.end)
+        return merged
+
+    def new_records(self) -> int:
+        return sum(r.end - r.start for r in self.ranges)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self) | {"ranges": [list(r) for r in self.ranges]}, indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> "BatchPlan":
+        data = json.loads(text)
+        return cls(**(data | {"ranges": tuple(OffsetRange(*r) for r in data["ranges"])}))
+
+
+class StateStore:
+    def __init__(self, root_uri: str):
+        if "://" not in root_uri:
+            root_uri = os.path.abspath(root_uri)
+        self.root = root_uri.rstrip("/")
+        self._fs, self._root_path = pafs.FileSystem.from_uri(self.root)
+
+    def batch_dir(self, seq: int) -> str:
+        """URI of a batch's staging folder (for Beam's writers and the commit metadata)."""
+        return f"{self.root}/batches/{seq:010d}"
+
+    def load_plan(self, seq: int) -> BatchPlan | None:
+        path = self._plan_path(seq)
+        if self._fs.get_file_info(path).type == pafs.FileType.NotFound:
+            return None
+        with self._fs.open_input_stream(path) as stream:
+            return BatchPlan.from_json(stream.read().decode())
+
+    def save_plan(self, plan: BatchPlan) -> None:
+        self._fs.create_dir(f"{self._root_path}/plans", recursive=True)
+        temporary = self._plan_path(plan.seq) + ".tmp"
+        with self._fs.open_output_stream(temporary) as stream:
+            stream.write(plan.to_json().encode())
+        self._fs.move(temporary, self._plan_path(plan.seq))
+
+    def drop_plan(self, seq: int) -> None:
+        self._delete_file(self._plan_path(seq))
+
+    def reset_batch_dir(self, seq: int) -> None:
+        """Empty a batch's staging folder before (re)running it, so no shard of a crashed run survives."""
+        path = self._local(self.batch_dir(seq))
+        if self._fs.get_file_info(path).type != pafs.FileType.NotFound:
+            self._fs.delete_dir(path)
+        self._fs.create_dir(path, recursive=True)
+
+    def read_staged(self, batch_uri: str, name: str, schema: pa.Schema) -> pa.Table:
+        path = self._local(batch_uri)
+        files = [info.path for info in self._fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+                 if info.base_name.startswith(f"{name}-") and info.base_name.endswith(".parquet")]
+        tables = [pq.read_table(f, filesystem=self._fs, schema=schema) for f in sorted(files)]
+        return pa.concat_tables(tables) if tables else schema.empty_table()
+
+    def carried(self, batch_uri: str | None) -> tuple[list[RawRecord], list[tuple[str, int]]]:
+        """The pending records and closed sessions a committed batch left for the next one."""
+        if batch_uri is None:
+            return [], []
+        pending = self.read_staged(batch_uri, "pending", RAW_RECORD_SCHEMA).to_pylist()
+        closed = self.read_staged(batch_uri, "closed", CLOSED_SESSION_SCHEMA).to_pylist()
+        return ([RawRecord.from_row(row) for row in pending],
+                [(row["session_id"], row["closed_at_ms"]) for row in closed])
+
+    def prune(self, committed_seq: int, keep: int) -> None:
+        """Delete plans up to the committed batch and staging folders older than the last `keep` batches."""
+        for info in self._list(f"{self._root_path}/plans"):
+            if info.base_name.split(".")[0].isdigit() and int(info.base_name.split(".")[0]) <= committed_seq:
+                self._delete_file(info.path)
+        for info in self._list(f"{self._root_path}/batches"):
+            if info.base_name.isdigit() and int(info.base_name) <= committed_seq - max(keep, 1):
+                self._fs.delete_dir(info.path)
+
+    def _plan_path(self, seq: int) -> str:
+        return f"{self._root_path}/plans/{seq:010d}.json"
+
+    def _local(self, uri: str) -> str:
+        return self._root_path + uri[len(self.root):]
+
+    def _list(self, path: str):
+        return self._fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+
+    def _delete_file(self, path: str) -> None:
+        if self._fs.get_file_info(path).type != pafs.FileType.NotFound:
+            self._fs.delete_file(path)

@@ -1,0 +1,127 @@
+"""The light engine: transformers on CPU, one request at a time on a worker thread.
+
+Same interface as the vLLM engine, so the APIs, recording and hot-swap are tested quickly with it.
+Not for production traffic: no batching. Logprobs follow vLLM's "processed_logprobs" definition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from serving.engine import Delta, Sampling
+
+
+class HfEngine:
+    name = "hf"
+
+    def __init__(self, policy_dir: Path):
+        self.policy_dir = Path(policy_dir)
+        self._model = None
+        self._tokenizer = None
+        # One thread: the model is used by one request at a time (torch on CPU is not re-entrant here).
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hf-engine")
+
+    async def start(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(self._worker, self._load)
+
+    def _load(self) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self._tokenizer = AutoTokenizer.from_pretrained(self.policy_dir)
+        model = AutoModelForCausalLM.from_pretrained(self.policy_dir, dtype=torch.float32)
+        self._model = model.eval()
+
+    async def generate(self, prompt_token_ids: list[int], sampling: Sampling, request_id: str) -> AsyncIterator[Delta]:
+        if self._model is None:
+            raise RuntimeError("HfEngine.generate before start(): await engine.start() first")
+        loop = asyncio.get_running_loop()
+        deltas: asyncio.Queue = asyncio.Queue()
+        cancelled = threading.Event()
+
+        def emit(item) -> None:
+            loop.call_soon_threadsafe(deltas.put_nowait, item)
+
+        job = loop.run_in_executor(self._worker, self._sample, list(prompt_token_ids), sampling, emit, cancelled)
+        try:
+            while True:
+                item = await deltas.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+                if item.finish_reason is not None:
+                    break
+            await job
+        finally:
+            cancelled.set()
+
+    def _sample(self, prompt_ids: list[int], sampling: Sampling, emit, cancelled: threading.Event) -> None:
+        try:
+            self._sample_tokens(prompt_ids, sampling, emit, cancelled)
+        except BaseException as error:  # handed to the awaiting request, never lost on the worker
+            emit(error)
+
+    def _sample_tokens(self, prompt_ids: list[int], sampling: Sampling, emit, cancelled: threading.Event) -> None:
+        import torch
+
+        generator = torch.Generator().manual_seed(sampling.seed) if sampling.seed else None
+        eos = self._tokenizer.eos_token_id
+        completion: list[int] = []
+        past = None
+        inputs = torch.tensor([prompt_ids])  # (1, T) ids
+        with torch.inference_mode():
+            for step in range(sampling.max_tokens):
+                if cancelled.is_set():
+                    return
+                out = self._model(input_ids=inputs, past_key_values=past, use_cache=True)
+                past = out.past_key_values
+                logits = out.logits[0, -1].float()  # (V,)
+                token, logprob = _pick(logits, sampling, generator)
+                completion.append(token)
+                finish = None
+                if token == eos:
+                    finish = "stop"
+                elif sampling.stop and _hits_stop(self._tokenizer.decode(completion), sampling.stop):
+                    finish = "stop"
+                elif step + 1 == sampling.max_tokens:
+                    finish = "length"
+                emit(Delta([token], [logprob], finish))
+                if finish:
+                    return
+                inputs = torch.tensor([[token]])
+        emit(Delta([], [], "length"))  # max_tokens == 0
+
+    async def shutdown(self) -> None:
+        self._worker.shutdown(wait=False, cancel_futures=True)
+        self._model = None
+
+
+def _pick(logits, sampling: Sampling, generator) -> tuple[int, float]:
+    """Sample one token; return it with its logprob under the distribution it was drawn from."""
+    import torch
+
+    if sampling.temperature <= 1e-5:  # greedy: logprobs of the raw distribution, as vLLM does
+        logprobs = torch.log_softmax(logits, -1)
+        token = int(torch.argmax(logits))
+        return token, float(logprobs[token])
+    scaled = logits / sampling.temperature
+    if sampling.top_k > 0 and sampling.top_k < scaled.numel():
+        kth = torch.topk(scaled, sampling.top_k).values[-1]
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    if sampling.top_p < 1.0:
+        order = torch.argsort(scaled, descending=True)
+        cumulative = torch.cumsum(torch.softmax(scaled[order], -1), -1)
+        drop = cumulative - torch.softmax(scaled[order], -1) > sampling.top_p  # keep the token crossing p
+        scaled = scaled.clone()
+        scaled[order[drop]] = float("-inf")
+    logprobs = torch.log_softmax(scaled, -1)
+    token = int(torch.multinomial(logprobs.exp(), 1, generator=generator))
+    return token, float(logprobs[token])
+
+
+def _hits_stop(text: str, stop: tuple[str, ...]) -> bool:
+    return any(s and s in text for s in stop)

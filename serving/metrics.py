@@ -1,0 +1,48 @@
+"""Prometheus metrics of the policy server, on a registry of its own (several servers fit in one process)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+
+class ServingMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("liverl_serving_requests", "Completions served, by version, API and outcome",
+                                ["version", "api", "outcome"], registry=r)
+        self.prompt_tokens = Counter("liverl_serving_prompt_tokens", "Prompt tokens, by version", ["version"],
+                                     registry=r)
+        self.completion_tokens = Counter("liverl_serving_completion_tokens", "Completion tokens, by version",
+                                         ["version"], registry=r)
+        self.latency = Histogram("liverl_serving_request_seconds", "Request latency, by version", ["version"],
+                                 buckets=LATENCY_BUCKETS, registry=r)
+        self.in_flight = Gauge("liverl_serving_in_flight", "Requests in flight, by version", ["version"], registry=r)
+        self.swaps = Counter("liverl_serving_swaps", "Version switches, by outcome", ["outcome"], registry=r)
+        self.rollbacks = Counter("liverl_serving_rollbacks", "Rollbacks, by reason", ["reason"], registry=r)
+        self.serving_version = Gauge("liverl_serving_version_info", "1 for the version taking traffic, by role",
+                                     ["version", "role"], registry=r)
+        self.rejected = Counter("liverl_serving_rejected_requests", "Requests refused, by reason", ["reason"],
+                                registry=r)
+        self.records = Counter("liverl_serving_records", "ModelCall records, by outcome "
+                               "(sent, spooled, replayed, dropped, failed)", ["outcome"], registry=r)
+        self.recording_lag = Histogram("liverl_serving_recording_lag_seconds",
+                                       "From completion finished to record acknowledged by Kafka",
+                                       buckets=LATENCY_BUCKETS, registry=r)
+        self.recording_queue = Gauge("liverl_serving_recording_queue", "Records waiting in memory", registry=r)
+        self.spool_bytes = Gauge("liverl_serving_spool_bytes", "Bytes waiting in the disk spool", registry=r)
+        self.dead_letters = Counter("liverl_serving_dead_letters", "Bad requests sent to the dead-letter topic",
+                                    ["reason"], registry=r)
+
+    def serve(self, host: str, port: int):
+        """Expose /metrics on host:port; returns the server (shutdown() stops it)."""
+        from prometheus_client import start_http_server
+
+        server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        return server
+
+    def value(self, name: str, labels: dict[str, str] | None = None) -> float:
+        """A sample's current value (0 when absent): for tests, the bench and logs."""
+        return self.registry.get_sample_value(name, labels or {}) or 0.0

@@ -1,0 +1,162 @@
+"""The policy server: one event loop hosting the engines, gRPC, the HTTP API, metrics and the watcher.
+
+    server = PolicyServer(config)
+    await server.start()     # loads the alias's version (waits for it), prints the ready line
+    ...                      # serves; the watcher hot-swaps as the alias moves
+    await server.stop()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import time
+from pathlib import Path
+
+from liverl.v1 import serving_pb2
+from serving.auth import Keys
+from serving.generation import Completions
+from serving.metrics import ServingMetrics
+from serving.router import Router
+from serving.swapper import HotSwapper
+
+log = logging.getLogger("liverl.serving")
+
+WAIT_FOR_ALIAS_LOG_EVERY_S = 30.0
+
+
+class PolicyServer:
+    def __init__(self, config, say=print):
+        self.config = config  # LiverlConfig
+        self.say = say
+        c = config.serving
+        self.work_dir = Path(c.work_dir or Path(config.stack.data_dir) / "serving")
+        self.metrics = ServingMetrics()
+        self.router = Router(canary_fraction=c.canary_fraction)
+        self.registry = None
+        self.recorder = None
+        self.swapper: HotSwapper | None = None
+        self.completions: Completions | None = None
+        self.grpc_port = 0
+        self.http_port = 0
+        self._grpc = None
+        self._health = None
+        self._http = None
+        self._http_task: asyncio.Task | None = None
+        self._watcher: asyncio.Task | None = None
+        self._metrics_server = None
+
+    async def start(self) -> None:
+        c = self.config.serving
+        if c.policy_dir is None:
+            from serving.registry import Registry
+
+            self.registry = Registry(self.config.mlflow.tracking_uri, self.config.mlflow.registered_model)
+        if c.record:
+            from serving.recorder import Recorder
+
+            self.recorder = Recorder(self.config.kafka, self.work_dir / "spool", self.metrics, c.record_queue_size,
+                                     c.spool_max_bytes).start()
+        self.swapper = HotSwapper(c, self.router, self.metrics, self.registry, self.work_dir / "versions", self.say)
+        if c.policy_dir is not None:
+            await self.swapper.start_with(c.policy_dir_version, Path(c.policy_dir))
+        else:
+            await self.swapper.start_with(await self._wait_for_alias())
+        self.completions = Completions(self.router, self.recorder, self.metrics, self.config.mlflow.registered_model,
+                                       c.max_model_len, c.default_max_tokens, c.tenant_id)
+        keys = Keys(c.api_keys, c.admin_api_keys)
+        await self._start_grpc(keys)
+        await self._start_http(keys)
+        if c.metrics_port:
+            self._metrics_server = self.metrics.serve(c.host, c.metrics_port)
+        if self.registry is not None:
+            self._watcher = asyncio.create_task(self.swapper.watch())
+        self.say(f"serving ready grpc={c.host}:{self.grpc_port} http={c.host}:{self.http_port} "
+                 f"version={self.router.champion.version} engine={c.engine} alias={c.alias}")
+
+    async def _wait_for_alias(self) -> str:
+        """The version the alias points at; waits (polling) until the alias exists."""
+        c = self.config.serving
+        last_said = -WAIT_FOR_ALIAS_LOG_EVERY_S
+        while True:
+            version = await asyncio.to_thread(self.registry.alias_version, c.alias)
+            if version:
+                return version
+            if time.monotonic() - last_said >= WAIT_FOR_ALIAS_LOG_EVERY_S:
+                last_said = time.monotonic()
+                self.say(f"serving waiting alias={c.alias} model={self.config.mlflow.registered_model}")
+            await asyncio.sleep(c.watch_interval_s)
+
+    async def _start_grpc(self, keys: Keys) -> None:
+        from grpc_health.v1 import health_pb2
+
+        from serving.grpc_api import POLICY_SERVICE, build_grpc_server
+
+        c = self.config.serving
+        self._grpc, self.grpc_port, self._health = build_grpc_server(
+            c.host, c.grpc_port, self.completions, self.model_info, self.swapper, keys, self.metrics)
+        await self._grpc.start()
+        for service in ("", POLICY_SERVICE):
+            await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
+
+    async def _start_http(self, keys: Keys) -> None:
+        import uvicorn
+
+        from serving.http_api import build_http_app
+
+        c = self.config.serving
+        app = build_http_app(self.completions, self.model_info, self.swapper, keys)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((c.host, c.http_port))
+        self.http_port = sock.getsockname()[1]
+        self._http = _uvicorn_without_signals(uvicorn.Config(app, log_level="warning", lifespan="off",
+                                                             access_log=False))
+        self._http_task = asyncio.create_task(self._http.serve(sockets=[sock]))
+        while not self._http.started:
+            if self._http_task.done():
+                self._http_task.result()  # raises what stopped it
+            await asyncio.sleep(0.02)
+
+    def model_info(self) -> serving_pb2.ModelInfoResponse:
+        champion, canary = self.router.champion, self.router.canary
+        c = self.config.serving
+        return serving_pb2.ModelInfoResponse(
+            model_name=self.config.mlflow.registered_model, policy_version=champion.version if champion else "",
+            alias=c.alias if c.policy_dir is None else "", source_uri=champion.source_uri if champion else "",
+            loaded_at_ms=champion.loaded_at_ms if champion else 0, max_model_len=c.max_model_len, engine=c.engine,
+            canary_version=canary.version if canary else "")
+
+    async def stop(self, grace_s: float = 10.0) -> None:
+        """Stop taking requests, let those in flight finish (up to grace_s), flush records, free engines."""
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(BaseException):
+                await self._watcher
+        if self._health is not None:
+            await self._health.enter_graceful_shutdown()
+        if self._grpc is not None:
+            await self._grpc.stop(grace_s)
+        if self._http is not None:
+            self._http.should_exit = True
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(self._http_task, grace_s + 5)
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+        if self.swapper is not None:
+            await self.swapper.close()
+        if self.recorder is not None:
+            await asyncio.to_thread(self.recorder.close, grace_s)
+
+
+def _uvicorn_without_signals(config):
+    """A uvicorn.Server that leaves SIGINT/SIGTERM to `liverl serve` (uvicorn would take them over)."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        def capture_signals(self):
+            return contextlib.nullcontext()
+
+    return Server(config)

@@ -1,0 +1,79 @@
+"""Token chains, loss masks, spans, segments and the session checks, on hand-built sessions."""
+
+from __future__ import annotations
+
+import pytest
+
+from liverl.config.rewards import RewardsConfig
+from liverl.rewards.session import SessionRecord
+from pipelines import dead_letters
+from pipelines.trajectories import build_rows, chain_tokens, check_session, trajectory_id
+from tests.pipelines.producing import call, coding_session, orchestrator_session
+
+
+def _session(events, calls) -> SessionRecord:
+    return SessionRecord(events[0].session_id, "demo", tuple(events), tuple(calls))
+
+
+def test_chain_appends_context_delta_and_completions_with_masks_and_logprobs():
+    calls = [call("s", 0, "r1", [1, 2], [3], logprobs=[-0.1]),
+             call("s", 1, "r2", [1, 2, 3, 7, 8], [9, 10], logprobs=[-0.2, -0.3], version="2")]
+    chain = chain_tokens(calls, trainable=True)
+    assert chain["token_ids"] == [1, 2, 3, 7, 8, 9, 10]
+    assert chain["loss_mask"] == [0, 0, 1, 0, 0, 1, 1]
+    assert chain["behaviour_logprobs"] == pytest.approx([0.0, 0.0, -0.1, 0.0, 0.0, -0.2, -0.3])
+    assert (chain["span_starts"], chain["span_ends"], chain["span_policy_versions"]) == ([0, 3], [3, 7], ["1", "2"])
+    assert chain["segment_starts"] == [0] and chain["policy_versions"] == ["1", "2"]
+
+
+def test_rewritten_context_starts_a_new_segment_in_the_same_trajectory():
+    calls = [call("s", 0, "r1", [1, 2], [3]), call("s", 1, "r2", [5, 6], [7])]  # r2 does not extend [1, 2, 3]
+    chain = chain_tokens(calls, trainable=True)
+    assert chain["token_ids"] == [1, 2, 3, 5, 6, 7]
+    assert chain["segment_starts"] == [0, 3]
+    assert chain["loss_mask"] == [0, 0, 1, 0, 0, 1]
+
+
+def test_frozen_subagent_tokens_are_observations():
+    chain = chain_tokens([call("s", 0, "r1", [1], [2, 3])], trainable=False)
+    assert chain["loss_mask"] == [0, 0, 0] and chain["behaviour_logprobs"] == [0.0, 0.0, 0.0]
+
+
+def test_rows_carry_graph_rewards_and_deterministic_ids():
+    rows, dead = build_rows(_session(*orchestrator_session("o")), RewardsConfig(), "b-1", 5)
+    assert dead == []
+    by_agent = {row["agent_id"]: row for row in rows}
+    assert by_agent["main"]["agent_role"] == "orchestrator" and by_agent["main"]["parent_agent_id"] is None
+    sub = by_agent["sub-1"]
+    assert sub["agent_role"] == "subagent" and sub["parent_agent_id"] == "main"
+    assert sub["signals"]["spawn_stage"] == 1.0 and set(sub["loss_mask"]) == {0}
+    assert by_agent["main"]["reward_components"]["outcome"] == 0.5
+    assert by_agent["main"]["reward_config_version"] == RewardsConfig().version
+    assert by_agent["main"]["trajectory_id"] == trajectory_id("demo", "o", "main")
+    assert by_agent["main"]["batch_id"] == "b-1" and by_agent["main"]["distilled_at_ms"] == 5
+
+
+def test_self_summarised_session_is_one_trajectory_with_two_segments():
+    rows, _ = build_rows(_session(*coding_session("c")), RewardsConfig(), "b", 0)
+    (row,) = rows
+    assert row["segment_starts"] == [0, 8] and row["num_model_calls"] == 3
+    assert row["span_policy_versions"] == ["1", "2", "2"]
+    assert len(row["token_ids"]) == len(row["loss_mask"]) == len(row["behaviour_logprobs"])
+
+
+def test_token_mismatch_and_missing_model_call_are_detected():
+    events, calls = coding_session("m")
+    bad = list(calls)
+    bad[0] = call("m", 2, "m-r1", [1], [4, 5], logprobs=[-1.0])  # two tokens, one logprob
+    assert check_session(_session(events, bad))[0] == dead_letters.TOKEN_MISMATCH
+    assert check_session(_session(events, calls[1:]))[0] == dead_letters.MISSING_MODEL_CALL  # m-r1 gone
+    assert check_session(_session(events, calls)) is None
+
+
+def test_a_failing_reward_library_dead_letters_the_trajectory_without_raising():
+    def broken_label(session, agent_id, config):
+        raise ZeroDivisionError("bad component")
+
+    rows, dead = build_rows(_session(*coding_session("f")), RewardsConfig(), "b", 0, label_fn=broken_label)
+    assert rows == [] and [d["reason"] for d in dead] == [dead_letters.LABEL_FAILED]
+    assert "ZeroDivisionError" in dead[0]["message"]

@@ -1,0 +1,175 @@
+"""Serving fixtures: policies registered in the real MLflow server, and a server run on its own loop."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+import pytest
+
+from liverl import names
+from liverl.config import LiverlConfig
+
+WORDS = ["edit", "search", "ask", "fix", "file", "done"]
+
+
+def register_version(config: LiverlConfig, policy_dir: Path, aliases: tuple[str, ...] = ()) -> str:
+    """Contract 2: log the policy folder under "policy" in a run, create a version from it, set aliases."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    uri = config.mlflow.tracking_uri
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    experiment = client.get_experiment_by_name("serving-tests")
+    experiment_id = experiment.experiment_id if experiment else client.create_experiment("serving-tests")
+    run = client.create_run(experiment_id)
+    client.log_artifacts(run.info.run_id, str(policy_dir), names.POLICY_ARTIFACT_PATH)
+    client.set_terminated(run.info.run_id)
+    name = config.mlflow.registered_model
+    try:
+        client.create_registered_model(name)
+    except MlflowException:
+        pass  # exists
+    version = client.create_model_version(name, f"runs:/{run.info.run_id}/{names.POLICY_ARTIFACT_PATH}",
+                                          run_id=run.info.run_id)
+    for alias in aliases:
+        client.set_registered_model_alias(name, alias, version.version)
+    return str(version.version)
+
+
+def set_alias(config: LiverlConfig, alias: str, version: str) -> None:
+    from mlflow import MlflowClient
+
+    uri = config.mlflow.tracking_uri
+    MlflowClient(tracking_uri=uri, registry_uri=uri).set_registered_model_alias(
+        config.mlflow.registered_model, alias, version)
+
+
+def version_tags(config: LiverlConfig, version: str) -> dict[str, str]:
+    from mlflow import MlflowClient
+
+    uri = config.mlflow.tracking_uri
+    return MlflowClient(tracking_uri=uri, registry_uri=uri).get_model_version(
+        config.mlflow.registered_model, version).tags
+
+
+class ServerThread:
+    """A PolicyServer on an event loop of its own thread, so sync test code (and sync clients) can call it."""
+
+    def __init__(self, config: LiverlConfig):
+        from serving.server import PolicyServer
+
+        self.lines: list[str] = []
+        self.loop = asyncio.new_event_loop()
+        self.server = PolicyServer(config, say=self.lines.append)
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+
+    def __enter__(self) -> "ServerThread":
+        self._thread.start()
+        try:
+            self.call(self.server.start(), timeout_s=300)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def call(self, coroutine, timeout_s: float = 300):
+        """Run a coroutine on the server's loop and return its result."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout_s)
+
+    def __exit__(self, *exc) -> None:
+        try:
+            self.call(self.server.stop(grace_s=5), timeout_s=120)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(30)
+
+    @property
+    def grpc_target(self) -> str:
+        return f"127.0.0.1:{self.server.grpc_port}"
+
+    @property
+    def http_base(self) -> str:
+        return f"http://127.0.0.1:{self.server.http_port}"
+
+
+def serving_config(base: LiverlConfig, tmp_path: Path, model: str, **serving) -> LiverlConfig:
+    """base with a registered-model name of its own, free ports and a work folder under tmp_path."""
+    config = base.model_copy(deep=True)
+    config.mlflow.registered_model = model
+    s = config.serving
+    s.grpc_port = 0
+    s.http_port = 0
+    s.metrics_port = 0
+    s.work_dir = tmp_path / "serving"
+    s.engine = "hf"
+    s.watch_interval_s = 0.5
+    s.min_swap_interval_s = 0.0
+    for key, value in serving.items():
+        setattr(s, key, value)
+    return config
+
+
+@pytest.fixture(scope="session")
+def second_policy_dir(tmp_path_factory) -> Path:
+    """Same architecture and tokenizer as tiny_policy_dir, different weights (seed)."""
+    from liverl.tiny_policy import build_policy
+
+    return build_policy(tmp_path_factory.mktemp("policy") / "second", WORDS, seed=1)
+
+
+@pytest.fixture(scope="session")
+def broken_policy_dir(tmp_path_factory, tiny_policy_dir) -> Path:
+    """A policy folder whose weights file is corrupt: it must fail to load and never take traffic."""
+    import shutil
+
+    out = tmp_path_factory.mktemp("policy") / "broken"
+    shutil.copytree(tiny_policy_dir, out)
+    (out / "model.safetensors").write_bytes(b"not a safetensors file")
+    return out
+
+
+def read_topic(config: LiverlConfig, topic: str, expect: int, timeout_s: float = 30.0) -> list:
+    """Every record of topic (all partitions), reading until `expect` arrived or nothing more comes."""
+    import time
+
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(**config.kafka.client_kwargs(), enable_auto_commit=False, auto_offset_reset="earliest",
+                             consumer_timeout_ms=1000)
+    try:
+        partitions = [TopicPartition(topic, p) for p in (consumer.partitions_for_topic(topic) or [])]
+        consumer.assign(partitions)
+        consumer.seek_to_beginning(*partitions)
+        records, deadline = [], time.monotonic() + timeout_s
+        while len(records) < expect and time.monotonic() < deadline:
+            for batch in consumer.poll(timeout_ms=500).values():
+                records.extend(batch)
+        return records
+    finally:
+        consumer.close()
+
+
+def module_topics(stack: LiverlConfig, name: str) -> LiverlConfig:
+    """stack with topic names of its own (for module-scoped servers)."""
+    from infra.embedded.topics import ensure_topics
+
+    config = stack.model_copy(deep=True)
+    config.kafka.session_events_topic = f"t.{name}.session-events"
+    config.kafka.model_calls_topic = f"t.{name}.model-calls"
+    config.kafka.dead_letters_topic = f"t.{name}.dead-letters"
+    config.kafka.partitions = 1
+    ensure_topics(config.kafka)
+    return config
+
+
+@pytest.fixture(scope="module")
+def api_server(stack, tiny_policy_dir, tmp_path_factory):
+    """An hf-engine server following "champion" of a model with one version, keys configured."""
+    config = module_topics(stack, f"api-{tmp_path_factory.mktemp('n').name}")
+    tmp = tmp_path_factory.mktemp("api")
+    config = serving_config(config, tmp, f"api-{tmp.name}", api_keys=["user-key"], admin_api_keys=["admin-key"])
+    register_version(config, tiny_policy_dir, (names.ALIAS_CHAMPION,))
+    with ServerThread(config) as server:
+        yield server

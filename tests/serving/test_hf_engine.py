@@ -1,0 +1,77 @@
+"""The light engine: sampled tokens with the logprobs of the distribution they were drawn from."""
+
+import asyncio
+
+import torch
+
+from serving.engine import Sampling
+from serving.hf_engine import HfEngine
+
+
+async def _generate(engine, ids, sampling):
+    tokens, logprobs, finish = [], [], None
+    async for delta in engine.generate(ids, sampling, "r"):
+        tokens += delta.token_ids
+        logprobs += delta.logprobs
+        finish = delta.finish_reason or finish
+    return tokens, logprobs, finish
+
+
+def _reference_logprobs(policy_dir, prompt, tokens, temperature=1.0):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(policy_dir, dtype=torch.float32).eval()
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + tokens])).logits[0]  # (T, V)
+    logprobs = torch.log_softmax(logits / temperature, -1)
+    return [float(logprobs[len(prompt) - 1 + i, t]) for i, t in enumerate(tokens)]
+
+
+def test_logprobs_match_a_plain_forward_pass(tiny_policy_dir):
+    async def main():
+        engine = HfEngine(tiny_policy_dir)
+        await engine.start()
+        try:
+            return await _generate(engine, [2, 60, 61], Sampling(temperature=0.7, max_tokens=6, seed=5))
+        finally:
+            await engine.shutdown()
+
+    tokens, logprobs, finish = asyncio.run(main())
+    assert len(tokens) == len(logprobs) >= 1
+    assert finish in ("stop", "length")
+    assert torch.allclose(torch.tensor(logprobs), torch.tensor(_reference_logprobs(tiny_policy_dir, [2, 60, 61],
+                                                                                   tokens, 0.7)), atol=1e-4)
+
+
+def test_seeded_sampling_repeats_and_length_finishes(tiny_policy_dir):
+    async def main():
+        engine = HfEngine(tiny_policy_dir)
+        await engine.start()
+        try:
+            eos_free = Sampling(temperature=1.0, max_tokens=5, seed=11)
+            first = await _generate(engine, [2, 60], eos_free)
+            second = await _generate(engine, [2, 60], eos_free)
+            greedy = await _generate(engine, [2, 60], Sampling(temperature=0.0, max_tokens=3))
+            return first, second, greedy
+        finally:
+            await engine.shutdown()
+
+    first, second, greedy = asyncio.run(main())
+    assert first == second
+    assert len(greedy[0]) <= 3 and all(lp <= 0 for lp in greedy[1])
+
+
+def test_top_k_one_is_greedy(tiny_policy_dir):
+    async def main():
+        engine = HfEngine(tiny_policy_dir)
+        await engine.start()
+        try:
+            top1 = await _generate(engine, [2, 61], Sampling(temperature=1.0, top_k=1, max_tokens=4, seed=3))
+            greedy = await _generate(engine, [2, 61], Sampling(temperature=0.0, max_tokens=4))
+            return top1, greedy
+        finally:
+            await engine.shutdown()
+
+    top1, greedy = asyncio.run(main())
+    assert top1[0] == greedy[0]
+    assert all(abs(lp) < 1e-6 for lp in top1[1])  # the only token left has probability 1

@@ -1,0 +1,61 @@
+"""Advantages for production traffic: per-task-family running baselines, leave-one-out where groups exist.
+
+A prompt is rarely sampled several times in production, so GRPO-style groups are the exception: a
+trajectory is compared with the other trajectories of its (task_family, task_id) in the same step
+when there are any, and with its family's running mean reward otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from liverl.config.trainer import AdvantageConfig
+from trainer.trajectory import Trajectory
+
+
+@dataclass
+class Baselines:
+    """Running mean reward per task family; part of the trainer state, so resume continues it exactly."""
+
+    means: dict[str, float] = field(default_factory=dict)
+
+    def get(self, family: str) -> float | None:
+        return self.means.get(family)
+
+    def update(self, rewards_by_family: dict[str, list[float]], momentum: float) -> None:
+        for family, rewards in rewards_by_family.items():
+            batch_mean = sum(rewards) / len(rewards)
+            old = self.means.get(family)
+            self.means[family] = batch_mean if old is None else momentum * old + (1 - momentum) * batch_mean
+
+
+def compute_advantages(
+    trajectories: list[Trajectory], rewards: list[float], baselines: Baselines, config: AdvantageConfig
+) -> list[float]:
+    """One advantage per trajectory; updates `baselines` with this step's rewards afterwards."""
+    groups: dict[tuple[str, str], list[int]] = defaultdict(list)
+    by_family: dict[str, list[float]] = defaultdict(list)
+    for index, trajectory in enumerate(trajectories):
+        if trajectory.task_id:
+            groups[(trajectory.task_family, trajectory.task_id)].append(index)
+        by_family[trajectory.task_family].append(rewards[index])
+    advantages = []
+    for index, trajectory in enumerate(trajectories):
+        group = groups.get((trajectory.task_family, trajectory.task_id), []) if trajectory.task_id else []
+        if config.leave_one_out and len(group) > 1:
+            others = [rewards[j] for j in group if j != index]
+            baseline = sum(others) / len(others)
+        else:
+            running = baselines.get(trajectory.task_family)
+            family = by_family[trajectory.task_family]
+            # A family seen for the first time has no history: its batch mean is the best guess.
+            baseline = running if running is not None else sum(family) / len(family)
+        advantages.append(rewards[index] - baseline)
+    if config.normalize == "batch" and len(advantages) > 1:
+        mean = sum(advantages) / len(advantages)
+        std = math.sqrt(sum((a - mean) ** 2 for a in advantages) / len(advantages))
+        advantages = [a / (std + 1e-6) for a in advantages]
+    baselines.update(by_family, config.baseline_momentum)
+    return advantages

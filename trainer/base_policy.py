@@ -1,0 +1,61 @@
+"""`liverl train --init-from DIR`: register a HF policy folder as the base version (candidate + champion)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from liverl import names
+from liverl.config import LiverlConfig
+from trainer.lineage import code_version
+from trainer.registry import TAG_BASE_DIGEST, Registry
+
+REQUIRED_FILES = ("config.json", "tokenizer.json")
+
+
+def register_base(config: LiverlConfig, folder: Path, say=print) -> str:
+    """Idempotent: the same weights registered again return the existing version and leave champion alone."""
+    folder = Path(folder)
+    missing = [name for name in REQUIRED_FILES if not (folder / name).is_file()]
+    weights = sorted(folder.glob("*.safetensors"))
+    if missing or not weights:
+        raise ValueError(
+            f"{folder} is not a policy folder (missing {missing or ['*.safetensors']}); "
+            "pass a Hugging Face folder with config.json, model.safetensors and tokenizer files"
+        )
+    digest = _digest(weights)
+    registry = Registry(config.mlflow)
+    version = registry.find_by_tag(TAG_BASE_DIGEST, digest)
+    if version is not None:
+        for alias in (names.ALIAS_CANDIDATE, names.ALIAS_CHAMPION):
+            if registry.alias_version(alias) is None:
+                registry.set_alias(alias, version)
+        say(f"base policy {folder} is already version {version} of {registry.name}; nothing to do")
+        return version
+    tags = {
+        TAG_BASE_DIGEST: digest,
+        names.TAG_PARENT_VERSION: "",
+        names.TAG_TABLE_VERSIONS: "[]",
+        names.TAG_KAFKA_OFFSETS: "{}",
+        names.TAG_REWARD_CONFIG_VERSION: config.rewards.version,
+        names.TAG_CODE_VERSION: code_version(),
+        names.TAG_TRAJECTORIES: "0",
+        names.TAG_TRAINER_STEP: "0",
+    }
+    version = registry.register(folder, tags, run_name=f"base policy {folder.name}")
+    registry.set_alias(names.ALIAS_CANDIDATE, version)
+    registry.set_alias(names.ALIAS_CHAMPION, version)
+    registry.set_tag(version, names.TAG_GATE_REPORT, json.dumps({"decision": "pass", "reasons": ["base policy"]}))
+    registry.set_tag(version, names.TAG_GATE_DECISION, "pass")
+    say(f"base policy {folder} registered as version {version} of {registry.name} (candidate, champion)")
+    return version
+
+
+def _digest(files: list[Path]) -> str:
+    sha = hashlib.sha256()
+    for path in files:
+        with path.open("rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                sha.update(chunk)
+    return sha.hexdigest()

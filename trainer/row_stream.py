@@ -1,0 +1,58 @@
+"""The table as one ordered stream of rows with a restartable position (table version, cursor).
+
+Within a version rows are sorted by trajectory_id (and repeated `passes` times), so the same
+position means the same next row in every run: that is what makes resume free of gaps and repeats.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainer.table_follower import TableCommit, TableFollower
+
+
+@dataclass(frozen=True)
+class Position:
+    table_version: int  # -1: before the first commit
+    cursor: int  # rows of table_version consumed
+    done: bool  # table_version fully consumed
+
+
+class RowStream:
+    def __init__(self, follower: TableFollower, position: Position, passes: int = 1):
+        self.follower = follower
+        self.passes = passes
+        self.commit: TableCommit | None = None
+        self.rows: list[dict] = []
+        self.version, self.cursor, self.done = position.table_version, position.cursor, position.done
+        self._queued: list[TableCommit] = []
+        if not self.done:  # resume inside a version: reload its rows
+            for commit in follower.commits_after(self.version - 1):
+                if commit.version == self.version:
+                    self._load(commit, self.cursor)
+
+    @property
+    def position(self) -> Position:
+        return Position(self.version, self.cursor, self.done)
+
+    def peek(self) -> tuple[TableCommit, dict] | None:
+        """The next row and its commit, or None when the table has nothing newer (yet)."""
+        while self.done or self.cursor >= len(self.rows):
+            self.done = True
+            if not self._queued:
+                self._queued = self.follower.commits_after(self.version)
+                if not self._queued:
+                    return None
+            self._load(self._queued.pop(0), 0)
+        return self.commit, self.rows[self.cursor]
+
+    def advance(self) -> None:
+        self.cursor += 1
+        if self.cursor >= len(self.rows):
+            self.done = True
+
+    def _load(self, commit: TableCommit, cursor: int) -> None:
+        self.commit = commit
+        self.rows = self.follower.rows_added(commit) * self.passes
+        self.version, self.cursor = commit.version, cursor
+        self.done = cursor >= len(self.rows)

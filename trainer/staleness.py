@@ -1,0 +1,48 @@
+"""How off-policy a trajectory is, and what that does to it: keep, drop or down-weight."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from liverl.config.trainer import StalenessConfig
+from trainer.trajectory import Trajectory
+
+UNKNOWN_LAG = -1  # the trajectory names no registry version we can order (e.g. a non-numeric version)
+
+
+@dataclass(frozen=True)
+class Staleness:
+    version_lag: int  # trainer's current version minus the oldest version that served the trajectory
+    age_hours: float
+    weight: float  # 1.0 fresh, 0.0 dropped, in between down-weighted
+
+
+def version_lag(trajectory: Trajectory, current_version: str) -> int:
+    try:
+        oldest = min(int(version) for version in trajectory.policy_versions)
+        return max(int(current_version) - oldest, 0)
+    except ValueError:  # no versions, or a version that is not a registry number
+        return UNKNOWN_LAG
+
+
+def assess(trajectory: Trajectory, current_version: str, now_ms: int, config: StalenessConfig) -> Staleness:
+    lag = version_lag(trajectory, current_version)
+    age_hours = max(now_ms - trajectory.first_served_ms, 0) / 3_600_000 if trajectory.first_served_ms else 0.0
+    versions_beyond = max(lag - config.max_version_lag, 0) if lag != UNKNOWN_LAG else None
+    too_old = age_hours > config.max_age_hours
+    if versions_beyond is None:
+        weight = 0.0  # cannot tell how off-policy it is: never train on it
+    elif versions_beyond == 0 and not too_old:
+        weight = 1.0
+    elif config.policy == "drop":
+        weight = 0.0
+    else:
+        weight = config.downweight ** (versions_beyond + int(too_old))
+    return Staleness(version_lag=lag, age_hours=age_hours, weight=weight)
+
+
+def describe(lags: list[int]) -> str:
+    """The staleness distribution of a batch, dense: "0:12 1:3 ?:1" (lag: trajectories; ? unknown)."""
+    counts = Counter(lags)
+    return " ".join(f"{'?' if lag == UNKNOWN_LAG else lag}:{n}" for lag, n in sorted(counts.items())) or "-"

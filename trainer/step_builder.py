@@ -1,0 +1,88 @@
+"""Draw the next optimizer step's trajectories from the stream: filter, weigh, and fit the token budget."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from liverl.config.trainer import TrainerConfig
+from trainer.batching import Sample, pack
+from trainer.row_stream import RowStream
+from trainer.staleness import assess
+from trainer.table_follower import TableCommit
+from trainer.trajectory import Trajectory, from_row, is_held_out
+
+
+@dataclass
+class StepPlan:
+    trajectories: list[Trajectory] = field(default_factory=list)
+    weights: list[float] = field(default_factory=list)  # staleness weight per trajectory
+    lags: list[int] = field(default_factory=list)  # version lag of every row considered, kept or dropped
+    skipped: Counter = field(default_factory=Counter)  # reason -> rows consumed but not trained
+    commits: dict[int, TableCommit] = field(default_factory=dict)  # table versions this step read from
+    consumed: int = 0  # rows taken off the stream
+
+    @property
+    def empty(self) -> bool:
+        return not self.trajectories
+
+
+def build_step(
+    stream: RowStream, trained: dict[str, int], current_version: str, now_ms: int, config: TrainerConfig,
+    say=print,
+) -> StepPlan:
+    """trained: trajectory_id -> table version it was trained from (a re-committed trajectory is a duplicate)."""
+    plan = StepPlan()
+    budget, micro_batches = config.deepspeed.micro_batch_tokens, config.deepspeed.gradient_accumulation_steps
+    samples: list[Sample] = []
+    while (item := stream.peek()) is not None:
+        commit, row = item
+        try:
+            trajectory = from_row(row, commit.version)
+        except (ValueError, KeyError, TypeError) as error:
+            say(f"skip row of table v{commit.version}: {error}")
+            _consume(stream, plan, commit, "invalid")
+            continue
+        if is_held_out(trajectory.trajectory_id, config.gate.holdout_fraction):
+            _consume(stream, plan, commit, "held_out")
+            continue
+        if sum(trajectory.loss_mask[1:config.max_seq_len]) == 0:  # e.g. frozen sub-agents: observations only
+            _consume(stream, plan, commit, "no_trainable_tokens")
+            continue
+        if trained.get(trajectory.trajectory_id, commit.version) != commit.version:
+            _consume(stream, plan, commit, "already_trained")
+            continue
+        staleness = assess(trajectory, current_version, now_ms, config.staleness)
+        if staleness.weight == 0.0:
+            plan.lags.append(staleness.version_lag)
+            _consume(stream, plan, commit, "stale")
+            continue
+        sample = to_sample(trajectory, staleness.weight, config.max_seq_len)
+        if samples and len(pack([*samples, sample], budget)) > micro_batches:
+            break  # the step is full; this row opens the next one
+        samples.append(sample)
+        plan.trajectories.append(trajectory)
+        plan.weights.append(staleness.weight)
+        plan.lags.append(staleness.version_lag)
+        trained[trajectory.trajectory_id] = commit.version
+        _consume(stream, plan, commit, None)
+    return plan
+
+
+def _consume(stream: RowStream, plan: StepPlan, commit: TableCommit, skipped: str | None) -> None:
+    plan.commits[commit.version] = commit
+    plan.consumed += 1
+    if skipped:
+        plan.skipped[skipped] += 1
+    stream.advance()
+
+
+def to_sample(trajectory: Trajectory, weight: float, max_seq_len: int) -> Sample:
+    """Advantage is filled in once the whole step is known (baselines compare trajectories of a step)."""
+    return Sample(
+        token_ids=list(trajectory.token_ids[:max_seq_len]),
+        loss_mask=list(trajectory.loss_mask[:max_seq_len]),
+        behaviour_logprobs=list(trajectory.behaviour_logprobs[:max_seq_len]),
+        advantage=0.0,
+        weight=weight,
+    )
