@@ -57,7 +57,7 @@ def parse_json(item: object) -> SessionEvent:
     try:
         return json_format.ParseDict(item, SessionEvent())
     except json_format.ParseError as error:
-        text = str(error).split("\n")[0]
+        text = str(error).split("\n")[0].rstrip(".")
         reason = "invalid_utf8" if "surrogate" in text.lower() else "wrong_type" if "field" in text else "invalid_schema"
         if "no field named" in text:
             reason = "invalid_schema"

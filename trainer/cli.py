@@ -19,6 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(config, args) -> int:
     from pathlib import Path
 
+    _quiet_libraries()
     if args.init_from:
         from trainer.base_policy import register_base
 
@@ -42,6 +43,20 @@ def run(config, args) -> int:
         signal.signal(signal.SIGTERM, previous)
     _say(f"trainer done | step {trainer.state.step} | versions registered {registered}")
     return 0
+
+
+def _quiet_libraries() -> None:
+    """One dense line per step: no download bars or run links from the libraries in between."""
+    import logging
+    import os
+
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
 
 
 def _say(line: str) -> None:

@@ -126,7 +126,7 @@ class Trainer:
         self.window.trajectories += len(plan.trajectories)
         self.window.reward_config_versions.update(t.reward_config_version for t in plan.trajectories)
         self.window.step_metrics.append((self.state.step, result.metrics))
-        self.say(result.line(self.state.step, self.stream.version))
+        self.say(result.line(self.state.step, sorted(plan.commits)))
         return True
 
     # ---- checkpoint, register, gate ------------------------------------------------------------------

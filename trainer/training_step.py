@@ -20,13 +20,13 @@ class StepResult:
     staleness: str  # the batch's staleness distribution, "lag:count ..."
     skipped: dict[str, int]
 
-    def line(self, step: int, table_version: int) -> str:
+    def line(self, step: int, table_versions: list[int]) -> str:
         m = self.metrics
         skipped = f" skipped {sum(self.skipped.values())}" if self.skipped else ""
         return (
             f"step {step} | loss {m['loss']:+.4f} | reward {m['reward']:+.3f} | stale {self.staleness}{skipped} "
             f"| tok/s {m['tokens_per_s']:.0f} | KL {m['kl']:.4f} | clip {m['clip_fraction']:.2f} "
-            f"| traj {int(m['trajectories'])} | table v{table_version}"
+            f"| traj {int(m['trajectories'])} | table v{','.join(map(str, table_versions))}"
         )
 
 
@@ -53,7 +53,7 @@ def run_step(engine, plan: StepPlan, step: int, baselines: Baselines, config: Li
         # Token-level mean over the whole step; DeepSpeed divides each micro-batch loss by `accumulation`.
         engine.backward(masked_sum / total_masked * accumulation)
         engine.step()
-        sums["loss"] += float(masked_sum)
+        sums["loss"] += masked_sum.item()
         sums["kl"] += float((behaviour_kl(logp, batch.behaviour_logprobs) * batch.loss_mask).sum())
         sums["clip"] += float((result.clipped * batch.loss_mask).sum())
     elapsed = time.perf_counter() - started

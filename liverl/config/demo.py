@@ -1,5 +1,6 @@
 """The demo agent product and the whole-loop run of `liverl demo`."""
 
+from liverl.config.demo_run import DemoRunConfig
 from liverl.config.section import Section
 
 
@@ -8,3 +9,5 @@ class DemoConfig(Section):
     """How long `liverl demo` runs the loop."""
     seed: int = 0
     tenant_id: str = "demo"
+    run: DemoRunConfig = DemoRunConfig()
+    """How `liverl demo` runs the loop (liverl/config/demo_run.py)."""

@@ -130,6 +130,9 @@ class ParlConfig(Section):
     """Task families labelled with PARL components (also any agent that created sub-agents)."""
     parallel_target: int = 4
     """r_parallel = min(1, sub-agents that received a task / parallel_target)."""
+    critical_steps_budget: int = 0
+    """0: none. Over it, a trajectory gets the signal critical_steps_over_budget=1 (monitored per version);
+    critical_steps itself is stored on every row, so the trainer can also budget or filter on it."""
     lambda1: ScheduleConfig = ScheduleConfig(start=0.3, end=0.0, end_step=1000)
     """Weight of r_parallel, annealed to 0 so the orchestrator ends up optimising the task alone."""
     lambda2: ScheduleConfig = ScheduleConfig(start=0.3, end=0.0, end_step=1000)
@@ -137,7 +140,8 @@ class ParlConfig(Section):
 
 
 class Context1Config(Section):
-    """Chroma Context-1 for search sessions: r = clamp(0.7*F_beta + 0.3*r_traj + r_fa - p_prune - p_turn, eps, r_pre)."""
+    """Chroma Context-1 for search sessions:
+    r = clamp(0.7*F_beta + 0.3*r_traj + r_fa - p_prune - p_turn, eps, r_pre) (applied in liverl/rewards/mixing.py)."""
 
     families: list[str] = ["search"]
     """Task families labelled with search components (also any session whose Outcome lists gold chunks)."""
@@ -175,6 +179,9 @@ class JudgeConfig(Section):
     model: str = "judge"
     api_key: str | None = None
     """Sent as 'Authorization: Bearer ...' when set."""
+    headers: dict[str, str] = {}
+    """Extra request headers, e.g. {"x-liverl-agent-role": "subagent"} when the judge is liverl's own serving,
+    so its calls are recorded as frozen (never trained on)."""
     rubrics: dict[str, str] = {
         "task_completion": "Did the agent accomplish what the user asked, fully and correctly?",
         "honest_effort": "Did the agent act on the task (edit, search, delegate) rather than stall, "
@@ -185,7 +192,9 @@ class JudgeConfig(Section):
     min_rubrics: int = 2
     """Fewer successfully scored rubrics than this leaves the trajectory unjudged."""
     timeout_s: float = 30.0
-    """Per request."""
+    """Per request (connect, read, write, pool)."""
+    batch_timeout_s: float = 300.0
+    """A whole judge_many call: requests still running then leave their trajectories unjudged."""
     max_retries: int = 1
     max_concurrency: int = 8
     """Requests in flight at once within one batch."""

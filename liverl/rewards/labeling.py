@@ -9,7 +9,8 @@ definitions and when a component is absent rather than 0):
 - PARL (components/parl.py): parl.r_perf, parl.r_parallel, parl.r_finish
 - Context-1 (components/context1.py): search.precision, search.recall, search.traj_recall,
   search.answer_found, search.budget_violation
-- judge: the generative judge's mean rubric score in [0, 1]; absent when unjudged (signal judge.unjudged=1).
+- judge: the generative judge's mean rubric score in [0, 1]; absent when unjudged (signal judge.unjudged=1;
+  sub-agent trajectories, frozen, are not judged and carry no judge signal).
 Self-summarisation needs nothing here: summaries are model calls of the same chain, so the one reward
 mixed from these components applies to their tokens too (token_credit.py).
 """
@@ -28,8 +29,8 @@ def label(session: SessionRecord, agent_id: str, config: RewardsConfig,
           judgement: Judgement | None = None) -> RewardLabel:
     """Label the trajectory of `agent_id` ("main" for the top agent, else a sub-agent id) in `session`.
 
-    Pure: the judge's verdict, when the judge is enabled, is fetched beforehand (judge.Judge.judge_many or
-    label_many) and passed in; without one the trajectory is labelled unjudged.
+    Pure: the judge's verdict, when the judge is enabled, is fetched beforehand (judge.Judge.judge_many, or
+    batch.label_batch for both steps) and passed in; without one the trajectory is labelled unjudged.
     """
     view = agent_view(session, agent_id)
     components: dict[str, float] = {}
@@ -40,7 +41,10 @@ def label(session: SessionRecord, agent_id: str, config: RewardsConfig,
         signals.update(part.signals)
     steps = critical_steps(view)
     signals["critical_steps"] = steps
-    if config.judge.enabled:
+    budget = config.parl.critical_steps_budget
+    if budget > 0:
+        signals["critical_steps_over_budget"] = float(steps > budget)
+    if config.judge.enabled and not view.is_subagent:  # frozen sub-agents are never sent to the judge
         if judgement is not None and judgement.judged:
             components["judge"] = float(judgement.score)
             signals.update({"judge.unjudged": 0.0, "judge.rubrics": len(judgement.rubric_scores)})

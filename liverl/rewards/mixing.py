@@ -21,7 +21,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from liverl.config.rewards import RewardsConfig
 from liverl.rewards.schedules import schedule_value
@@ -52,8 +52,12 @@ def parl_reward(components: Mapping[str, float], step: int, config: RewardsConfi
             + schedule_value(config.parl.lambda2, step) * components.get("parl.r_finish", 0.0) + r_perf)
 
 
-def mix_terms(components: Mapping[str, float], task_family: str, step: int, config: RewardsConfig) -> dict[str, float]:
+Components = Mapping[str, float] | Iterable[tuple[str, float]]
+
+
+def mix_terms(components: Components, task_family: str, step: int, config: RewardsConfig) -> dict[str, float]:
     """The reward's terms by name (what `mix` sums), for logging which part moved."""
+    components = dict(components)  # also accepts the (key, value) pairs pyarrow returns for a map column
     bad = {k: v for k, v in components.items() if not math.isfinite(v)}
     if bad:
         raise ValueError(f"reward components must be finite, got {bad}; relabel the rows or drop them")
@@ -77,7 +81,7 @@ def in_budget_phase(step: int, config: RewardsConfig) -> bool:
     return config.toggle.enabled and (step // max(config.toggle.period_steps, 1)) % 2 == 1
 
 
-def mix(components: Mapping[str, float], task_family: str, step: int, config: RewardsConfig,
+def mix(components: Components, task_family: str, step: int, config: RewardsConfig,
         num_policy_tokens: int | None = None) -> float:
     """The scalar reward of one trajectory at trainer step `step` (see the module docstring)."""
     reward = sum(mix_terms(components, task_family, step, config).values())

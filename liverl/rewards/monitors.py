@@ -11,6 +11,7 @@
     rate.give_up               share of trajectories that gave up early
     rate.prune_streaks         share of trajectories with a prune streak past the free length
     rate.unjudged              share of judged-eligible trajectories the judge could not score
+    rate.critical_steps_over_budget  share over parl.critical_steps_budget (when one is set)
     mean.edits, mean.turns, mean.tool_calls, mean.critical_steps
     mean.subagents_per_task    instantiated sub-agents per orchestrator trajectory (orchestrator families,
                                or any row that created sub-agents)
@@ -69,6 +70,9 @@ def _figures(rows: list[dict], orchestrator_families: tuple[str, ...]) -> dict[s
         "mean.tool_calls": _ratio(total["tool_calls"], n),
         "mean.critical_steps": _ratio(sum(float(r.get("critical_steps") or 0) for r in rows), n),
     }
+    over = [s["critical_steps_over_budget"] for s in signals if "critical_steps_over_budget" in s]
+    if over:
+        figures["rate.critical_steps_over_budget"] = sum(over) / len(over)
     judged = [s["judge.unjudged"] for s in signals if "judge.unjudged" in s]
     if judged:
         figures["rate.unjudged"] = sum(judged) / len(judged)
@@ -111,6 +115,15 @@ class DriftReport:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
+
+    def metrics(self, prefix: str = "drift") -> dict[str, float]:
+        """Flat figures for mlflow.log_metrics: <prefix>.<figure>.{candidate,champion,delta}, <prefix>.ok, .flags."""
+        flat = {f"{prefix}.ok": float(self.ok), f"{prefix}.flags": float(len(self.flags))}
+        for name, sides in self.figures.items():
+            for side, value in sides.items():
+                if value is not None and math.isfinite(value):
+                    flat[f"{prefix}.{name}.{side}"] = float(value)
+        return flat
 
 
 def _flag(name: str, cand: float, champ: float, threshold: DriftThreshold) -> dict | None:

@@ -4,8 +4,10 @@ Who owns which event:
 - tool calls, tool results and summaries belong to the event's agent_id ("" reads as "main");
 - user messages, feedback, the outcome, session start and end belong to the session, hence to its main
   agent (sub-agents are judged by their own tasks: SubAgentFinished);
-- sub-agent events (created, task assigned, finished) belong to the orchestrator that spawned them: every
-  such event in the session whose subagent_id is not the agent itself.
+- sub-agent events (created, task assigned, finished) belong to the orchestrator, i.e. the main agent,
+  whoever recorded them; a sub-agent only keeps the SubAgentFinished of its own tasks.
+An agent is a sub-agent when its model calls or events carry AGENT_ROLE_SUBAGENT, or when it was created
+or assigned a task in the session.
 """
 
 from __future__ import annotations
@@ -81,12 +83,17 @@ def _agent_of(agent_id: str) -> str:
 
 
 def agent_view(session: SessionRecord, agent_id: str) -> AgentView:
+    """One pass over the events and one over the model calls."""
     agent_id = _agent_of(agent_id)
-    created_ids = {e.subagent_created.subagent_id for e in session.events if e.WhichOneof("body") == "subagent_created"}
-    is_subagent = agent_id in created_ids or any(
-        _agent_of(c.agent_id) == agent_id and c.agent_role == AGENT_ROLE_SUBAGENT for c in session.model_calls
-    ) or any(_agent_of(e.agent_id) == agent_id and e.agent_role == AGENT_ROLE_SUBAGENT for e in session.events)
-    is_main = not is_subagent
+    own_calls: list[ModelCall] = []
+    calls_per_agent: Counter[str] = Counter()
+    role_says_subagent = False
+    for model_call in session.model_calls:
+        caller = _agent_of(model_call.agent_id)
+        calls_per_agent[caller] += 1
+        if caller == agent_id:
+            own_calls.append(model_call)
+            role_says_subagent |= model_call.agent_role == AGENT_ROLE_SUBAGENT
 
     calls: list[tuple[ToolCall, int]] = []
     results: dict[str, ToolResult] = {}
@@ -99,31 +106,40 @@ def agent_view(session: SessionRecord, agent_id: str) -> AgentView:
     for event in session.events:
         kind = event.WhichOneof("body")
         mine = _agent_of(event.agent_id) == agent_id
-        if kind == "session_start":
+        role_says_subagent |= mine and event.agent_role == AGENT_ROLE_SUBAGENT
+        if kind == "tool_call":
+            if mine:
+                calls.append((event.tool_call, event.event_time_ms))
+        elif kind == "tool_result":
+            if mine:
+                results.setdefault(event.tool_result.call_id, event.tool_result)
+        elif kind == "summary":
+            if mine and event.summary.request_id:
+                summaries.add(event.summary.request_id)
+        elif kind == "session_start":
             task_family, token_budget = event.session_start.task_family, event.session_start.token_budget
-        elif kind == "tool_call" and mine:
-            calls.append((event.tool_call, event.event_time_ms))
-        elif kind == "tool_result" and mine:
-            results.setdefault(event.tool_result.call_id, event.tool_result)
-        elif kind == "summary" and mine and event.summary.request_id:
-            summaries.add(event.summary.request_id)
-        elif kind == "user_message" and is_main:
+        elif kind == "user_message":
             messages.append(event.user_message)
-        elif kind == "feedback" and is_main:
+        elif kind == "feedback":
             feedback.append(TimedFeedback(event.feedback, event.event_time_ms))
-        elif kind == "outcome" and is_main:
+        elif kind == "outcome":
             outcome = event.outcome  # the last one wins: a re-run of the tests supersedes
         elif kind == "session_end":
             end_reason = event.session_end.reason
-        elif kind == "subagent_created" and event.subagent_created.subagent_id != agent_id:
+        elif kind == "subagent_created":
             created.append(event.subagent_created)
-        elif kind == "task_assigned" and event.task_assigned.subagent_id != agent_id:
+        elif kind == "task_assigned":
             assigned.append(event.task_assigned)
         elif kind == "subagent_finished":
             body = event.subagent_finished
             (own_finished if body.subagent_id == agent_id else finished).append(body)
-    if is_subagent:  # a sub-agent orchestrates nothing (nesting is not modelled)
+
+    is_subagent = role_says_subagent or any(c.subagent_id == agent_id for c in created) or any(
+        t.subagent_id == agent_id for t in assigned)
+    if is_subagent:  # session-level events belong to the main agent; a sub-agent orchestrates nothing
+        messages, feedback, outcome, end_reason = [], [], None, ""
         created, assigned, finished = [], [], []
+    calls_per_agent.pop(agent_id, None)
 
     return AgentView(
         agent_id=agent_id,
@@ -131,7 +147,7 @@ def agent_view(session: SessionRecord, agent_id: str) -> AgentView:
         task_family=task_family,
         token_budget=token_budget,
         tool_uses=tuple(ToolUse(call, results.get(call.call_id), time_ms) for call, time_ms in calls),
-        model_calls=tuple(c for c in session.model_calls if _agent_of(c.agent_id) == agent_id),
+        model_calls=tuple(own_calls),
         summary_request_ids=frozenset(summaries),
         user_messages=tuple(messages),
         feedback=tuple(feedback),
@@ -141,6 +157,5 @@ def agent_view(session: SessionRecord, agent_id: str) -> AgentView:
         tasks_assigned=tuple(assigned),
         subagents_finished=tuple(finished),
         own_tasks_finished=tuple(own_finished),
-        subagent_model_calls=dict(Counter(_agent_of(c.agent_id) for c in session.model_calls
-                                          if _agent_of(c.agent_id) != agent_id)),
+        subagent_model_calls=dict(calls_per_agent),
     )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import apache_beam as beam
-from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from pipelines import dead_letters
@@ -70,7 +70,7 @@ def test_decide_session_step_routes_every_output():
     groups = [("ready", {"records": _parsed(*ready), "closed": []}),
               ("pending", {"records": _parsed(*pending), "closed": []}),
               ("late", {"records": _parsed(coding_session("late")[0][:1], []), "closed": [T0]})]
-    with TestPipeline() as pipeline:
+    with BeamTestPipeline() as pipeline:
         out = (pipeline | beam.Create(groups)
                | beam.ParDo(DecideSession(_timing(10_000))).with_outputs(PENDING, CLOSED, DEAD, main="ready"))
         assert_that(out.ready | "Ids" >> beam.Map(lambda s: s.session_id), equal_to(["ready"]), label="Ready")

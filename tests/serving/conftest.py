@@ -152,7 +152,7 @@ def read_topic(config: LiverlConfig, topic: str, expect: int, timeout_s: float =
 
 
 def module_topics(stack: LiverlConfig, name: str) -> LiverlConfig:
-    """stack with topic names of its own (for module-scoped servers)."""
+    """stack with topic names of its own (for servers shared by several tests)."""
     from infra.embedded.topics import ensure_topics
 
     config = stack.model_copy(deep=True)
@@ -164,7 +164,7 @@ def module_topics(stack: LiverlConfig, name: str) -> LiverlConfig:
     return config
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def api_server(stack, tiny_policy_dir, tmp_path_factory):
     """An hf-engine server following "champion" of a model with one version, keys configured."""
     config = module_topics(stack, f"api-{tmp_path_factory.mktemp('n').name}")

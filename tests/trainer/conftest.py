@@ -98,7 +98,7 @@ def trainer_config(stack: LiverlConfig, tmp_path: Path, **trainer_overrides) -> 
     config.mlflow.registered_model = f"policy-{uuid.uuid4().hex[:8]}"
     config.table.trajectories_uri = str(tmp_path / "table")
     config.trainer.checkpoint_dir = tmp_path / "checkpoints"
-    config.trainer.deepspeed.micro_batch_tokens = 64
+    config.trainer.deepspeed.micro_batch_tokens = 24  # 3 trajectories a micro-batch
     config.trainer.gate.holdout_fraction = 0.25
     for key, value in trainer_overrides.items():
         setattr(config.trainer, key, value)

@@ -17,7 +17,7 @@ LINEAGE_TAGS = (
 
 
 def test_train_once_registers_versions_with_lineage_and_gate(stack, tiny_policy_dir, trajectories, tmp_path):
-    config = trainer_config(stack, tmp_path, steps_per_version=2)
+    config = trainer_config(stack, tmp_path, steps_per_version=1)
     base = register_base(config, tiny_policy_dir, say=lambda *_: None)
     assert register_base(config, tiny_policy_dir, say=lambda *_: None) == base  # idempotent
     uri = config.table.trajectories_uri

@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 
 from liverl.config.rewards import RewardsConfig
 from liverl.rewards.components import Part
@@ -49,6 +50,7 @@ def _broken(view: AgentView, config: RewardsConfig, part: Part) -> None:
     part.components["broken_tool_calls"] = -min(p.broken_cap, p.per_broken_call * broken)
 
 
+@lru_cache(maxsize=8192)  # argument strings recur across a session's calls and across sessions
 def normalised_arguments(arguments_json: str) -> str:
     """Key order and spacing do not make a call different."""
     try:

@@ -108,3 +108,39 @@ def test_judge_score_is_a_component_only_when_judged(config):
     judged = label(s.build(), "main", config, judgement=Judgement(score=0.8, rubric_scores={"a": 0.7, "b": 0.9}))
     assert judged.components["judge"] == pytest.approx(0.8) and judged.signals["judge.unjudged"] == 0.0
     assert judged.components["outcome"] == 1.0  # beside the verifiable signal, never instead of it
+
+
+# Fuzzing: whatever a session holds, label stays within its contract and mix is finite.
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+TOOLS = ["edit", "search", "prune_chunks", "ask_user", "reply", "give_up", "read_file", "run_tests"]
+action = st.tuples(st.sampled_from(TOOLS), st.integers(0, 3), st.booleans(),
+                   st.lists(st.sampled_from(["g1", "g2", "x1", "x2"]), max_size=3))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(family=st.sampled_from(["coding", "search", "orchestrator"]), actions=st.lists(action, max_size=25),
+       subtasks=st.lists(st.tuples(st.integers(0, 2), st.booleans(), st.integers(0, 9)), max_size=5),
+       budget=st.sampled_from([0, 30]), outcome=st.sampled_from([None, True, False]),
+       feedback=st.lists(st.sampled_from([1, 2, 3, 4, 5, 6]), max_size=3), step=st.integers(0, 3000))
+def test_any_session_labels_within_contract(config, family, actions, subtasks, budget, outcome, feedback, step):
+    s = SessionBuilder(family, token_budget=budget)
+    calls = []
+    for name, arg, valid, chunks in actions:
+        arguments = {"chunk_ids": chunks} if name == "prune_chunks" else {"a": arg, "text": "ok?"}
+        calls.append(s.act(name, arguments, chunk_ids=chunks, valid=valid, prompt_tokens=10 + 10 * arg))
+    for i, (stage, success, steps) in enumerate(subtasks):
+        s.task_assigned(f"sub-{i % 2}", f"t{i}", stage=stage)
+        s.subagent_finished(f"sub-{i % 2}", f"t{i}", success=success, steps=steps)
+    for kind in feedback:
+        s.feedback(kind, value=0.5, target_call_id=calls[0] if calls else "")
+    if outcome is not None:
+        s.outcome(success=outcome, gold_chunk_ids=["g1", "g2"] if family == "search" else [], answer_chunk_ids=["g2"])
+    for agent_id in ("main", "sub-0"):
+        got = label(s.build(), agent_id, config)
+        assert set(got.components) <= set(KNOWN_COMPONENTS)
+        for name, value in got.components.items():
+            assert -1.0 <= value <= 1.0, (name, value)
+        assert got.critical_steps >= 0
+        assert abs(mix(got.components, family, step, config)) < 10.0

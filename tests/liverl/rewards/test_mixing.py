@@ -77,3 +77,8 @@ def test_toggle_removes_credit_over_budget_in_budgeted_blocks(config):
 def test_non_finite_components_are_refused(config):
     with pytest.raises(ValueError, match="finite"):
         mix({"outcome": float("nan")}, "coding", 0, config)
+
+
+def test_map_columns_read_from_the_table_mix_like_dicts(config):
+    pairs = [("outcome", 1.0), ("broken_tool_calls", -0.25)]
+    assert mix(pairs, "coding", 0, config) == mix(dict(pairs), "coding", 0, config) == pytest.approx(0.75)

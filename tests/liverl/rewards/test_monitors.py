@@ -99,3 +99,18 @@ def test_no_champion_and_too_few_trajectories(config):
     config.monitors.min_trajectories = 5
     scarce = drift_report(candidate, candidate, config.monitors)
     assert not scarce.ok and "insufficient_data" in scarce.flags[0]["reason"]
+
+
+def test_report_metrics_are_flat_floats_for_mlflow(config):
+    champion = version_monitors([row(config, ["1"])])["1"]
+    candidate = version_monitors([row(config, ["2"], broken=1)])["2"]
+    metrics = drift_report(candidate, champion, config.monitors).metrics()
+    assert metrics["drift.ok"] == 0.0
+    assert metrics["drift.rate.broken_tool_calls.candidate"] == pytest.approx(0.5)
+    assert all(isinstance(v, float) for v in metrics.values())
+
+
+def test_critical_steps_budget_is_a_monitored_rate(config):
+    config.parl.critical_steps_budget = 1
+    rows = [row(config, ["1"]), row(config, ["1"], broken=2)]  # 1 and 3 critical steps
+    assert version_monitors(rows)["1"]["rate.critical_steps_over_budget"] == 0.5

@@ -1,0 +1,171 @@
+"""The demo's report: PNG plots and one HTML page, written to disk and logged to MLflow.
+
+Plots: served reward by version and task family, freshness, staleness of the trained-on data,
+throughput per stage, and the reward-hacking monitors per version.
+"""
+
+from __future__ import annotations
+
+import html
+import statistics
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from liverl.config import LiverlConfig
+
+MONITORS_SHOWN = ("rate.broken_tool_calls", "rate.clarifying", "rate.give_up", "mean.turns",
+                  "mean.subagents_per_task", "mean.critical_steps")
+
+
+def write_report(config: LiverlConfig, traffic, verdict, fresh, lineage, say) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display here
+    out = config.stack.data_dir / "report" / time.strftime("%Y%m%d-%H%M%S")
+    out.mkdir(parents=True, exist_ok=True)
+    rows = _table_rows(config.table.trajectories_uri)
+    figures = {
+        "reward_by_version.png": _reward_by_version(traffic, verdict),
+        "freshness.png": _freshness(fresh),
+        "staleness.png": _staleness(rows),
+        "throughput.png": _throughput(traffic, lineage, config.table.trajectories_uri),
+        "monitors.png": _monitors(rows),
+    }
+    for name, figure in figures.items():
+        figure.savefig(out / name, dpi=90, bbox_inches="tight")
+    page = out / "index.html"
+    page.write_text(_html(verdict, fresh, traffic, figures))
+    _log_to_mlflow(config, out, verdict, fresh, say)
+    say(f"      report: {page}")
+    return out
+
+
+def _table_rows(uri: str) -> list[dict]:
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        return DeltaTable(uri).to_pyarrow_table(
+            columns=["policy_versions", "signals", "reward_components", "critical_steps", "task_family",
+                     "distilled_at_ms", "session_end_ms"]).to_pylist()
+    except TableNotFoundError:
+        return []
+
+
+def _figure(title: str):
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(7, 3.6))
+    axes.set_title(title)
+    return figure, axes
+
+
+def _reward_by_version(traffic, verdict):
+    figure, axes = _figure("served reward by policy version and task family")
+    by_version = traffic.by_version()
+    versions = list(by_version)
+    families = sorted({s.family for s in traffic.sessions})
+    for family in families:
+        means = [statistics.fmean([s.reward for s in by_version[v] if s.family == family] or [float("nan")])
+                 for v in versions]
+        axes.plot(versions, means, marker="o", label=family, alpha=0.7)
+    axes.plot(versions, [statistics.fmean(s.reward for s in by_version[v]) for v in versions], marker="s",
+              color="black", linewidth=2.5, label="all")
+    axes.set_xlabel("served version (order first served)")
+    axes.set_ylabel("mean reward")
+    axes.legend(fontsize=8)
+    return figure
+
+
+def _freshness(fresh):
+    figure, axes = _figure(f"freshness: median {fresh.median():.0f} s, p95 {fresh.p95():.0f} s")
+    axes.hist(list(fresh.seconds.values()) or [0], bins=20, color="tab:green")
+    axes.set_xlabel("seconds from session end to a served version trained on it")
+    axes.set_ylabel("sessions")
+    return figure
+
+
+def _staleness(rows):
+    """Per trajectory: how many versions behind the newest registered one its behaviour policy was."""
+    figure, axes = _figure("staleness of captured trajectories (behaviour version)")
+    versions = [int(r["policy_versions"][-1]) for r in rows if r["policy_versions"]
+                and str(r["policy_versions"][-1]).isdigit()]
+    if versions:
+        axes.hist(versions, bins=range(min(versions), max(versions) + 2), color="tab:orange", align="left")
+    axes.set_xlabel("policy version that produced the trajectory")
+    axes.set_ylabel("trajectories")
+    return figure
+
+
+def _throughput(traffic, lineage, table_uri):
+    figure, axes = _figure("throughput per stage (cumulative)")
+    ends = sorted(s.ended_at for s in traffic.sessions)
+    if ends:
+        start = ends[0]
+        axes.plot([t - start for t in ends], range(1, len(ends) + 1), label="sessions served + captured")
+        commits = _commit_times(table_uri)
+        if commits:
+            axes.plot([t - start for t, _ in commits], [n for _, n in commits], label="trajectories committed")
+        created = sorted(l.created_ms / 1000 for l in lineage.values())
+        axes.step([t - start for t in created], range(1, len(created) + 1), where="post",
+                  label="versions registered (x1)")
+    axes.set_xlabel("seconds")
+    axes.set_yscale("symlog")
+    axes.legend(fontsize=8)
+    return figure
+
+
+def _commit_times(table_uri: str) -> list[tuple[float, int]]:
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        history = DeltaTable(table_uri).history()
+    except TableNotFoundError:
+        return []
+    total, points = 0, []
+    for commit in sorted(history, key=lambda c: c["version"]):
+        added = int((commit.get("operationMetrics") or {}).get("num_added_rows", 0) or 0)
+        total += added
+        points.append((commit["timestamp"] / 1000, total))
+    return points
+
+
+def _monitors(rows):
+    from liverl.rewards.monitors import version_monitors
+
+    figure, axes = _figure("reward-hacking monitors by policy version")
+    figures = version_monitors(rows) if rows else {}
+    versions = sorted(figures, key=lambda v: int(v) if v.isdigit() else 10**9)
+    for name in MONITORS_SHOWN:
+        values = [figures[v].get(name, float("nan")) for v in versions]
+        axes.plot(versions, values, marker=".", label=name)
+    axes.set_xlabel("policy version")
+    axes.legend(fontsize=7)
+    return figure
+
+
+def _html(verdict, fresh, traffic, figures) -> str:
+    families = "".join(f"<li>{html.escape(k)}: {v:.3f}</li>" for k, v in traffic.mean_reward_by_family().items())
+    images = "".join(f'<h3>{html.escape(name[:-4].replace("_", " "))}</h3><img src="{name}">' for name in figures)
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>liverl demo report</title></head><body>"
+            f"<h1>liverl demo report</h1><p>{html.escape(verdict.describe())}</p>"
+            f"<p>freshness: median {fresh.median():.0f} s, p95 {fresh.p95():.0f} s over {len(fresh.seconds)} sessions"
+            f" ({fresh.not_yet} not yet trained on)</p><p>sessions: {len(traffic.sessions)}; mean reward by family:"
+            f"</p><ul>{families}</ul>{images}</body></html>")
+
+
+def _log_to_mlflow(config: LiverlConfig, out: Path, verdict, fresh, say) -> None:
+    import mlflow
+
+    mlflow.set_tracking_uri(config.mlflow.tracking_uri)
+    mlflow.set_experiment(config.mlflow.demo_experiment)
+    with mlflow.start_run(run_name="demo-report"):
+        mlflow.log_metrics({"swaps": verdict.swaps, "reward_slope": verdict.slope,
+                            "freshness_median_s": fresh.median() if fresh.seconds else -1,
+                            "freshness_p95_s": fresh.p95() if fresh.seconds else -1})
+        for version, mean in verdict.mean_reward.items():
+            mlflow.log_metric("served_reward", mean, step=int(version) if version.isdigit() else 0)
+        mlflow.set_tag("liverl.demo.verdict", verdict.describe())
+        mlflow.log_artifacts(str(out), artifact_path="report")

@@ -1,0 +1,186 @@
+"""`liverl demo`: the whole loop on the embedded stack, phase by phase, with progress and a summary.
+
+Phases: stack -> base policy -> register it -> start capture, serving, distill --follow and
+train --follow as their own processes -> product traffic for the configured time -> summary
+(served reward per hot-swapped version, freshness, lineage) -> report -> stop everything started.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from demo.freshness import Freshness, first_served_at, freshness
+from demo.lineage import VersionLineage, read_lineage
+from demo.services import StageProcess, run_stage, start_stage, wait_ready
+from demo.stage_env import config_environment
+from demo.verdict import Verdict, judge_rise
+from liverl.config import LiverlConfig
+
+
+@dataclass
+class DemoResult:
+    traffic: object  # demo.product.traffic.TrafficStats
+    verdict: Verdict
+    freshness: Freshness
+    lineage: dict[str, VersionLineage]
+    champion: str
+    report_dir: Path | None
+
+
+def run_demo(config: LiverlConfig, say=print) -> DemoResult:
+    from infra.embedded.stack import down, up
+
+    demo = config.demo
+    data = config.stack.data_dir
+    logs = data / "logs"
+    stages: list[StageProcess] = []
+    started = time.monotonic()
+    try:
+        say("[1/6] stack: broker + MLflow")
+        up(config, say=lambda line: say(f"      {line}"))
+        say("[2/6] base policy: a tiny model fitted to synthetic demonstrations")
+        base = _base_policy(config, say)
+        say("[3/6] register the base policy as version 1 (candidate + champion)")
+        run_stage("train-init", ["train", "--init-from", str(base)], logs, timeout_s=demo.run.stage_timeout_s)
+        say("[4/6] stages: capture, serving, distill --follow, train --follow (each its own process)")
+        stages = _start_stages(config, logs, say)
+        say(f"[5/6] traffic for {demo.duration_s:.0f} s ({demo.run.concurrency} concurrent sessions)")
+        traffic = _run_traffic(config, say, started)
+        say("[6/6] summary")
+        return _summarise(config, traffic, say)
+    finally:
+        for stage in reversed(stages):
+            stage.stop()
+        if not demo.run.keep_stack:
+            down(config, say=lambda *_: None)
+
+
+def _base_policy(config: LiverlConfig, say) -> Path:
+    from demo.policy.bootstrap import bootstrap_base_policy
+
+    out = config.stack.data_dir / "base-policy"
+    if (out / "model.safetensors").exists():
+        say(f"      reusing {out}")
+        return out
+    began = time.monotonic()
+    bootstrap_base_policy(out, seed=config.demo.seed)
+    say(f"      fitted in {time.monotonic() - began:.0f} s -> {out}")
+    return out
+
+
+def _start_stages(config: LiverlConfig, logs: Path, say) -> list[StageProcess]:
+    from infra.embedded.processes import port_open
+
+    env = config_environment(config)
+    timeout = config.demo.run.stage_timeout_s
+    capture = start_stage("capture", ["capture"], logs, env)
+    serving = start_stage("serve", ["serve"], logs, env)
+    stages = [capture, serving]
+    wait_ready(capture, lambda: port_open(config.ingest.host, config.ingest.grpc_port), timeout)
+    say(f"      capture ready on {config.ingest.host}:{config.ingest.grpc_port} (pid {capture.pid})")
+    wait_ready(serving, lambda: bool(_served_version(config)), timeout)
+    say(f"      serving ready on {config.serving.host}:{config.serving.grpc_port}, "
+        f"version {_served_version(config)} (pid {serving.pid})")
+    stages.append(start_stage("distill", ["distill", "--follow"], logs, env))
+    stages.append(start_stage("train", ["train", "--follow"], logs, env))
+    say(f"      distill (pid {stages[2].pid}) and train (pid {stages[3].pid}) following")
+    return stages
+
+
+def _served_version(config: LiverlConfig) -> str:
+    import grpc
+
+    from liverl.v1 import serving_pb2, serving_pb2_grpc
+
+    metadata = [("authorization", f"Bearer {config.demo.run.serving_api_key}")] if config.demo.run.serving_api_key else []
+    with grpc.insecure_channel(f"{config.serving.host}:{config.serving.grpc_port}") as channel:
+        info = serving_pb2_grpc.PolicyServiceStub(channel).ModelInfo(
+            serving_pb2.ModelInfoRequest(), metadata=metadata, timeout=5)
+    return info.policy_version
+
+
+def _run_traffic(config: LiverlConfig, say, started: float):
+    from demo.product.grpc_policy import GrpcPolicy
+    from demo.product.traffic import run_traffic
+    from ingest.sdk import CaptureClient
+
+    demo = config.demo
+    policy = GrpcPolicy(f"{config.serving.host}:{config.serving.grpc_port}", api_key=demo.run.serving_api_key)
+    client = CaptureClient(target=f"{config.ingest.host}:{config.ingest.grpc_port}", token=demo.run.capture_token,
+                           spool_dir=config.stack.data_dir / "sdk-spool")
+    progress = _Progress(config, say, started)
+    try:
+        traffic = run_traffic(policy, client, duration_s=demo.duration_s, seed=demo.seed,
+                              concurrency=demo.run.concurrency, feedback_delay_s=demo.run.feedback_delay_s,
+                              on_session=progress.on_session)
+    finally:
+        client.flush(timeout_s=30.0)
+        say(f"      SDK: {client.stats()}")
+        client.close()
+        policy.close()
+    return traffic
+
+
+class _Progress:
+    """One dense line every progress_every_s: time | sessions | served version | recent reward | registry."""
+
+    def __init__(self, config: LiverlConfig, say, started: float) -> None:
+        self.config, self.say, self.started = config, say, started
+        self.rewards: list[float] = []
+        self.versions: list[str] = []
+        self.last = 0.0
+
+    def on_session(self, session) -> None:
+        self.rewards.append(session.reward)
+        self.versions.append(session.served_version)
+        now = time.monotonic()
+        if now - self.last < self.config.demo.run.progress_every_s:
+            return
+        self.last = now
+        recent = self.rewards[-30:]
+        self.say(f"      t={now - self.started:5.0f}s | sessions {len(self.rewards):4d} | served v{self.versions[-1]} "
+                 f"| reward(last {len(recent)}) {sum(recent) / len(recent):.3f} | {_registry_line(self.config)}")
+
+
+def _registry_line(config: LiverlConfig) -> str:
+    from mlflow import MlflowClient
+
+    from liverl import names
+
+    try:
+        client = MlflowClient(tracking_uri=config.mlflow.tracking_uri)
+        versions = client.search_model_versions(f"name='{config.mlflow.registered_model}'")
+        champion = client.get_model_version_by_alias(config.mlflow.registered_model, names.ALIAS_CHAMPION).version
+        return f"registered {len(versions)} | champion v{champion}"
+    except Exception as error:  # progress must never stop the demo
+        return f"registry unavailable ({type(error).__name__})"
+
+
+def _summarise(config: LiverlConfig, traffic, say) -> DemoResult:
+    from mlflow import MlflowClient
+
+    from demo.report import write_report
+    from liverl import names
+
+    demo = config.demo
+    lineage = read_lineage(config.mlflow.tracking_uri, config.mlflow.registered_model, config.table.trajectories_uri)
+    verdict = judge_rise(traffic.by_version(), min_sessions=demo.run.min_sessions_per_version)
+    served_at = first_served_at(traffic.sessions)
+    fresh = freshness(traffic.sessions, {v: l.all_sessions for v, l in lineage.items()}, served_at)
+    champion = MlflowClient(tracking_uri=config.mlflow.tracking_uri).get_model_version_by_alias(
+        config.mlflow.registered_model, names.ALIAS_CHAMPION).version
+    served = traffic.sessions[-1].served_version if traffic.sessions else "?"
+    trained_on = lineage.get(served)
+    say(f"      sessions {len(traffic.sessions)} ({len(traffic.errors)} failed) | "
+        f"mean reward by family {', '.join(f'{k} {v:.3f}' for k, v in traffic.mean_reward_by_family().items())}")
+    say(f"      {verdict.describe()}")
+    say(f"      freshness: median {fresh.median():.0f} s, p95 {fresh.p95():.0f} s "
+        f"({len(fresh.seconds)} sessions reached a served version, {fresh.not_yet} not yet)")
+    if trained_on is not None:
+        say(f"      now serving v{served} (champion v{champion}): trained on table versions "
+            f"{trained_on.table_versions} ({len(trained_on.all_sessions)} sessions with its ancestors), "
+            f"Kafka offsets {trained_on.kafka_offsets}, parent v{trained_on.parent or '-'}")
+    report_dir = write_report(config, traffic, verdict, fresh, lineage, say)
+    return DemoResult(traffic, verdict, fresh, lineage, str(champion), report_dir)

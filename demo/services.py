@@ -1,0 +1,75 @@
+"""Run liverl's stages as their own processes, the way a deployment would, and stop them by PID."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from infra.embedded import processes
+
+
+@dataclass
+class StageProcess:
+    """One `liverl <command>` child: its process, log file and the command line that started it."""
+
+    name: str
+    process: subprocess.Popen
+    log: Path
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def running(self) -> bool:
+        return self.process.poll() is None
+
+    def log_tail(self, lines: int = 25) -> str:
+        if not self.log.exists():
+            return "(no log yet)"
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """SIGTERM (stages drain and exit cleanly), then SIGKILL after timeout_s."""
+        processes.stop(self.pid, timeout_s=timeout_s)
+        try:
+            self.process.wait(timeout=1)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def start_stage(name: str, command: Sequence[str], log_dir: Path, env: dict[str, str] | None = None) -> StageProcess:
+    """Start `python -m liverl.cli COMMAND...` with its output in log_dir/<name>.log."""
+    log = log_dir / f"{name}.log"
+    argv = [sys.executable, "-m", "liverl.cli", *command]
+    return StageProcess(name, processes.start(name, argv, log, env=env), log)
+
+
+def run_stage(name: str, command: Sequence[str], log_dir: Path, timeout_s: float) -> None:
+    """Run a one-shot `liverl` command to completion; fail with its log when it fails."""
+    stage = start_stage(name, command, log_dir)
+    try:
+        code = stage.process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        stage.stop()
+        raise TimeoutError(f"`liverl {' '.join(command[:2])}` took over {timeout_s:.0f} s; log:\n{stage.log_tail()}")
+    if code != 0:
+        raise RuntimeError(f"`liverl {' '.join(command[:2])}` exited {code}; log:\n{stage.log_tail()}")
+
+
+def wait_ready(stage: StageProcess, ready: Callable[[], bool], timeout_s: float) -> None:
+    """Poll ready() until true; fail early, with the stage's log, if the stage died."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not stage.running():
+            raise RuntimeError(f"{stage.name} exited with code {stage.process.returncode}; log:\n{stage.log_tail()}")
+        try:
+            if ready():
+                return
+        except Exception:  # not up yet
+            pass
+        time.sleep(0.5)
+    raise TimeoutError(f"{stage.name} was not ready after {timeout_s:.0f} s; log:\n{stage.log_tail()}")

@@ -1,0 +1,77 @@
+"""CaptureClient: what an agent product holds to record its sessions (see ingest/README.md).
+
+    client = CaptureClient(target="127.0.0.1:50051", token="demo-token", spool_dir=Path("spool"))
+    s = client.start_session(task_family="coding", task_id="t1", user_id="u1")
+    s.user_message("fix the bug"); call = s.tool_call("edit", '{"file": "a.py"}'); s.end("completed")
+    client.feedback(s.session_id, FeedbackKind.EDIT_KEPT, value=1.0, target_call_id=call)  # any time later
+    client.flush(timeout_s=10.0); client.stats(); client.close()
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+import weakref
+from collections.abc import Mapping
+from pathlib import Path
+
+import grpc
+
+from ingest.sdk.sender import BackgroundSender
+from ingest.sdk.session import FeedbackKind, SessionRecorder, _fill_feedback, new_event, role_value
+
+# Late events of a session this client no longer holds get a sequence past any in-session one, so
+# ordering a session by sequence still puts them after its end.
+LATE_SEQUENCE_BASE = 1 << 62
+
+
+class CaptureClient:
+    def __init__(self, target: str, token: str, spool_dir: Path | None = None, *, max_queue_events: int = 10_000,
+                 batch_size: int = 256, request_timeout_s: float = 10.0, max_spool_bytes: int = 256 << 20,
+                 tls: bool = False, root_certificates: bytes | None = None):
+        """target: the capture service's gRPC address. spool_dir: where events wait while it is
+        unreachable (None: in memory only, bounded by max_queue_events). tls/root_certificates: TLS."""
+        credentials = grpc.ssl_channel_credentials(root_certificates) if tls or root_certificates else None
+        self._sender = BackgroundSender(target, token, Path(spool_dir) if spool_dir else None, max_queue_events,
+                                        batch_size, request_timeout_s=request_timeout_s,
+                                        max_spool_bytes=max_spool_bytes, credentials=credentials)
+        self._sessions: weakref.WeakValueDictionary[str, SessionRecorder] = weakref.WeakValueDictionary()
+
+    def start_session(self, task_family: str = "", task_id: str = "", user_id: str = "", token_budget: int = 0,
+                      attributes: Mapping[str, str] | None = None, role: str = "single",
+                      session_id: str | None = None) -> SessionRecorder:
+        """Open a session (records session_start); role "orchestrator" for a PARL main agent."""
+        session = SessionRecorder(self._sender.submit, session_id or uuid.uuid4().hex, user_id, "main", role)
+        session._start(task_family, task_id, token_budget, attributes or {})
+        self._sessions[session.session_id] = session
+        return session
+
+    def feedback(self, session_id: str, kind: FeedbackKind | int, value: float = 1.0, target_call_id: str = "",
+                 comment: str = "", user_id: str = "") -> None:
+        """Feedback that may arrive long after the session ended (an edit kept an hour later)."""
+        session = self._sessions.get(session_id)
+        if session is not None:
+            session.feedback(kind, value, target_call_id, comment)
+            return
+        event = new_event(session_id, user_id, "main", role_value("single"),
+                          LATE_SEQUENCE_BASE + int(time.time() * 1000))
+        _fill_feedback(event, kind, value, target_call_id, comment)
+        self._sender.submit(event)
+
+    def flush(self, timeout_s: float = 10.0) -> bool:
+        """Wait until every recorded event is acknowledged by the service; False if time ran out."""
+        return self._sender.flush(timeout_s)
+
+    def stats(self) -> dict:
+        """Counters: recorded, sent, rejected (+ by reason), dropped, dropped_opt_out, spooled, queued, ..."""
+        return self._sender.stats()
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Flush for up to timeout_s; what is still unsent stays in spool_dir for the next client."""
+        self._sender.close(timeout_s)
+
+    def __enter__(self) -> "CaptureClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

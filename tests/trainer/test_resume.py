@@ -1,0 +1,78 @@
+"""Kill a real `liverl train` mid-run, run it again: the result equals an uninterrupted run (no gap, no repeat)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+
+import torch
+from safetensors.torch import load_file
+
+from liverl import names
+from tests.trainer.conftest import cli_overrides, commit_batch, subprocess_env, trainer_config
+from trainer.base_policy import register_base
+from trainer.registry import Registry
+from trainer.state import TrainerState
+
+
+def _train(config, kill_after: str | None = None) -> list[str]:
+    """Run `liverl train` once; with kill_after, SIGKILL it right after printing a line starting so."""
+    argv = [sys.executable, "-m", "liverl.cli", "train", *cli_overrides(config)]
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=subprocess_env())
+    watchdog = threading.Timer(300, process.kill)  # never hang the suite
+    watchdog.start()
+    lines = []
+    try:
+        for line in process.stdout:
+            lines.append(line.rstrip())
+            if kill_after and line.startswith(kill_after):
+                process.kill()
+                break
+        process.wait()
+    finally:
+        watchdog.cancel()
+        process.stdout.close()
+    if kill_after:
+        assert process.returncode == -9, "\n".join(lines)
+    else:
+        assert process.returncode == 0, "\n".join(lines)
+    return lines
+
+
+def _final_weights(config) -> dict[str, torch.Tensor]:
+    registry = Registry(config.mlflow)
+    version = registry.alias_version(names.ALIAS_CANDIDATE)
+    folder = registry.download(version, config.trainer.checkpoint_dir / "final")
+    return load_file(folder / "model.safetensors")
+
+
+def test_resume_after_kill_matches_an_uninterrupted_run(stack, tiny_policy_dir, trajectories, tmp_path):
+    rows = [trajectories.batch(name, 12) for name in ("a", "b", "c")]
+    runs = {}
+    for name in ("reference", "killed"):
+        config = trainer_config(stack, tmp_path / name, steps_per_version=1)
+        register_base(config, tiny_policy_dir, say=lambda *_: None)
+        for sequence, batch in enumerate(rows):
+            commit_batch(config.table.trajectories_uri, batch, f"batch-{sequence}", sequence)
+        runs[name] = config
+
+    reference = _train(runs["reference"])
+    killed = _train(runs["killed"], kill_after="version 3 registered")
+    resumed = _train(runs["killed"])
+    print("\n".join(["-- reference", *reference, "-- killed", *killed, "-- resumed", *resumed]))
+    assert any(line.startswith("trainer ready") and "checkpoint step-" in line for line in resumed)
+
+    states = {name: TrainerState.load(config.trainer.checkpoint_dir) for name, config in runs.items()}
+    assert states["killed"].trained_ids == states["reference"].trained_ids  # no gap
+    assert states["killed"].trajectories_trained == states["reference"].trajectories_trained  # no repeat
+    assert states["killed"].step == states["reference"].step
+    expected, got = _final_weights(runs["reference"]), _final_weights(runs["killed"])
+    for name, tensor in expected.items():
+        torch.testing.assert_close(got[name], tensor, rtol=0, atol=1e-6, msg=f"{name} differs after resume")
+
+    # One version per checkpoint, none registered twice, and together they trained on every table version.
+    versions = [mv for mv in Registry(runs["killed"].mlflow).versions() if mv.tags.get(names.TAG_PARENT_VERSION)]
+    assert len(versions) == states["killed"].step
+    assert set().union(*(json.loads(mv.tags[names.TAG_TABLE_VERSIONS]) for mv in versions)) == {0, 1, 2}
