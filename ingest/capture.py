@@ -68,7 +68,8 @@ class CaptureCore:
                 self.sessions.admit(event, now_ms)
                 redacted += self.redactor.redact_event(event)
                 records.append(self._event_record(event))
-            except Rejected as rejected:
+            except Exception as error:  # noqa: BLE001 - one event's failure must never fail its batch
+                rejected = error if isinstance(error, Rejected) else _internal(error)
                 response.rejected.add(index=index, event_id=event.event_id if event else "",
                                       reason=rejected.reason, message=rejected.message)
                 dead.append(self.dead_letter(rejected.reason, rejected.message, tenant, item, event, now_ms))
@@ -138,6 +139,13 @@ class CaptureCore:
         if now_ms / 1000 - self._last_prune > PRUNE_EVERY_S:
             self._last_prune = now_ms / 1000
             self.sessions.prune(now_ms)
+
+
+def _internal(error: Exception) -> Rejected:
+    """A bug met on one event: dead-lettered with its trace in the log, so its batch still goes through."""
+    log.exception("capture failed on one event")
+    return Rejected("internal_error", f"the service failed on this event ({type(error).__name__}); it was "
+                                      "dead-lettered for inspection, do not resend it unchanged")
 
 
 def _headers(tenant: str, kind: bytes) -> tuple[tuple[str, bytes], ...]:

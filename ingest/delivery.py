@@ -92,7 +92,8 @@ class KafkaDelivery:
     def close(self, drain_timeout_s: float = 5.0) -> None:
         """Stop the drainer (what remains stays in the spool for the next start) and flush the producer."""
         deadline = time.monotonic() + drain_timeout_s
-        while self._spool_mode and not self.spool.empty() and time.monotonic() < deadline:
+        while self._spool_mode and self._producer is not None and not self.spool.empty() \
+                and time.monotonic() < deadline:  # a reachable Kafka gets a moment to take the spool
             time.sleep(0.05)
         self._stopping.set()
         self._wake.set()

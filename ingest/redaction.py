@@ -19,10 +19,10 @@ BUILTIN_PATTERNS: dict[str, str] = {
     "jwt": r"\beyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}",
     "api_key": r"\b(?:sk-[A-Za-z0-9_-]{16,}|sk_(?:live|test)_[A-Za-z0-9]{16,}|AKIA[0-9A-Z]{16}"
                r"|gh[pousr]_[A-Za-z0-9]{30,}|xox[abposr]-[A-Za-z0-9-]{10,}|AIza[0-9A-Za-z_-]{35})",
-    "bearer_token": r"(?i)\bbearer\s+(?!\[REDACTED)[A-Za-z0-9._~+/=-]{8,}",
+    "bearer_token": r"(?i:\bbearer\s+)(?!\[REDACTED)[A-Za-z0-9._~+/=-]{8,}",
     # NAME=value / NAME: value where NAME says secret; the name stays, the value goes.
-    "env_secret": r"(?i)\b(?P<name>[A-Z0-9_]*(?:SECRET|TOKEN|PASSWORD|PASSWD|API_?KEY|PRIVATE_?KEY|CREDENTIALS?"
-                  r"|ACCESS_?KEY)[A-Z0-9_]*)(?P<sep>[\"']?\s*[=:]\s*)(?P<quote>[\"']?)(?!\[REDACTED)"
+    "env_secret": r"\b(?P<name>(?i:[A-Z0-9_]*(?:SECRET|TOKEN|PASSWORD|PASSWD|API_?KEY|PRIVATE_?KEY|CREDENTIALS?"
+                  r"|ACCESS_?KEY)[A-Z0-9_]*))(?P<sep>[\"']?\s*[=:]\s*)(?P<quote>[\"']?)(?!\[REDACTED)"
                   r"(?P<value>[^\s\"',;]+)",
     "email": r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b",
     "phone": r"(?<![\w+])(?:\+\d{1,3}[\s.-]?\d{1,4}(?:[\s.-]?\d{2,4}){2,3}|(?:\(\d{3}\)\s?|\d{3}[\s.-])\d{3}[\s.-]\d{4})"
@@ -50,8 +50,15 @@ class Redactor:
                 self._rules.append((name, re.compile(pattern)))
             except re.error as error:
                 raise ValueError(f"custom redaction pattern {name!r} is not a valid regex: {error}") from error
+        # One pass finds most strings clean; the detectors run one by one only on a hit.
+        try:
+            self._any = re.compile("|".join(f"(?:{rule.pattern})" for _, rule in self._rules)) if self._rules else None
+        except re.error:  # a custom pattern with global flags cannot be combined: check every detector
+            self._any = re.compile("")
 
     def redact_text(self, text: str, counts: Counter) -> str:
+        if self._any is None or not self._any.search(text):
+            return text
         for name, rule in self._rules:
             text, found = rule.subn(_replacement(name), text)
             if found:

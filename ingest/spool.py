@@ -88,23 +88,26 @@ class Spool:
 
     # --- reading and committing --------------------------------------------------------------
 
-    def read(self, max_records: int) -> tuple[list[bytes], Position]:
-        """Up to max_records from the cursor on, and the position just after them (commit it once delivered)."""
+    def read(self, max_records: int, max_bytes: int = 1 << 62) -> tuple[list[bytes], Position]:
+        """Up to max_records (and about max_bytes; always at least one) from the cursor on, and the
+        position just after them: commit it once they are delivered."""
         out: list[bytes] = []
+        size = 0
         with self._lock:
             position = self._start_position()
             for number in [n for n in self._segments if n >= position.segment]:
                 offset = position.offset if number == position.segment else 0
                 with self._segment_path(number).open("rb") as handle:
                     handle.seek(offset)
-                    while len(out) < max_records:
+                    while len(out) < max_records and (not out or size < max_bytes):
                         frame = _read_frame(handle)
-                        if frame is None:
+                        if frame is None or (out and size + len(frame) > max_bytes):
                             break
                         out.append(frame)
+                        size += len(frame)
                         offset = handle.tell()
                 position = Position(number, offset)
-                if len(out) >= max_records:
+                if len(out) >= max_records or (out and size >= max_bytes):
                     break
         return out, position
 

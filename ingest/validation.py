@@ -119,6 +119,8 @@ def _check_time(event: SessionEvent, now_ms: int, limits: Limits) -> None:
 def _check_values(event: SessionEvent) -> None:
     kind = event.WhichOneof("body")
     if kind == "feedback":
+        if event.feedback.kind not in session_event_pb2.FeedbackKind.values():
+            raise Rejected("invalid_value", f"feedback.kind {event.feedback.kind} is not a known FeedbackKind")
         value = event.feedback.value
         if not math.isfinite(value):
             raise Rejected("invalid_value", "feedback.value must be a finite number")

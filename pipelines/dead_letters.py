@@ -38,9 +38,9 @@ def record_dead_letter(reason: str, message: str, record, session_id: str | None
             "payload": record.value}
 
 
-def session_dead_letter(reason: str, message: str, session_id: str, summary: dict) -> dict:
-    """A dead letter for a whole session (payload = a JSON summary of what was seen)."""
-    return {"dead_letter_id": _digest(f"{reason}|session|{session_id}"), "reason": reason, "message": message,
+def session_dead_letter(reason: str, message: str, session_id: str, summary: dict, agent_id: str = "") -> dict:
+    """A dead letter for a whole session, or one agent of it (payload = a JSON summary of what was seen)."""
+    return {"dead_letter_id": _digest(f"{reason}|session|{session_id}|{agent_id}"), "reason": reason, "message": message,
             "session_id": session_id, "source_topic": None, "source_partition": None, "source_offset": None,
             "payload": json.dumps(summary, sort_keys=True).encode()}
 

@@ -49,8 +49,8 @@ class BatchReport:
         """One dense line per batch, as `liverl distill` prints it."""
         dead = sum(self.dead_letters.values())
         reasons = ", ".join(f"{k} {v}" for k, v in sorted(self.dead_letters.items()))
-        offsets = " ".join(f"{topic.rsplit('.', 1)[-1]}[" + " ".join(f"{p}:{a}-{b}" for p, (a, b) in parts.items()) + "]"
-                           for topic, parts in self.offsets.items())
+        offsets = " ".join(f"{topic.rsplit('.', 1)[-1]}[" + " ".join(f"{p}:{a}-{b}" for p, (a, b) in parts.items())
+                           + "]" for topic, parts in self.offsets.items())
         state = f"table v{self.table_version}" if self.committed else "nothing new"
         return (f"batch {self.batch_id} | sessions {self.sessions} (pending {self.counters.get('sessions_pending', 0)})"
                 f" | trajectories {self.trajectories} | dead letters {dead}{f' ({reasons})' if reasons else ''}"
@@ -80,13 +80,12 @@ def distill_once(config: LiverlConfig, now_ms: int | None = None,
     on_phase("planned")
     report = BatchReport(seq, plan.batch_id, committed=False, offsets=plan.offsets(),
                          table_version=committed.table_version)
-    carried, closed = store.carried(plan.carried_state)
-    if plan.new_records() == 0 and not carried:
+    if plan.new_records() == 0 and not store.count_staged(plan.carried_state, "pending"):
         store.drop_plan(seq)  # nothing new and nothing waiting: a fresh plan next time, with a fresh clock
         report.seconds = time.monotonic() - began
         return report
     store.reset_batch_dir(seq)
-    report.counters = run_pipeline(config, plan, carried, closed, store.batch_dir(seq))
+    report.counters = run_pipeline(config, plan, store.batch_dir(seq))
     on_phase("distilled")
     rows = store.read_staged(store.batch_dir(seq), "trajectories", TRAJECTORY_SCHEMA)
     dead = store.read_staged(store.batch_dir(seq), "dead_letters", DEAD_LETTER_SCHEMA)
@@ -97,16 +96,7 @@ def distill_once(config: LiverlConfig, now_ms: int | None = None,
         store.drop_plan(seq)  # pending sessions are still pending: committing would only churn versions
         report.seconds = time.monotonic() - began
         return report
-    on_phase("before_commit")
-    table.commit_dead_letters(config.table.dead_letters_uri, dead, seq, plan.batch_id)
-    on_phase("during_commit")
-    report.table_version = table.commit_trajectories(config.table.trajectories_uri, rows, seq, {
-        names.COMMIT_BATCH_ID: plan.batch_id,
-        names.COMMIT_KAFKA_OFFSETS: json.dumps(plan.offsets(), sort_keys=True),
-        table.COMMIT_DISTILL_STATE: store.batch_dir(seq),
-        table.COMMIT_DISTILL_SUMMARY: json.dumps(report.summary(), sort_keys=True),
-        table.COMMIT_REWARD_CONFIG_VERSION: config.rewards.version,
-    })
+    report.table_version = commit_batch(config, store, plan, rows, dead, report, on_phase)
     report.committed = True
     on_phase("after_commit")
     if config.pipelines.audit:
@@ -116,6 +106,21 @@ def distill_once(config: LiverlConfig, now_ms: int | None = None,
     store.prune(seq, config.pipelines.keep_state_batches)
     report.seconds = time.monotonic() - began
     return report
+
+
+def commit_batch(config: LiverlConfig, store: StateStore, plan: BatchPlan, rows, dead, report: BatchReport,
+                 on_phase: Callable[[str], None]) -> int:
+    """Dead letters, then trajectories with offsets and state pointer; returns the new table version."""
+    on_phase("before_commit")
+    table.commit_dead_letters(config.table.dead_letters_uri, dead, plan.seq, plan.batch_id)
+    on_phase("during_commit")
+    return table.commit_trajectories(config.table.trajectories_uri, rows, plan.seq, {
+        names.COMMIT_BATCH_ID: plan.batch_id,
+        names.COMMIT_KAFKA_OFFSETS: json.dumps(plan.offsets(), sort_keys=True),
+        table.COMMIT_DISTILL_STATE: store.batch_dir(plan.seq),
+        table.COMMIT_DISTILL_SUMMARY: json.dumps(report.summary(), sort_keys=True),
+        table.COMMIT_REWARD_CONFIG_VERSION: config.rewards.version,
+    })
 
 
 def make_plan(config: LiverlConfig, committed: table.Committed, seq: int, now_ms: int | None) -> BatchPlan:
@@ -128,7 +133,7 @@ def make_plan(config: LiverlConfig, committed: table.Committed, seq: int, now_ms
                      ranges=tuple(plan_ranges(marks, starts)), carried_state=committed.state_uri)
 
 
-def run_pipeline(config: LiverlConfig, plan: BatchPlan, carried, closed, staging_uri: str) -> dict[str, int]:
+def run_pipeline(config: LiverlConfig, plan: BatchPlan, staging_uri: str) -> dict[str, int]:
     """Run the batch's Beam graph to completion; returns its counters."""
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
@@ -143,7 +148,7 @@ def run_pipeline(config: LiverlConfig, plan: BatchPlan, carried, closed, staging
     options = PipelineOptions([f"--runner={settings.runner}", *settings.beam_options])
     pipeline = beam.Pipeline(options=options)
     outputs = pipeline | "DistillBatch" >> DistillBatch(
-        chunks, carried, closed, config.kafka.session_events_topic, config.kafka.model_calls_topic,
+        chunks, plan.carried_state, config.kafka.session_events_topic, config.kafka.model_calls_topic,
         config.kafka.client_kwargs(), settings.read_timeout_s, timing, config.rewards, plan.batch_id)
     stage_outputs(outputs, staging_uri)
     result = pipeline.run()

@@ -1,13 +1,13 @@
 """The Beam graph of one distillation batch: read ranges -> parse -> sessionize -> trajectories -> staged Parquet.
 
-    PlanRanges -> Spread -> ReadOffsetRanges ─┐
-    CarriedPending ───────────────────────────┴> AllRecords -> ParseRecords ─┐
-    ClosedSessions ──────────────────────────────────────────────────────────┴> GroupBySession
+    PlanRanges -> Spread -> ReadOffsetRanges ──┐
+    CarriedPending (last batch's pending files) ┴> AllRecords -> ParseRecords ──┐
+    ClosedSessions (last batch's closed files) ──────────────────────────────┴> GroupBySession
       -> DecideReadiness -> BuildTrajectories -> StageTrajectories
       dead letters of every step -> AllDeadLetters -> StampDeadLetters -> StageDeadLetters
       pending records -> StagePending; closed sessions -> StageClosed
 
-Outputs land in the batch's staging folder; the driver commits them (pipelines/commit.py). The graph is
+Outputs land in the batch's staging folder; the driver commits them (pipelines/distill.py). The graph is
 runner-agnostic: the same transforms run on DirectRunner here and on Flink or Dataflow (README.md).
 """
 
@@ -29,11 +29,11 @@ STAGED = {"trajectories": TRAJECTORY_SCHEMA, "dead_letters": DEAD_LETTER_SCHEMA,
 class DistillBatch(beam.PTransform):
     """PBegin -> {"trajectories", "dead_letters", "pending", "closed"}: PCollections of row dicts."""
 
-    def __init__(self, ranges: list[OffsetRange], carried: list[RawRecord], closed: list[tuple[str, int]],
+    def __init__(self, ranges: list[OffsetRange], carried_state: str | None,
                  events_topic: str, calls_topic: str, client_kwargs: dict, read_timeout_s: float,
                  timing: sessionize.Timing, rewards: RewardsConfig, batch_id: str):
         super().__init__()
-        self._ranges, self._carried, self._closed = ranges, carried, closed
+        self._ranges, self._carried_state = ranges, carried_state
         self._topics = (events_topic, calls_topic)
         self._client_kwargs, self._read_timeout_s = client_kwargs, read_timeout_s
         self._timing, self._rewards, self._batch_id = timing, rewards, batch_id
@@ -43,15 +43,17 @@ class DistillBatch(beam.PTransform):
                 | "PlanRanges" >> beam.Create(self._ranges)
                 | "Spread" >> beam.Reshuffle()
                 | "ReadOffsetRanges" >> beam.ParDo(ReadOffsetRange(self._client_kwargs, self._read_timeout_s)))
-        carried = pbegin | "CarriedPending" >> beam.Create(self._carried)
+        carried = (self._read_state(pbegin, "pending", "CarriedPending")
+                   | "AsRawRecords" >> beam.Map(RawRecord.from_row))
         parsed = ((read, carried)
                   | "AllRecords" >> beam.Flatten()
                   | "ParseRecords" >> beam.ParDo(parse.ParseRecord(*self._topics)).with_outputs(
                       parse.DEAD, main="records"))
-        closed = pbegin | "ClosedSessions" >> beam.Create(self._closed)
+        closed = (self._read_state(pbegin, "closed", "ClosedSessions")
+                  | "AsClosedPairs" >> beam.Map(lambda row: (row["session_id"], row["closed_at_ms"])))
         decided = ({"records": parsed.records, "closed": closed}
                    | "GroupBySession" >> beam.CoGroupByKey()
-                   | "DecideReadiness" >> beam.ParDo(sessionize.DecideSession(self._timing)).with_outputs(
+                   | "DecideReadiness" >> beam.ParDo(sessionize.DecideSession(self._timing, *self._topics)).with_outputs(
                        sessionize.PENDING, sessionize.CLOSED, sessionize.DEAD, main="ready"))
         built = decided.ready | "BuildTrajectories" >> beam.ParDo(trajectories.BuildTrajectories(
             self._rewards, self._batch_id, self._timing.as_of_ms)).with_outputs(trajectories.DEAD, main="rows")
@@ -60,6 +62,13 @@ class DistillBatch(beam.PTransform):
                 | "StampDeadLetters" >> beam.Map(stamp_dead_letter, self._batch_id, self._timing.as_of_ms))
         return {"trajectories": built.rows, "dead_letters": dead, "pending": decided[sessionize.PENDING],
                 "closed": decided[sessionize.CLOSED]}
+
+
+    def _read_state(self, pbegin, name: str, label: str):
+        """Rows a committed batch left for this one, read by the workers (never through the driver)."""
+        if self._carried_state is None:
+            return pbegin | label >> beam.Create([])
+        return pbegin | label >> beam.io.ReadFromParquet(f"{self._carried_state.rstrip('/')}/{name}-*.parquet")
 
 
 def stamp_dead_letter(row: dict, batch_id: str, as_of_ms: int) -> dict:

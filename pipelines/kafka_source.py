@@ -42,7 +42,7 @@ def high_water_marks(client_kwargs: dict, topics: list[str], starts: dict[tuple[
         partitions = []
         for topic in topics:
             ids = consumer.partitions_for_topic(topic)
-            if ids is None:
+            if not ids:
                 raise RuntimeError(f"topic {topic!r} does not exist; create it (`liverl up` does) or fix kafka.*_topic")
             partitions += [TopicPartition(topic, p) for p in sorted(ids)]
         consumer.assign(partitions)

@@ -35,8 +35,8 @@ def parse_record(record: RawRecord, events_topic: str, calls_topic: str) -> Pars
     elif record.topic == calls_topic:
         kind, message_type = CALL, ModelCall
     else:
-        return dead_letters.record_dead_letter(dead_letters.UNKNOWN_TOPIC, f"record from unplanned topic {record.topic}",
-                                               record, None)
+        return dead_letters.record_dead_letter(
+            dead_letters.UNKNOWN_TOPIC, f"record from unplanned topic {record.topic}", record, None)
     header_version = record.header(names.HEADER_SCHEMA_VERSION)
     try:
         if header_version is not None and int(header_version) > names.EVENT_SCHEMA_VERSION:
@@ -73,7 +73,11 @@ def _key(record: RawRecord) -> str | None:
 
 
 class ParseRecord(beam.DoFn):
-    """Main output: (session_id, Parsed). Tagged output DEAD: dead-letter rows."""
+    """Main output: (session_id, the record as a plain tuple). Tagged output DEAD: dead-letter rows.
+
+    Valid records cross the shuffle as plain tuples of primitives (fast to encode) and are parsed again
+    after grouping: protobuf parsing is far cheaper than pickling messages through GroupByKey.
+    """
 
     def __init__(self, events_topic: str, calls_topic: str):
         self._events_topic = events_topic
@@ -83,7 +87,7 @@ class ParseRecord(beam.DoFn):
     def process(self, record: RawRecord):
         parsed = parse_record(record, self._events_topic, self._calls_topic)
         if isinstance(parsed, Parsed):
-            yield parsed.message.session_id, parsed
+            yield parsed.message.session_id, tuple(record)
         else:
             self.malformed.inc()
             yield beam.pvalue.TaggedOutput(DEAD, parsed)

@@ -17,7 +17,7 @@ import apache_beam as beam
 
 from liverl.rewards.session import SessionRecord
 from pipelines import dead_letters
-from pipelines.parse import CALL, EVENT, Parsed
+from pipelines.parse import EVENT, Parsed, parse_record
 from pipelines.records import RawRecord
 
 READY = "ready"
@@ -124,18 +124,20 @@ def summarize(record: SessionRecord) -> dict:
 
 
 class DecideSession(beam.DoFn):
-    """(session_id, {"records": [Parsed], "closed": [ms]}) -> READY SessionRecord; tagged PENDING raw-record
+    """(session_id, {"records": [record tuples], "closed": [ms]}) -> READY SessionRecord; tagged PENDING raw-record
     rows, CLOSED closed-session rows and DEAD dead-letter rows."""
 
-    def __init__(self, timing: Timing):
+    def __init__(self, timing: Timing, events_topic: str, calls_topic: str):
         self._timing = timing
+        self._topics = (events_topic, calls_topic)
         self.counters = {name: beam.metrics.Metrics.counter("distill", name)
                          for name in ("sessions_ready", "sessions_pending", "sessions_dead", "duplicates",
                                       "late_events")}
 
     def process(self, element):
         session_id, grouped = element
-        decision = decide(session_id, list(grouped["records"]), list(grouped["closed"]), self._timing)
+        parsed = [parse_record(RawRecord(*fields), *self._topics) for fields in grouped["records"]]
+        decision = decide(session_id, parsed, list(grouped["closed"]), self._timing)
         self.counters["duplicates"].inc(decision.duplicates)
         self.counters["late_events"].inc(decision.late_events)
         if decision.status == READY:

@@ -20,7 +20,6 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from pipelines.kafka_source import OffsetRange
-from pipelines.records import CLOSED_SESSION_SCHEMA, RAW_RECORD_SCHEMA, RawRecord
 
 
 @dataclass(frozen=True)
@@ -87,20 +86,19 @@ class StateStore:
         self._fs.create_dir(path, recursive=True)
 
     def read_staged(self, batch_uri: str, name: str, schema: pa.Schema) -> pa.Table:
-        path = self._local(batch_uri)
-        files = [info.path for info in self._fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
-                 if info.base_name.startswith(f"{name}-") and info.base_name.endswith(".parquet")]
-        tables = [pq.read_table(f, filesystem=self._fs, schema=schema) for f in sorted(files)]
+        tables = [pq.read_table(f, filesystem=self._fs, schema=schema) for f in self._staged_files(batch_uri, name)]
         return pa.concat_tables(tables) if tables else schema.empty_table()
 
-    def carried(self, batch_uri: str | None) -> tuple[list[RawRecord], list[tuple[str, int]]]:
-        """The pending records and closed sessions a committed batch left for the next one."""
+    def _staged_files(self, batch_uri: str, name: str) -> list[str]:
+        return sorted(info.path for info in self._list(self._local(batch_uri))
+                      if info.base_name.startswith(f"{name}-") and info.base_name.endswith(".parquet"))
+
+    def count_staged(self, batch_uri: str | None, name: str) -> int:
+        """Rows in a staged output, from the Parquet footers only."""
         if batch_uri is None:
-            return [], []
-        pending = self.read_staged(batch_uri, "pending", RAW_RECORD_SCHEMA).to_pylist()
-        closed = self.read_staged(batch_uri, "closed", CLOSED_SESSION_SCHEMA).to_pylist()
-        return ([RawRecord.from_row(row) for row in pending],
-                [(row["session_id"], row["closed_at_ms"]) for row in closed])
+            return 0
+        files = self._staged_files(batch_uri, name)
+        return sum(pq.ParquetFile(f, filesystem=self._fs).metadata.num_rows for f in files)
 
     def prune(self, committed_seq: int, keep: int) -> None:
         """Delete plans up to the committed batch and staging folders older than the last `keep` batches."""

@@ -109,7 +109,7 @@ def build_rows(session: SessionRecord, rewards: RewardsConfig, batch_id: str, di
         except Exception as error:  # a reward bug must not stop the pipeline: the session is kept as a dead letter
             dead.append(dead_letters.session_dead_letter(
                 dead_letters.LABEL_FAILED, f"reward library failed for agent {agent_id}: {error!r}",
-                f"{session.session_id}", summarize(session) | {"agent_id": agent_id}))
+                session.session_id, summarize(session) | {"agent_id": agent_id}, agent_id))
             continue
         parent, stage = graph.get(agent_id, (None, None))
         signals = {k: float(v) for k, v in label.signals.items()}

@@ -22,6 +22,7 @@ from serving.spool import OutRecord, Spool
 log = logging.getLogger("liverl.serving.recorder")
 
 REPLAY_EVERY_S = 2.0
+RECONNECT_EVERY_S = 5.0  # while Kafka is down, records go straight to the spool between attempts
 
 
 class Recorder:
@@ -35,6 +36,7 @@ class Recorder:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="modelcall-recorder", daemon=True)
         self._last_replay = 0.0
+        self._next_connect = 0.0
 
     def start(self) -> "Recorder":
         self._thread.start()
@@ -81,13 +83,13 @@ class Recorder:
             if record is not None:
                 self._metrics.recording_queue.set(self._queue.qsize())
                 self._send(record)
-            if time.monotonic() - self._last_replay > REPLAY_EVERY_S:
+            if self.spool.pending() and time.monotonic() - self._last_replay > REPLAY_EVERY_S:
                 self._last_replay = time.monotonic()
                 self._maybe_replay()
 
     def _send(self, record: OutRecord) -> None:
         producer = self._producer_or_none()
-        if producer is None:
+        if producer is None or self.spool.pending():  # behind spooled records: keep each session's order
             self._to_spool(record)
             return
         try:
@@ -144,19 +146,24 @@ class Recorder:
     def _producer_or_none(self):
         if self._producer is not None:
             return self._producer
+        if time.monotonic() < self._next_connect or self._stop.is_set():
+            return None
         try:
             from kafka import KafkaProducer
 
             self._producer = KafkaProducer(**self._kafka.client_kwargs(), enable_idempotence=True, acks="all",
                                            linger_ms=5, max_block_ms=5000, request_timeout_ms=10000,
-                                           delivery_timeout_ms=30000)
+                                           delivery_timeout_ms=30000, bootstrap_timeout_ms=5000,
+                                           reconnect_backoff_max_ms=2000)
         except Exception as error:  # broker down: spool, try again later
             log.warning("recording: Kafka unavailable (%s); spooling", error)
             self._producer = None
+            self._next_connect = time.monotonic() + RECONNECT_EVERY_S
         return self._producer
 
     def _drop_producer(self) -> None:
         producer, self._producer = self._producer, None
+        self._next_connect = time.monotonic() + RECONNECT_EVERY_S
         if producer is not None:
             try:
                 producer.close(timeout=1)

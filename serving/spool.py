@@ -42,6 +42,7 @@ class Spool:
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
         self._segment = self._next_segment()
+        self._pending = self.size() > 0
 
     def append(self, record: OutRecord) -> bool:
         """Write one record; False (and nothing written) when the spool is full."""
@@ -51,13 +52,15 @@ class Spool:
                 return False
             with self._segment.open("a", encoding="utf-8") as sink:
                 sink.write(line)
+            self._pending = True
             return True
 
     def size(self) -> int:
         return sum(p.stat().st_size for p in self.folder.glob("*.jsonl") if p.exists())
 
     def pending(self) -> bool:
-        return any(p.stat().st_size for p in self.folder.glob("*.jsonl") if p.exists())
+        """Records wait in the spool (cheap: no disk access)."""
+        return self._pending
 
     def replay(self, send_all: Callable[[list[OutRecord]], None]) -> int:
         """Hand each closed segment's records to send_all (which raises unless all were acknowledged),
@@ -73,6 +76,8 @@ class Spool:
             send_all(records)
             segment.unlink()
             replayed += len(records)
+        with self._lock:
+            self._pending = self._segment.exists()
         return replayed
 
     def _next_segment(self) -> Path:

@@ -18,7 +18,8 @@ N_EMBD = 64
 N_HEAD = 2
 N_POSITIONS = 128  # prompts stay under 64 tokens, completions under 8
 DEMO_SESSIONS_PER_FAMILY = 600
-FIT_STEPS = 600
+FIT_STEPS = 800
+FIT_BATCH_SIZE = 32
 FIT_LEARNING_RATE = 3e-3
 
 
@@ -39,9 +40,13 @@ def bootstrap_base_policy(
         out_dir, VOCABULARY, n_layer=N_LAYER, n_embd=N_EMBD, n_head=N_HEAD, n_positions=N_POSITIONS, seed=seed
     )
     tokenizer = PreTrainedTokenizerFast.from_pretrained(str(out))
-    model = AutoModelForCausalLM.from_pretrained(str(out))
+    # No dropout: the loop recomputes logprobs in train mode and compares them with the behaviour's.
+    model = AutoModelForCausalLM.from_pretrained(
+        str(out), attn_implementation="eager", attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0
+    )
     torch.manual_seed(seed)
     demos = make_demonstrations(DEMO_SESSIONS_PER_FAMILY, seed)
-    fit(model, tokenizer, demos, steps=fit_steps, learning_rate=FIT_LEARNING_RATE, seed=seed, log=log)
+    fit(model, tokenizer, demos, steps=fit_steps, batch_size=FIT_BATCH_SIZE, learning_rate=FIT_LEARNING_RATE, seed=seed,
+        log=log)
     model.save_pretrained(out, safe_serialization=True)
     return out

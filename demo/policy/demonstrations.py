@@ -15,8 +15,8 @@ from demo.product.grammar import FIXES, parse_tool_call
 from demo.product.tasks import CodingTask, OrchestratorTask, SearchTask, make_task
 
 # Behaviour mixtures per family: mode -> weight. A session picks one mode at its start.
-CODING_MODES = {"good": 0.25, "ask": 0.3, "broken": 0.25, "wrong_file": 0.2}
-SEARCH_MODES = {"good": 0.2, "broad_stop": 0.3, "broad_prune": 0.1, "answer_all": 0.15, "wrong_topic": 0.1, "broken": 0.15}
+CODING_MODES = {"good": 0.3, "ask": 0.4, "broken": 0.3}
+SEARCH_MODES = {"good": 0.25, "broad_stop": 0.3, "broad_prune": 0.15, "answer_all": 0.15, "broken": 0.15}
 ORCHESTRATOR_MODES = {"good": 0.15, "idle_spawn": 0.4, "serial": 0.2, "broken": 0.25}
 RECOVERY = 0.4
 """After a clarifying question, a broken call or a failed edit, the chance that the next call is right."""
@@ -63,32 +63,23 @@ def _coding_agent(task: CodingTask, mode: str, rng) -> str:
         return right
     if mode == "ask":
         return "ask_user"
-    if mode == "broken":
-        return rng.choice([f"edit {FIXES[task.bug]}", f"edit {task.buggy_file}", f"{task.buggy_file} {FIXES[task.bug]}"])
-    other = rng.choice([f for f in task.files if f != task.buggy_file])
-    return f"edit {other} {FIXES[task.bug]}"
+    return rng.choice([f"edit {FIXES[task.bug]}", f"edit {task.buggy_file}", f"{task.buggy_file} {FIXES[task.bug]}"])
 
 
 def _search_agent(task: SearchTask, mode: str, rng) -> str:
     if not task.context:  # first call
         if mode in ("broad_stop", "broad_prune"):
             return "search all"
-        if mode == "wrong_topic":
-            return f"search {rng.choice([t for t in task.topic_of.values() if t != task.topic])}"
         if mode == "broken" and task.calls == 0:
             return rng.choice(["search", "answer", "prune_chunks"])
         return f"search {task.topic}"
-    on_topic = [c for c in task.context if task.topic_of[c] == task.topic]
-    off_topic = [c for c in task.context if task.topic_of[c] != task.topic]
     if mode == "broad_stop":
         return "done"
-    if task.over_budget:
-        return f"prune_chunks {' '.join(off_topic[:4])}"
+    if task.over_budget:  # results of a broad search are unranked: pruning the tail is a guess
+        return f"prune_chunks {' '.join(task.context[-4:])}"
     if mode == "answer_all":
         return f"answer {' '.join(task.context[:4])}"
-    if mode == "wrong_topic":
-        return f"answer {' '.join(task.context[:2])}"
-    return f"answer {' '.join(on_topic)}"
+    return f"answer {' '.join(task.context[:2])}"  # ranked results: the top two
 
 
 def _orchestrator_agent(task: OrchestratorTask, mode: str, rng) -> str:

@@ -47,8 +47,10 @@ class SenderStats:
 class BackgroundSender:
     def __init__(self, target: str, token: str, spool_dir: Path | None, max_queue_events: int = 10_000,
                  batch_size: int = 256, linger_s: float = 0.02, request_timeout_s: float = 10.0,
-                 max_spool_bytes: int = 256 << 20, credentials: grpc.ChannelCredentials | None = None):
+                 max_spool_bytes: int = 256 << 20, credentials: grpc.ChannelCredentials | None = None,
+                 max_request_bytes: int = 4 << 20):
         self.batch_size = batch_size
+        self.max_request_bytes = max_request_bytes  # under the service's ingest.max_request_bytes
         self.linger_s = linger_s
         self.request_timeout_s = request_timeout_s
         self.max_queue_events = max_queue_events
@@ -112,8 +114,10 @@ class BackgroundSender:
         with self._cond:
             leftover = list(self._queue)
             self._queue.clear()
-        if leftover:
-            self._park([e.SerializeToString() for e in leftover])
+        if leftover and not self._park([e.SerializeToString() for e in leftover]):
+            with self._cond:
+                self._stats.dropped += len(leftover)  # no spool (or a full one): these are lost, say so
+            log.warning("closing with %d unsent events and no spool room: dropped", len(leftover))
         if self._spool is not None:
             self._spool.close()
         self._channel.close()
@@ -144,7 +148,12 @@ class BackgroundSender:
                     return True
             if len(self._queue) < self.batch_size and self.linger_s:
                 self._cond.wait(self.linger_s)  # let a batch form; submit() only notifies on the first event
-            batch = [self._queue.popleft() for _ in range(min(self.batch_size, len(self._queue)))]
+            batch, size = [], 0
+            while self._queue and len(batch) < self.batch_size and (not batch or size < self.max_request_bytes):
+                if batch and size + self._queue[0].ByteSize() > self.max_request_bytes:
+                    break
+                batch.append(self._queue.popleft())
+                size += batch[-1].ByteSize()
             self._in_flight = len(batch)
         blobs = [event.SerializeToString() for event in batch]
         ok = self._send(blobs)
@@ -157,7 +166,7 @@ class BackgroundSender:
         return ok
 
     def _send_spooled(self) -> bool:
-        blobs, position = self._spool.read(self.batch_size)
+        blobs, position = self._spool.read(self.batch_size, self.max_request_bytes)
         if not blobs:
             return True
         ok = self._send(blobs)
@@ -176,9 +185,9 @@ class BackgroundSender:
             code = error.code()
             with self._cond:
                 self._stats.last_error = f"{code.name}: {error.details()}"
-                if code in RETRIABLE:
+                if code in RETRIABLE and not (code == grpc.StatusCode.RESOURCE_EXHAUSTED and len(blobs) == 1):
                     return False
-                # Refused for good (bad token, wrong tenant, malformed): retrying cannot help; count it.
+                # Refused for good (bad token, wrong tenant, one event over the size limit): count it.
                 self._stats.rejected += len(blobs)
                 self._stats.rejected_by_reason[code.name.lower()] += len(blobs)
             log.warning("capture service refused a batch of %d events: %s %s", len(blobs), code.name,

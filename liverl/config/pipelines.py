@@ -7,7 +7,7 @@ from liverl.config.section import Section
 
 class PipelinesConfig(Section):
     consumer_group: str = "liverl-distill"
-    """Name under which the distiller's progress is recorded (offsets live in the table's commits); prefix of batch ids."""
+    """Name under which the distiller's progress is recorded (offsets live in the table's commits); batch id prefix."""
     follow_interval_s: float = 10.0
     """`liverl distill --follow`: seconds between batches."""
     runner: str = "DirectRunner"

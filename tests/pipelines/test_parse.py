@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from liverl import names
 from pipelines import dead_letters
 from pipelines.parse import CALL, EVENT, Parsed, parse_record
@@ -41,3 +44,10 @@ def test_bad_records_get_their_reason():
             letter = parse_record(record, EVENTS, CALLS)
             assert isinstance(letter, dict) and letter["reason"] == reason, (reason, letter)
             assert letter["source_offset"] == 7 and letter["payload"] == record.value
+
+
+@settings(max_examples=200, deadline=None)
+@given(value=st.binary(max_size=200), topic=st.sampled_from([EVENTS, CALLS]))
+def test_arbitrary_bytes_never_raise(value, topic):
+    result = parse_record(_record(topic, value), EVENTS, CALLS)
+    assert isinstance(result, Parsed) or result["reason"] in dead_letters.REASONS

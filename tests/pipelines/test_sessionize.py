@@ -67,12 +67,15 @@ def test_unbuildable_sessions_are_dead():
 
 def test_decide_session_step_routes_every_output():
     ready, pending = coding_session("ready"), coding_session("pending", t=100_000, end=False)
-    groups = [("ready", {"records": _parsed(*ready), "closed": []}),
-              ("pending", {"records": _parsed(*pending), "closed": []}),
-              ("late", {"records": _parsed(coding_session("late")[0][:1], []), "closed": [T0]})]
+    def records(events, calls):  # as ParseRecord emits them: plain tuples, parsed again after the shuffle
+        return [tuple(item.record) for item in _parsed(events, calls)]
+
+    groups = [("ready", {"records": records(*ready), "closed": []}),
+              ("pending", {"records": records(*pending), "closed": []}),
+              ("late", {"records": records(coding_session("late")[0][:1], []), "closed": [T0]})]
     with BeamTestPipeline() as pipeline:
         out = (pipeline | beam.Create(groups)
-               | beam.ParDo(DecideSession(_timing(10_000))).with_outputs(PENDING, CLOSED, DEAD, main="ready"))
+               | beam.ParDo(DecideSession(_timing(10_000), "ev", "mc")).with_outputs(PENDING, CLOSED, DEAD, main="ready"))
         assert_that(out.ready | "Ids" >> beam.Map(lambda s: s.session_id), equal_to(["ready"]), label="Ready")
         assert_that(out[PENDING] | "Count" >> beam.combiners.Count.Globally(),
                     equal_to([len(_parsed(*pending))]), label="Pending")

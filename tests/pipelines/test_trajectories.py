@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from liverl.config.rewards import RewardsConfig
 from liverl.rewards.session import SessionRecord
@@ -77,3 +79,20 @@ def test_a_failing_reward_library_dead_letters_the_trajectory_without_raising():
     rows, dead = build_rows(_session(*coding_session("f")), RewardsConfig(), "b", 0, label_fn=broken_label)
     assert rows == [] and [d["reason"] for d in dead] == [dead_letters.LABEL_FAILED]
     assert "ZeroDivisionError" in dead[0]["message"]
+
+
+@settings(max_examples=100, deadline=None)
+@given(turns=st.lists(st.tuples(st.lists(st.integers(0, 50), max_size=5), st.lists(st.integers(0, 50), max_size=4),
+                                 st.booleans()), min_size=1, max_size=6),
+       trainable=st.booleans())
+def test_chains_stay_aligned_and_mask_exactly_the_sampled_tokens(turns, trainable):
+    """Each turn: new context, a completion, and whether the next prompt rewrites the context."""
+    calls, context = [], []
+    for i, (delta, completion, rewrite) in enumerate(turns):
+        prompt = ([99] if rewrite else context) + delta
+        calls.append(call("s", i, f"r{i}", prompt, completion))
+        context = prompt + completion
+    chain = chain_tokens(calls, trainable)
+    assert len(chain["token_ids"]) == len(chain["loss_mask"]) == len(chain["behaviour_logprobs"])
+    assert sum(chain["loss_mask"]) == (sum(len(c) for _, c, _ in turns) if trainable else 0)
+    assert chain["span_ends"][-1] == len(chain["token_ids"]) and chain["segment_starts"][0] == 0

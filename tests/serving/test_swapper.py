@@ -89,8 +89,7 @@ def test_alias_move_swaps_under_load_without_a_failed_request(config, tiny_polic
     assert failures == []
     assert {r.policy_version for r in responses} == {"1", "2"}
     # Each worker has at most one request that started before the switch and ended after it was seen.
-    assert all(r.policy_version == "2" for r in responses[seen_after + len(workers):]), (
-        [r.policy_version for r in responses], seen_after, server.lines)
+    assert [r.policy_version for r in responses[seen_after:]].count("1") <= len(workers)
     assert {c.policy_version for c in rest} == {"1"}  # the long request finished on the version it started on
     assert info.policy_version == "2"
     assert any(line.startswith("serving swap version=2 previous=1") for line in server.lines)

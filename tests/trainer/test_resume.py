@@ -49,17 +49,18 @@ def _final_weights(config) -> dict[str, torch.Tensor]:
 
 
 def test_resume_after_kill_matches_an_uninterrupted_run(stack, tiny_policy_dir, trajectories, tmp_path):
-    rows = [trajectories.batch(name, 12) for name in ("a", "b", "c")]
+    rows = [trajectories.batch(name, 8) for name in ("a", "b")]
     runs = {}
     for name in ("reference", "killed"):
         config = trainer_config(stack, tmp_path / name, steps_per_version=1)
+        config.trainer.deepspeed.micro_batch_tokens = 16  # 2 trajectories a micro-batch: several short steps
         register_base(config, tiny_policy_dir, say=lambda *_: None)
         for sequence, batch in enumerate(rows):
             commit_batch(config.table.trajectories_uri, batch, f"batch-{sequence}", sequence)
         runs[name] = config
 
     reference = _train(runs["reference"])
-    killed = _train(runs["killed"], kill_after="version 3 registered")
+    killed = _train(runs["killed"], kill_after="version 2 registered")
     resumed = _train(runs["killed"])
     print("\n".join(["-- reference", *reference, "-- killed", *killed, "-- resumed", *resumed]))
     assert any(line.startswith("trainer ready") and "checkpoint step-" in line for line in resumed)
@@ -75,4 +76,4 @@ def test_resume_after_kill_matches_an_uninterrupted_run(stack, tiny_policy_dir, 
     # One version per checkpoint, none registered twice, and together they trained on every table version.
     versions = [mv for mv in Registry(runs["killed"].mlflow).versions() if mv.tags.get(names.TAG_PARENT_VERSION)]
     assert len(versions) == states["killed"].step
-    assert set().union(*(json.loads(mv.tags[names.TAG_TABLE_VERSIONS]) for mv in versions)) == {0, 1, 2}
+    assert set().union(*(json.loads(mv.tags[names.TAG_TABLE_VERSIONS]) for mv in versions)) == {0, 1}

@@ -1,7 +1,8 @@
 """Search task (Context-1): find the chunks about a topic under a hard context budget.
 
-A focused search returns 2 gold chunks and 2 distractors; a broad `search all` returns 2 gold and 4
-distractors, which overflows the budget so that only prune_chunks (or giving up) is allowed until it fits.
+Search results are ranked: a focused search returns the 2 gold chunks first, then 2 distractors; a
+broad `search all` returns 2 gold and 4 distractors in no useful order, which overflows the budget so
+that only prune_chunks (or giving up) is allowed until it fits, and pruning blind may lose gold chunks.
 `answer` ends the session. Score: F1 of the answered chunks against the gold ones, less 0.1 per call
 beyond two; 0 when the agent never answers (the "one broad search then stop" hack).
 """
@@ -35,7 +36,7 @@ class SearchTask(Task):
         self.off_topic = tuple(ids[GOLD_PER_TASK + BROAD_DISTRACTORS :])  # what a wrong-topic search finds
         self.topic_of = {c: self.topic for c in self.gold}
         self.topic_of.update({c: rng.choice(others) for c in (*distractors, *self.off_topic)})
-        self.focused = _shuffled(rng, [*self.gold, *distractors[:FOCUSED_DISTRACTORS]])
+        self.focused = (*_shuffled(rng, list(self.gold)), *distractors[:FOCUSED_DISTRACTORS])  # ranked
         self.broad = _shuffled(rng, [*self.gold, *distractors])
         self.context: list[str] = []
         self.answer: tuple[str, ...] = ()
@@ -51,7 +52,7 @@ class SearchTask(Task):
     def prompt(self) -> str:
         parts = [f"search find {self.topic} budget {BUDGET_CHUNKS}"]
         if self.context:
-            parts.append("ctx " + " ".join(f"{c} {self.topic_of[c]}" for c in self.context))
+            parts.append("ctx " + " ".join(self.context))
         if self.over_budget:
             parts.append("over")
         return " ".join(parts) + " :"

@@ -1,0 +1,149 @@
+"""Capture benchmark: events through the SDK and capture service vs a plain kafka-python producer.
+
+Both run in one process run against the same embedded broker (tansu, memory storage, started here);
+the capture service runs as its own process (`liverl capture`), as in production.
+
+    .venv/bin/python bench/ingest_bench.py [--events 20000] [--rounds 3]
+
+Prints, per round and as medians: events/s for each path, their ratio, and the p50/p99 time the SDK
+adds to the caller's call (one recording call: build the event and queue it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--events", type=int, default=20000, help="events per path per round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--session-length", type=int, default=20, help="events per session")
+    return parser.parse_args(argv)
+
+
+def start_stack(folder: Path):
+    from infra.embedded import processes
+    from infra.embedded.broker import start_tansu
+    from infra.embedded.topics import ensure_topics
+    from liverl.config import load_config
+
+    port, grpc_port = processes.free_port(), processes.free_port()
+    config = load_config(overrides=["--stack.data_dir", str(folder), "--stack.broker_port", str(port),
+                                    "--ingest.grpc_port", str(grpc_port)], environ={})
+    broker = start_tansu("127.0.0.1", port, folder, None)
+    ensure_topics(config.kafka)
+    log = folder / "capture.log"
+    service = processes.start("capture", [sys.executable, "-m", "liverl.cli", "capture", "--log-level", "WARNING",
+                                          "--stack.data_dir", str(folder), "--stack.broker_port", str(port),
+                                          "--ingest.grpc_port", str(grpc_port), "--ingest.http_port", "0",
+                                          "--ingest.metrics_port", "0"], log, cwd=REPO)
+    processes.wait_until(lambda: "capture ready" in log.read_text(), 60, "liverl capture", service, log)
+    return config, broker, service
+
+
+def run_sdk(config, events: int, session_length: int, spool: Path) -> tuple[float, list[int]]:
+    """events/s from the first recording call until the service acknowledged everything; per-call ns."""
+    from ingest.sdk import CaptureClient
+
+    client = CaptureClient(f"127.0.0.1:{config.ingest.grpc_port}", "demo-token", spool, max_queue_events=events + 10,
+                           batch_size=500)
+    calls: list[int] = []
+    clock = time.perf_counter_ns
+    started = time.perf_counter()
+    recorded = 0
+    while recorded < events:
+        t0 = clock()
+        session = client.start_session(task_family="coding", task_id="bench", user_id="u1")
+        calls.append(clock() - t0)
+        recorded += 1
+        for step in range(min(session_length, events - recorded) - 1):
+            t0 = clock()
+            if step % 2:
+                session.tool_call("edit", '{"file": "a.py", "line": 42}', request_id="req-1")
+            else:
+                session.user_message("please fix the failing test in module a.py")
+            calls.append(clock() - t0)
+            recorded += 1
+        if recorded < events:
+            t0 = clock()
+            session.end("completed")
+            calls.append(clock() - t0)
+            recorded += 1
+    if not client.flush(timeout_s=300):
+        raise RuntimeError(f"the SDK did not deliver in time: {client.stats()}")
+    elapsed = time.perf_counter() - started
+    stats = client.stats()
+    client.close()
+    if stats["sent"] != recorded or stats["dropped"] or stats["rejected"]:
+        raise RuntimeError(f"not every event was accepted: {stats}")
+    return recorded / elapsed, calls
+
+
+def run_plain(config, events: int, session_length: int) -> float:
+    """The same events, pre-built, through a plain idempotent kafka-python producer (acks=all)."""
+    from kafka import KafkaProducer
+
+    from liverl.v1 import session_event_pb2
+
+    payloads = []
+    for i in range(events):
+        event = session_event_pb2.SessionEvent(event_id=uuid.uuid4().hex, session_id=f"s{i // session_length}",
+                                               schema_version=1, event_time_ms=int(time.time() * 1000), sequence=i)
+        event.user_message.text = "please fix the failing test in module a.py"
+        payloads.append((event.session_id.encode(), event.SerializeToString()))
+    producer = KafkaProducer(**config.kafka.client_kwargs(), enable_idempotence=True, acks="all", linger_ms=2)
+    started = time.perf_counter()
+    for key, value in payloads:
+        producer.send("bench.plain", key=key, value=value)
+    producer.flush()
+    elapsed = time.perf_counter() - started
+    producer.close()
+    return events / elapsed
+
+
+def main(argv=None) -> int:
+    from infra.embedded import processes
+
+    args = parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="ingest-bench-") as tmp:
+        folder = Path(tmp)
+        config, broker, service = start_stack(folder)
+        try:
+            sdk_rates, plain_rates, all_calls = [], [], []
+            for round_index in range(args.rounds):
+                plain = run_plain(config, args.events, args.session_length)
+                sdk, calls = run_sdk(config, args.events, args.session_length, folder / f"sdk-spool-{round_index}")
+                sdk_rates.append(sdk)
+                plain_rates.append(plain)
+                all_calls.extend(calls)
+                p50, p99 = percentile(calls, 50), percentile(calls, 99)
+                print(f"round {round_index + 1} | sdk+capture {sdk:8.0f} ev/s | plain kafka-python {plain:8.0f} ev/s"
+                      f" | ratio {sdk / plain:.2f} | caller p50 {p50 / 1000:.1f} us p99 {p99 / 1000:.1f} us",
+                      flush=True)
+        finally:
+            processes.stop(service.pid)
+            processes.stop(broker.pid)
+    sdk_median, plain_median = statistics.median(sdk_rates), statistics.median(plain_rates)
+    print(f"median  | sdk+capture {sdk_median:8.0f} ev/s | plain kafka-python {plain_median:8.0f} ev/s"
+          f" | ratio {sdk_median / plain_median:.2f} | caller p50 {percentile(all_calls, 50) / 1000:.1f} us"
+          f" p99 {percentile(all_calls, 99) / 1000:.1f} us ({len(all_calls)} calls)")
+    return 0
+
+
+def percentile(values: list[int], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q / 100))]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

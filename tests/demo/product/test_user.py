@@ -1,0 +1,58 @@
+import random
+from collections import Counter
+
+from demo.product.grammar import parse_tool_call
+from demo.product.tasks import CodingTask, SearchTask
+from demo.product.user import SimulatedUser, UserModel
+
+
+def coding(seed, texts):
+    t = CodingTask(random.Random(seed), "t")
+    for text in texts(t):
+        t.step(parse_tool_call(text, t.tools))
+    return t
+
+
+def reactions(texts, n=400):
+    user = SimulatedUser()
+    out = []
+    for seed in range(n):
+        t = coding(seed, texts)
+        out.append(user.react(t, t.outcome(), [f"call-{i}" for i in range(t.calls)], random.Random(seed)))
+    return out
+
+
+def test_right_edits_are_mostly_kept_and_target_the_edit():
+    kinds = Counter()
+    for reaction in reactions(lambda t: [t.right_edit]):
+        first = reaction.feedback[0]
+        assert first.target_call_id == "call-0"
+        kinds[first.kind] += 1
+        assert reaction.follow_up is None or any(f.kind == "DISSATISFIED_FOLLOWUP" for f in reaction.feedback)
+    assert kinds["EDIT_KEPT"] > 0.8 * sum(kinds.values())
+
+
+def test_wrong_edits_are_mostly_reverted_and_often_followed_up():
+    def wrong(t):
+        other = next(f for f in t.files if f != t.buggy_file)
+        return [t.right_edit.replace(t.buggy_file, other), "ask_user"]
+
+    rs = reactions(wrong)
+    reverted = sum(r.feedback[0].kind == "EDIT_REVERTED" for r in rs)
+    followed = sum(r.follow_up is not None for r in rs)
+    assert reverted > 0.7 * len(rs)
+    assert 0.5 * len(rs) < followed < len(rs)
+
+
+def test_no_edit_means_no_edit_feedback():
+    for reaction in reactions(lambda t: ["ask_user", "ask_user"], n=50):
+        assert all(f.kind == "DISSATISFIED_FOLLOWUP" for f in reaction.feedback)
+
+
+def test_search_users_rate_by_outcome():
+    user = SimulatedUser(UserModel(rating_chance=1.0))
+    t = SearchTask(random.Random(0), "t")
+    for text in (f"search {t.topic}", "answer " + " ".join(t.context[:2])):
+        t.step(parse_tool_call(text, t.tools))
+    reaction = user.react(t, t.outcome(), [], random.Random(0))
+    assert [f.kind for f in reaction.feedback] == ["THUMBS_UP"]

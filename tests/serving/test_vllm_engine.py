@@ -1,0 +1,97 @@
+"""The real vLLM engine end to end: gRPC request -> vLLM -> ModelCall on Kafka, and a hot-swap.
+
+Two engine starts in all (one per version), shared by the module. Logprobs are compared with a plain
+forward pass of the weights the record names, which proves the version label as well as the values.
+"""
+
+import grpc
+import pytest
+import torch
+
+from liverl import names
+from liverl.v1 import common_pb2, model_call_pb2, serving_pb2, serving_pb2_grpc
+from tests.serving.conftest import ServerThread, module_topics, read_topic, register_version, serving_config
+
+pytestmark = pytest.mark.slow
+
+
+def _reference(policy_dir, prompt_ids, tokens):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(policy_dir, dtype=torch.float32).eval()
+    with torch.no_grad():
+        logprobs = torch.log_softmax(model(torch.tensor([prompt_ids + tokens])).logits[0], -1)
+    return [float(logprobs[len(prompt_ids) - 1 + i, t]) for i, t in enumerate(tokens)]
+
+
+@pytest.fixture(scope="module")
+def vllm_server(stack, tiny_policy_dir, second_policy_dir, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("vllm")
+    config = serving_config(module_topics(stack, f"vllm-{tmp.name}"), tmp, f"vllm-{tmp.name}", engine="vllm",
+                            probation_s=1.0, min_swap_interval_s=3600.0)
+    register_version(config, tiny_policy_dir, (names.ALIAS_CHAMPION,))
+    second = register_version(config, second_policy_dir)
+    with ServerThread(config) as server:
+        server.second_version = second
+        yield server
+
+
+def _generate(channel, session, seed):
+    stub = serving_pb2_grpc.PolicyServiceStub(channel)
+    request = serving_pb2.GenerateRequest(prompt="fix the file", session_id=session,
+                                          sampling=common_pb2.SamplingParams(temperature=1.0, max_tokens=6, seed=seed))
+    return stub.Generate(request, metadata=((names.META_AGENT_ROLE, "orchestrator"),), timeout=120)
+
+
+def _recorded(server, session):
+    config = server.server.config
+    assert server.server.recorder.flush(30)
+    return [model_call_pb2.ModelCall.FromString(r.value)
+            for r in read_topic(config, config.kafka.model_calls_topic, expect=100, timeout_s=10)
+            if r.key == session.encode()]
+
+
+def test_grpc_to_vllm_to_kafka_with_exact_logprobs(vllm_server, tiny_policy_dir):
+    with grpc.insecure_channel(vllm_server.grpc_target) as channel:
+        response = _generate(channel, "s-vllm-1", seed=5)
+        again = _generate(channel, "s-vllm-1", seed=5)
+        chunks = list(serving_pb2_grpc.PolicyServiceStub(channel).GenerateStream(
+            serving_pb2.GenerateRequest(prompt="fix the file", session_id="s-vllm-1",
+                                        sampling=common_pb2.SamplingParams(temperature=1.0, max_tokens=6, seed=5)),
+            timeout=120))
+        info = serving_pb2_grpc.PolicyServiceStub(channel).ModelInfo(serving_pb2.ModelInfoRequest(), timeout=10)
+    assert info.engine == "vllm" and info.policy_version == "1"
+    assert response.policy_version == "1" and 1 <= len(response.token_ids) == len(response.logprobs)
+    assert list(again.token_ids) == list(response.token_ids)  # seeded sampling repeats
+    assert [t for c in chunks for t in c.token_ids] == list(response.token_ids)
+
+    calls = _recorded(vllm_server, "s-vllm-1")
+    assert len(calls) == 3
+    call = next(c for c in calls if c.request_id == response.request_id)
+    assert call.policy_version == "1" and call.agent_role == common_pb2.AGENT_ROLE_ORCHESTRATOR
+    assert list(call.completion_token_ids) == list(response.token_ids)
+    expected = _reference(tiny_policy_dir, list(call.prompt_token_ids), list(call.completion_token_ids))
+    assert list(call.completion_logprobs) == pytest.approx(expected, abs=1e-3)
+
+
+def test_force_swap_loads_a_second_vllm_engine_and_retires_the_first(vllm_server, tiny_policy_dir,
+                                                                     second_policy_dir):
+    import time
+
+    first = vllm_server.server.router.champion
+    with grpc.insecure_channel(vllm_server.grpc_target) as channel:
+        swapped = serving_pb2_grpc.PolicyAdminStub(channel).ForceSwap(
+            serving_pb2.SwapRequest(version=vllm_server.second_version), timeout=300)
+        response = _generate(channel, "s-vllm-2", seed=5)
+    assert swapped.ok and swapped.policy_version == "2", swapped.message
+    assert response.policy_version == "2"
+    call = next(c for c in _recorded(vllm_server, "s-vllm-2") if c.request_id == response.request_id)
+    tokens = list(call.completion_token_ids)
+    assert list(call.completion_logprobs) == pytest.approx(
+        _reference(second_policy_dir, list(call.prompt_token_ids), tokens), abs=1e-3)
+    assert list(call.completion_logprobs) != pytest.approx(
+        _reference(tiny_policy_dir, list(call.prompt_token_ids), tokens), abs=1e-3)
+    deadline = time.monotonic() + 120
+    while first.engine._llm is not None and time.monotonic() < deadline:  # probation over: old engine freed
+        time.sleep(0.5)
+    assert first.engine._llm is None

@@ -1,0 +1,41 @@
+"""Per-family running baselines; leave-one-out where a step holds a group; optional normalisation."""
+
+from __future__ import annotations
+
+import pytest
+
+from liverl.config.trainer import AdvantageConfig
+from trainer.advantages import Baselines, compute_advantages
+from trainer.trajectory import Trajectory
+
+
+def _t(family: str, task_id: str = "") -> Trajectory:
+    return Trajectory("t", 0, family, task_id, "single", ("1",), (1, 2), (0, 1), (0.0, -1.0))
+
+
+def test_first_batch_of_a_family_uses_its_batch_mean_then_the_running_baseline():
+    baselines = Baselines()
+    config = AdvantageConfig(baseline_momentum=0.5, leave_one_out=False)
+    assert compute_advantages([_t("coding"), _t("coding")], [1.0, 0.0], baselines, config) == [0.5, -0.5]
+    assert baselines.means == {"coding": 0.5}
+    assert compute_advantages([_t("coding")], [1.0], baselines, config) == [0.5]
+    assert baselines.means == {"coding": 0.75}  # 0.5·0.5 + 0.5·1.0
+
+
+def test_families_keep_separate_baselines():
+    baselines = Baselines({"coding": 1.0, "search": 0.0})
+    advantages = compute_advantages([_t("coding"), _t("search")], [1.0, 1.0], baselines, AdvantageConfig())
+    assert advantages == [0.0, 1.0]
+
+
+def test_leave_one_out_within_a_task_group():
+    baselines = Baselines({"coding": 100.0})  # ignored for grouped trajectories
+    group = [_t("coding", "task-1"), _t("coding", "task-1"), _t("coding", "task-1"), _t("coding", "other")]
+    advantages = compute_advantages(group, [3.0, 0.0, 0.0, 100.0], baselines, AdvantageConfig())
+    assert advantages == pytest.approx([3.0, -1.5, -1.5, 0.0])
+
+
+def test_batch_normalisation_gives_unit_spread():
+    config = AdvantageConfig(normalize="batch", leave_one_out=False)
+    advantages = compute_advantages([_t("c"), _t("c")], [2.0, 0.0], Baselines(), config)
+    assert advantages == pytest.approx([1.0, -1.0], abs=1e-5)

@@ -1,0 +1,62 @@
+"""Each loss variant against a hand-computed token: value and gradient with respect to log π."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from liverl.config.trainer import LossConfig
+from trainer.losses import behaviour_kl, token_losses
+
+
+def _one_token(kind: str, ratio: float, advantage: float, **overrides):
+    """A single token with π/π_behaviour = ratio and log π = log(0.6); returns (loss, dloss/dlogp, clipped)."""
+    logp = torch.tensor([[math.log(0.6)]], requires_grad=True)
+    behaviour = torch.tensor([[math.log(0.6 / ratio)]])
+    result = token_losses(logp, behaviour, torch.tensor([advantage]), LossConfig(kind=kind, **overrides))
+    result.loss.sum().backward()
+    return result.loss.item(), logp.grad.item(), result.clipped.item()
+
+
+@pytest.mark.parametrize(
+    "ratio, advantage, loss, grad, clipped",
+    [
+        (1.2, 1.0, -1.2, -1.2, 0.0),  # inside the clip range: -r·A, gradient -r·A
+        (1.5, 1.0, -1.28, 0.0, 1.0),  # above 1 + clip_high with A > 0: clipped, no gradient
+        (0.5, -1.0, 0.8, 0.0, 1.0),  # below 1 - clip_low with A < 0: -min(-0.5, -0.8) = 0.8, clipped
+        (1.5, -1.0, 1.5, 1.5, 0.0),  # A < 0 and r high: the unclipped (pessimistic) term is kept
+    ],
+)
+def test_ppo_clip(ratio, advantage, loss, grad, clipped):
+    assert _one_token("ppo", ratio, advantage) == pytest.approx((loss, grad, clipped), abs=1e-5)
+
+
+def test_truncated_importance_sampling():
+    # r = 3 is truncated to the cap 2: value -2·A, gradient -min(r, C)·A = -2 (the weight is a constant).
+    assert _one_token("tis", 3.0, 1.0, tis_cap=2.0) == pytest.approx((-2.0, -2.0, 1.0), abs=1e-5)
+    assert _one_token("tis", 1.2, -0.5, tis_cap=2.0) == pytest.approx((0.6, 0.6, 0.0), abs=1e-5)
+
+
+def test_kimi_log_ratio_mask_and_squared_penalty():
+    tau = 0.01
+    inside = math.log(1.2)  # within [α, β] = [-1, 1]: -r·A + τ·(log r)², gradient -r·A + 2τ·log r
+    expected = (-1.2 + tau * inside**2, -1.2 + 2 * tau * inside, 0.0)
+    assert _one_token("kimi", 1.2, 1.0, kimi_tau=tau) == pytest.approx(expected, abs=1e-5)
+    outside = math.log(4.0)  # above β = 1: no policy-gradient term, only the penalty
+    expected = (tau * outside**2, 2 * tau * outside, 1.0)
+    assert _one_token("kimi", 4.0, 1.0, kimi_tau=tau) == pytest.approx(expected, abs=1e-5)
+
+
+def test_cispo_clipped_stop_gradient_weight():
+    # weight = sg(clip(1.5, 0.8, 1.28)) = 1.28: value -1.28·A·log π, gradient -1.28·A (never zero).
+    expected = (-1.28 * math.log(0.6), -1.28, 1.0)
+    assert _one_token("cispo", 1.5, 1.0) == pytest.approx(expected, abs=1e-5)
+    assert _one_token("cispo", 1.1, -2.0) == pytest.approx((2.2 * math.log(0.6), 2.2, 0.0), abs=1e-5)
+
+
+def test_on_policy_tokens_have_zero_behaviour_kl():
+    logp = torch.tensor([[-1.0, -2.0]])
+    assert behaviour_kl(logp, logp).abs().max().item() == 0.0
+    assert behaviour_kl(logp, logp - 0.5).min().item() > 0.0

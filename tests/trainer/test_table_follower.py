@@ -1,0 +1,74 @@
+"""Reading the table commit by commit, and the step builder's filters on real Delta commits."""
+
+from __future__ import annotations
+
+from liverl.config.trainer import TrainerConfig
+from tests.trainer.conftest import commit_batch, make_row
+from trainer.row_stream import Position, RowStream
+from trainer.step_builder import build_step
+from trainer.table_follower import TableFollower, merge_offsets
+
+
+def _row(tid: str, **kwargs) -> dict:
+    return make_row(tid, "", [5, 6, 7, 8], [0, 1, 1, 1], [0.0, -1.0, -1.0, -1.0], **kwargs)
+
+
+def test_commits_carry_their_batch_and_offsets_and_rows_come_sorted(tmp_path):
+    uri = str(tmp_path / "table")
+    follower = TableFollower(uri)
+    assert follower.latest_version() is None and follower.commits_after(-1) == []
+    commit_batch(uri, [_row("b"), _row("a")], "batch-0", 0, {"events": {"0": [0, 5]}})
+    commit_batch(uri, [_row("c")], "batch-1", 1, {"events": {"0": [5, 9], "1": [0, 2]}})
+    commits = follower.commits_after(-1)
+    assert [(c.version, c.batch_id) for c in commits] == [(0, "batch-0"), (1, "batch-1")]
+    assert [r["trajectory_id"] for r in follower.rows_added(commits[0])] == ["a", "b"]
+    assert [r["trajectory_id"] for r in follower.rows_added(commits[1])] == ["c"]
+    assert follower.commits_after(0) == commits[1:]
+    assert merge_offsets([c.kafka_offsets for c in commits]) == {"events": {"0": [0, 9], "1": [0, 2]}}
+
+
+def test_stream_resumes_inside_a_version(tmp_path):
+    uri = str(tmp_path / "table")
+    commit_batch(uri, [_row("a"), _row("b"), _row("c")], "batch-0", 0)
+    commit_batch(uri, [_row("d")], "batch-1", 1)
+    stream = RowStream(TableFollower(uri), Position(0, 2, False))
+    seen = []
+    while (item := stream.peek()) is not None:
+        seen.append(item[1]["trajectory_id"])
+        stream.advance()
+    assert seen == ["c", "d"] and stream.position == Position(1, 1, True)
+
+
+def test_step_builder_filters_and_never_trains_a_recommitted_trajectory(tmp_path):
+    uri = str(tmp_path / "table")
+    fresh = {"policy_versions": ("4",)}
+    commit_batch(uri, [_row("fresh-1", **fresh), _row("old", policy_versions=("1",)),
+                       _row("frozen", agent_role="subagent", **fresh) | {"loss_mask": [0, 0, 0, 0]},
+                       _row("broken", **fresh) | {"loss_mask": [0, 1]}], "batch-0", 0)
+    commit_batch(uri, [_row("fresh-1", **fresh), _row("fresh-2", **fresh)], "batch-1", 1)  # fresh-1 again
+    config = TrainerConfig()
+    config.gate.holdout_fraction = 0.0
+    config.staleness.max_version_lag = 3
+    stream = RowStream(TableFollower(uri), Position(-1, 0, True))
+    lines: list[str] = []
+    plan = build_step(stream, {}, "5", 0, config, say=lines.append)
+    assert [t.trajectory_id for t in plan.trajectories] == ["fresh-1", "fresh-2"]
+    assert dict(plan.skipped) == {"invalid": 1, "no_trainable_tokens": 1, "stale": 1, "already_trained": 1}
+    assert sorted(plan.lags) == [1, 1, 4]  # the staleness distribution includes the dropped row
+    assert any("broken" in line and "one entry per token" in line for line in lines)
+    assert sorted(plan.commits) == [0, 1] and stream.peek() is None
+
+
+def test_step_builder_fills_at_most_the_accumulation_steps_token_budget(tmp_path):
+    uri = str(tmp_path / "table")
+    commit_batch(uri, [_row(f"t{i}") for i in range(10)], "batch-0", 0)
+    config = TrainerConfig()
+    config.gate.holdout_fraction = 0.0
+    config.deepspeed.micro_batch_tokens = 8  # two 4-token trajectories a micro-batch
+    config.deepspeed.gradient_accumulation_steps = 2
+    stream = RowStream(TableFollower(uri), Position(-1, 0, True))
+    trained: dict[str, int] = {}
+    sizes = []
+    while not (plan := build_step(stream, trained, "1", 0, config, say=lambda *_: None)).empty:
+        sizes.append(len(plan.trajectories))
+    assert sizes == [4, 4, 2] and len(trained) == 10
