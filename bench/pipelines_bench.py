@@ -5,7 +5,7 @@ apply the same pure steps (parse, dedupe, readiness, token chains, liverl.reward
 is the real `distill_once` (plan, Beam DirectRunner, staged Parquet, Delta commit with offsets); the
 plain path polls every partition in one consumer, groups in dicts and writes one Parquet file.
 
-    .venv/bin/python bench/pipelines_bench.py [--sessions 400] [--rounds 3]
+    .venv/bin/python bench/pipelines_bench.py [--sessions 1500] [--rounds 3] [--runner FnApiRunner]
 
 Prints, per round and as medians: sessions/s and events/s (Kafka records) of each path and their ratio.
 """
@@ -27,7 +27,7 @@ T0 = 1_790_000_000_000
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sessions", type=int, default=400, help="sessions on the topics (about 10 records each)")
+    parser.add_argument("--sessions", type=int, default=1500, help="sessions on the topics (about 10 records each)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--runner", default="DirectRunner", help="Beam runner of the distiller")
     return parser.parse_args(argv)

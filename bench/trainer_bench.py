@@ -113,7 +113,9 @@ class PlainLoop:
         started = time.perf_counter()
         rewards = mixed_rewards(plan.trajectories, step, self.config.rewards)
         advantages = compute_advantages(plan.trajectories, rewards, self.baselines, tc.advantages)
-        samples = [replace(to_sample(t, 1.0, tc.max_seq_len), advantage=a) for t, a in zip(plan.trajectories, advantages)]
+        samples = [
+            replace(to_sample(t, 1.0, tc.max_seq_len), advantage=a) for t, a in zip(plan.trajectories, advantages)
+        ]
         batches = [collate(group) for group in pack(samples, tc.deepspeed.micro_batch_tokens)]
         total = sum(batch.masked_tokens for batch in batches)
         for batch in batches:

@@ -82,15 +82,20 @@ class CaptureCore:
     def dead_letter(self, reason: str, message: str, tenant: str, raw: object, event: SessionEvent | None,
                     now_ms: int) -> Record:
         """The contract's dead-letter JSON; the payload is redacted like anything else bound for Kafka."""
-        if event is not None:
-            copy = SessionEvent()
-            copy.CopyFrom(event)
-            self.redactor.redact_event(copy)
-            payload = copy.SerializeToString()
-        else:
-            blob = raw if isinstance(raw, bytes) else json.dumps(raw, default=str).encode("utf-8", "replace")
-            payload, _ = self.redactor.redact_bytes(blob[:DEAD_LETTER_PAYLOAD_LIMIT])
+        try:
+            if event is not None:
+                copy = SessionEvent()
+                copy.CopyFrom(event)
+                self.redactor.redact_event(copy)
+                payload = copy.SerializeToString()
+            else:
+                blob = raw if isinstance(raw, bytes) else json.dumps(raw, default=str).encode("utf-8", "replace")
+                payload, _ = self.redactor.redact_bytes(blob[:DEAD_LETTER_PAYLOAD_LIMIT])
+        except Exception:  # noqa: BLE001 - an unprintable payload still gets its dead letter, without it
+            log.exception("could not encode a dead letter's payload")
+            payload = b""
         session_id = event.session_id if event is not None else ""
+        message = self._scrub(message)  # parse errors may quote the offending value
         value = json.dumps({"reason": reason, "message": message, "source": "ingest", "tenant_id": tenant,
                             "session_id": session_id, "payload_b64": base64.b64encode(payload).decode(),
                             "at_ms": now_ms}).encode()
@@ -103,7 +108,16 @@ class CaptureCore:
         self.metrics.requests_rejected.labels(reason).inc()
         self.delivery.deliver([self.dead_letter(reason, message, tenant, raw, None, int(self.clock() * 1000))])
         log.warning(json.dumps({"msg": "capture request rejected", "api": api, "tenant": tenant, "reason": reason,
-                                "detail": message}))
+                                "detail": self._scrub(message)}))
+
+    def refuse_caller(self, status: str, message: str, api: str) -> None:
+        """Missing or wrong credentials: counted and logged, never dead-lettered (unauthenticated bytes
+        do not reach Kafka)."""
+        self.metrics.requests_rejected.labels(status).inc()
+        log.warning(json.dumps({"msg": "capture request refused", "api": api, "reason": status, "detail": message}))
+
+    def _scrub(self, text: str) -> str:
+        return self.redactor.redact_text(text, Counter()) if self.redactor.enabled else text
 
     def _opted_out(self, tenant: str, event: SessionEvent) -> bool:
         users = self.opt_out_users.get(tenant)
@@ -133,7 +147,7 @@ class CaptureCore:
                                     "accepted": accepted, "rejected": len(response.rejected),
                                     "reasons": dict(reasons),
                                     "first": {"index": response.rejected[0].index,
-                                              "message": response.rejected[0].message}}))
+                                              "message": self._scrub(response.rejected[0].message)}}))
 
     def _maybe_prune(self, now_ms: int) -> None:
         if now_ms / 1000 - self._last_prune > PRUNE_EVERY_S:

@@ -30,7 +30,7 @@ class CaptureHandler:
         try:
             tenant = self.auth.tenant_of(metadata.get("authorization"), metadata.get(names.META_TENANT))
         except AuthError as error:
-            self.core.metrics.requests_rejected.labels(error.status).inc()
+            self.core.refuse_caller(error.status, error.message, api="grpc")
             context.abort(AUTH_STATUS[error.status], error.message)
         try:
             events = split_events(request)

@@ -43,7 +43,7 @@ def build_app(core: CaptureCore, auth: TokenAuth, max_batch_events: int, max_req
         try:
             tenant = auth.tenant_of(request.headers.get("authorization"), request.headers.get(names.META_TENANT))
         except AuthError as error:
-            core.metrics.requests_rejected.labels(error.status).inc()
+            core.refuse_caller(error.status, error.message, api="http")
             return JSONResponse({"error": error.status, "message": error.message},
                                 status_code=AUTH_STATUS[error.status], headers={"WWW-Authenticate": "Bearer"})
         body = await request.body()

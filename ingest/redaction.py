@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from functools import cache
 
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
@@ -34,6 +35,23 @@ ID_FIELDS = frozenset({"event_id", "session_id", "tenant_id", "agent_id", "call_
                        "subagent_id", "task_id", "chunk_ids", "gold_chunk_ids", "answer_chunk_ids"})
 
 
+# Cheap tests that must hold for a detector to match at all (text, lower-cased text): most strings
+# fail them all, so the regular expressions run only where something may be there.
+_PHONE_SHAPE = re.compile(r"\+\d|\(\d{3}\)|\d{3}[\s.-]\d")
+_EMAIL_SHAPE = re.compile(r"[A-Za-z0-9._%+-]@[A-Za-z0-9-]")
+_KEY_PREFIX = re.compile(r"sk[-_]|AKIA|xox|AIza|gh[pousr]_")
+_SECRET_WORD = re.compile(r"secret|token|passw|key|credential")
+TRIGGERS: dict[str, Callable[[str, str], bool]] = {
+    "private_key": lambda text, lower: "-----begin" in lower,
+    "jwt": lambda text, lower: "eyJ" in text,
+    "api_key": lambda text, lower: _KEY_PREFIX.search(text) is not None,
+    "bearer_token": lambda text, lower: "bearer" in lower,
+    "env_secret": lambda text, lower: ("=" in text or ":" in text) and _SECRET_WORD.search(lower) is not None,
+    "email": lambda text, lower: "@" in text and _EMAIL_SHAPE.search(text) is not None,
+    "phone": lambda text, lower: _PHONE_SHAPE.search(text) is not None,
+}
+
+
 class Redactor:
     """Compiled detectors; `redact_event` rewrites a protobuf message in place and returns counts."""
 
@@ -43,34 +61,41 @@ class Redactor:
         if unknown:
             raise ValueError(f"unknown redaction patterns {sorted(unknown)}; choose from {sorted(BUILTIN_PATTERNS)}")
         self.enabled = enabled
-        self._rules: list[tuple[str, re.Pattern]] = [(name, re.compile(BUILTIN_PATTERNS[name])) for name in
-                                                     BUILTIN_PATTERNS if name in builtin]
+        always = lambda text, lower: True  # noqa: E731 - custom patterns have no cheap pre-test
+        self._rules: list[tuple[str, re.Pattern, Callable[[str, str], bool]]] = [
+            (name, re.compile(BUILTIN_PATTERNS[name]), TRIGGERS[name]) for name in BUILTIN_PATTERNS if name in builtin]
+        self._has_custom = bool(custom)
         for name, pattern in (custom or {}).items():
             try:
-                self._rules.append((name, re.compile(pattern)))
+                self._rules.append((name, re.compile(pattern), always))
             except re.error as error:
                 raise ValueError(f"custom redaction pattern {name!r} is not a valid regex: {error}") from error
-        # One pass finds most strings clean; the detectors run one by one only on a hit.
-        try:
-            self._any = re.compile("|".join(f"(?:{rule.pattern})" for _, rule in self._rules)) if self._rules else None
-        except re.error:  # a custom pattern with global flags cannot be combined: check every detector
-            self._any = re.compile("")
 
     def redact_text(self, text: str, counts: Counter) -> str:
-        if self._any is None or not self._any.search(text):
-            return text
-        for name, rule in self._rules:
-            text, found = rule.subn(_replacement(name), text)
-            if found:
-                counts[name] += found
+        lower = text.lower()
+        for name, rule, may_match in self._rules:
+            if may_match(text, lower):
+                text, found = rule.subn(_replacement(name), text)
+                if found:
+                    counts[name] += found
+                    lower = text.lower()
         return text
 
     def redact_event(self, message: Message) -> Counter:
         """Redact every string field (nested messages, repeated fields and map values) in place."""
         counts: Counter = Counter()
-        if self.enabled:
+        if self.enabled and self._may_match_somewhere(message):
             _walk_strings(message, lambda text: self.redact_text(text, counts))
         return counts
+
+    def _may_match_somewhere(self, message: Message) -> bool:
+        """Run the cheap pre-tests once over the serialized event (every string lies in it, byte for
+        byte): most events are clean and skip the field walk. Custom patterns always walk."""
+        if self._has_custom:
+            return True
+        blob = message.SerializeToString().decode("latin-1")
+        lower = blob.lower()
+        return any(may_match(blob, lower) for _, _, may_match in self._rules)
 
     def redact_bytes(self, raw: bytes) -> tuple[bytes, Counter]:
         """Best effort over bytes that did not parse (dead-letter payloads): byte-for-byte via latin-1."""
@@ -89,25 +114,39 @@ def _replacement(name: str) -> Callable[[re.Match], str]:
 
 def _walk_strings(message: Message, rewrite: Callable[[str], str]) -> None:
     for field, value in message.ListFields():
-        if field.name in ID_FIELDS:
+        kind = _field_kind(field)
+        if kind == "skip":
             continue
-        repeated = field.is_repeated
-        if field.type == FieldDescriptor.TYPE_STRING:
-            if repeated:
-                value[:] = [rewrite(item) for item in value]
-            else:
-                setattr(message, field.name, rewrite(value))
-        elif field.type == FieldDescriptor.TYPE_MESSAGE:
-            if field.message_type.GetOptions().map_entry:
-                value_field = field.message_type.fields_by_name["value"]
-                if value_field.type == FieldDescriptor.TYPE_STRING:
-                    for key in list(value):
-                        value[key] = rewrite(value[key])
-                elif value_field.type == FieldDescriptor.TYPE_MESSAGE:
-                    for key in list(value):
-                        _walk_strings(value[key], rewrite)
-            elif repeated:
-                for item in value:
-                    _walk_strings(item, rewrite)
-            else:
-                _walk_strings(value, rewrite)
+        if kind == "string":
+            redacted = rewrite(value)
+            if redacted is not value:
+                setattr(message, field.name, redacted)
+        elif kind == "strings":
+            value[:] = [rewrite(item) for item in value]
+        elif kind == "message":
+            _walk_strings(value, rewrite)
+        elif kind == "messages":
+            for item in value:
+                _walk_strings(item, rewrite)
+        elif kind == "string_map":
+            for key in list(value):
+                value[key] = rewrite(value[key])
+        elif kind == "message_map":
+            for key in list(value):
+                _walk_strings(value[key], rewrite)
+
+
+@cache
+def _field_kind(field: FieldDescriptor) -> str:
+    """How to walk a field; cached per descriptor (reading descriptor options is slow)."""
+    if field.name in ID_FIELDS:
+        return "skip"
+    if field.type == FieldDescriptor.TYPE_STRING:
+        return "strings" if field.is_repeated else "string"
+    if field.type != FieldDescriptor.TYPE_MESSAGE:
+        return "skip"
+    if field.message_type.GetOptions().map_entry:
+        value_type = field.message_type.fields_by_name["value"].type
+        return {FieldDescriptor.TYPE_STRING: "string_map", FieldDescriptor.TYPE_MESSAGE: "message_map"}.get(
+            value_type, "skip")
+    return "messages" if field.is_repeated else "message"

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +24,8 @@ from ingest.metrics import CaptureMetrics
 from ingest.sessions import SessionRegistry
 from ingest.spool import Spool
 from liverl.config import LiverlConfig
+
+log = logging.getLogger("liverl.ingest.service")
 
 
 def spool_dir(config: LiverlConfig) -> Path:
@@ -58,6 +61,8 @@ class CaptureServer:
         return f"{self.config.ingest.host}:{self.http_port}"
 
     def start(self) -> "CaptureServer":
+        if not self.config.ingest.tenant_tokens:
+            log.warning("ingest.tenant_tokens is empty: every request will be refused as unauthenticated")
         self.delivery.start()
         self._start_grpc()
         if self.config.ingest.http_port:

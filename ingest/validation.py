@@ -17,6 +17,8 @@ from liverl.v1 import common_pb2, session_event_pb2
 SessionEvent = session_event_pb2.SessionEvent
 MAX_ID_CHARS = 256
 LATE_KINDS = frozenset({"feedback", "outcome"})  # may arrive after the session closed
+AGENT_ROLES = frozenset(common_pb2.AgentRole.values())
+FEEDBACK_KINDS = frozenset(session_event_pb2.FeedbackKind.values())
 
 
 class Rejected(Exception):
@@ -119,7 +121,7 @@ def _check_time(event: SessionEvent, now_ms: int, limits: Limits) -> None:
 def _check_values(event: SessionEvent) -> None:
     kind = event.WhichOneof("body")
     if kind == "feedback":
-        if event.feedback.kind not in session_event_pb2.FeedbackKind.values():
+        if event.feedback.kind not in FEEDBACK_KINDS:
             raise Rejected("invalid_value", f"feedback.kind {event.feedback.kind} is not a known FeedbackKind")
         value = event.feedback.value
         if not math.isfinite(value):
@@ -132,7 +134,7 @@ def _check_values(event: SessionEvent) -> None:
             raise Rejected("invalid_value", "outcome.score must be a finite number in [0, 1]")
         if any(not math.isfinite(v) for v in event.outcome.metrics.values()):
             raise Rejected("invalid_value", "outcome.metrics values must be finite numbers")
-    if event.agent_role not in common_pb2.AgentRole.values():
+    if event.agent_role not in AGENT_ROLES:
         raise Rejected("invalid_value", f"agent_role {event.agent_role} is not a known AgentRole")
 
 

@@ -87,9 +87,33 @@ def chain_tokens(calls, trainable: bool) -> dict:
             "policy_versions": list(dict.fromkeys(span_versions))}
 
 
+def label_agents(session: SessionRecord, agent_ids: list[str], rewards: RewardsConfig, judge=None,
+                 label_fn=reward_label) -> dict:
+    """agent id -> RewardLabel, or the exception the reward library raised for that agent.
+
+    Without a judge: liverl.rewards.label per agent (contract 5). With the judge enabled: the library's
+    label_batch, which fetches every verdict of the session in one judge_many call, then labels.
+    """
+    if judge is not None:
+        from liverl.rewards.batch import label_batch
+
+        try:
+            return dict(zip(agent_ids, label_batch([(session, a) for a in agent_ids], rewards, judge)))
+        except Exception:  # find the agent that fails; the others keep their labels
+            def label_fn(one_session, agent_id, config):
+                return label_batch([(one_session, agent_id)], config, judge)[0]
+    labels: dict = {}
+    for agent_id in agent_ids:
+        try:
+            labels[agent_id] = label_fn(session, agent_id, rewards)
+        except Exception as error:  # a reward bug must not stop the pipeline: the agent becomes a dead letter
+            labels[agent_id] = error
+    return labels
+
+
 def build_rows(session: SessionRecord, rewards: RewardsConfig, batch_id: str, distilled_at_ms: int,
-               label_fn=reward_label) -> tuple[list[dict], list[dict]]:
-    """(trajectory rows, dead letters) of one ready session; label_fn is liverl.rewards.label (contract 5)."""
+               judge=None, label_fn=reward_label) -> tuple[list[dict], list[dict]]:
+    """(trajectory rows, dead letters) of one ready session."""
     problem = check_session(session)
     if problem:
         reason, message = problem
@@ -101,14 +125,14 @@ def build_rows(session: SessionRecord, rewards: RewardsConfig, batch_id: str, di
     for call in session.model_calls:
         by_agent.setdefault(call.agent_id or "main", []).append(call)
     turns = sum(1 for e in session.events if e.WhichOneof("body") == "user_message")
+    labels = label_agents(session, list(by_agent), rewards, judge, label_fn)
     rows, dead = [], []
     for agent_id, calls in by_agent.items():
         role = ROLE_NAMES.get(calls[0].agent_role, "single")
-        try:
-            label = label_fn(session, agent_id, rewards)
-        except Exception as error:  # a reward bug must not stop the pipeline: the session is kept as a dead letter
+        label = labels[agent_id]
+        if isinstance(label, Exception):
             dead.append(dead_letters.session_dead_letter(
-                dead_letters.LABEL_FAILED, f"reward library failed for agent {agent_id}: {error!r}",
+                dead_letters.LABEL_FAILED, f"reward library failed for agent {agent_id}: {label!r}",
                 session.session_id, summarize(session) | {"agent_id": agent_id}, agent_id))
             continue
         parent, stage = graph.get(agent_id, (None, None))
@@ -165,12 +189,23 @@ class BuildTrajectories(beam.DoFn):
         self._batch_id = batch_id
         self._distilled_at_ms = distilled_at_ms
         self.trajectories = beam.metrics.Metrics.counter("distill", "trajectories")
+        self._judge = None
+
+    def setup(self):
+        if self._rewards.judge.enabled:  # the reward library's only I/O: one client per worker
+            from liverl.rewards.judge import Judge
+
+            self._judge = Judge(self._rewards.judge)
 
     def process(self, session: SessionRecord):
-        rows, dead = build_rows(session, self._rewards, self._batch_id, self._distilled_at_ms)
+        rows, dead = build_rows(session, self._rewards, self._batch_id, self._distilled_at_ms, self._judge)
         for row in rows:
             self.trajectories.inc()
             yield row
         for letter in dead:
             yield beam.pvalue.TaggedOutput(DEAD, letter)
+
+    def teardown(self):
+        if self._judge is not None:
+            self._judge.close()
 

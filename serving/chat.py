@@ -63,7 +63,8 @@ def parse_tool_calls(text: str, tools: list[dict[str, Any]] | None) -> list[dict
             if not isinstance(item, dict) or item.get("name") not in offered:
                 return []
             arguments = item.get("arguments", {})
+            if not isinstance(arguments, str):
+                arguments = json.dumps(arguments)
             calls.append({"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
-                          "function": {"name": item["name"],
-                                       "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments)}})
+                          "function": {"name": item["name"], "arguments": arguments}})
     return calls

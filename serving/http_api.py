@@ -15,6 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict
+from starlette.background import BackgroundTask
 
 from liverl import names
 from serving.auth import Keys
@@ -138,7 +139,8 @@ def build_http_app(completions: Completions, info, swapper, keys: Keys) -> FastA
                                                                     piece.delta.logprobs)})
                 yield "data: [DONE]\n\n"
 
-            return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
+            return StreamingResponse(events(), media_type="text/event-stream", headers=headers,
+                                     background=BackgroundTask(call.close))  # frees the lease on early disconnect
         await call.run()
         logprobs = None
         if body.logprobs is not None:
@@ -167,7 +169,8 @@ def build_http_app(completions: Completions, info, swapper, keys: Keys) -> FastA
         headers = {names.META_POLICY_VERSION: call.version}
         if body.stream:
             return StreamingResponse(_chat_events(call, body, cid, created, model_name),
-                                     media_type="text/event-stream", headers=headers)
+                                     media_type="text/event-stream", headers=headers,
+                                     background=BackgroundTask(call.close))  # frees the lease on early disconnect
         await call.run()
         tool_calls = parse_tool_calls(call.text, body.tools)
         message: dict[str, Any] = {"role": "assistant", "content": None if tool_calls else call.text}
@@ -185,7 +188,8 @@ def build_http_app(completions: Completions, info, swapper, keys: Keys) -> FastA
         body = await _json_body(request)
         version = str(body.get("version") or "")
         if swapper.registry is None:
-            raise ApiError(409, "serving a fixed policy_dir: there is no registry to swap from", "invalid_request_error")
+            raise ApiError(409, "serving a fixed policy_dir: there is no registry to swap from",
+                           "invalid_request_error")
         if not version:
             import asyncio
 

@@ -81,12 +81,17 @@ class PolicyServer:
         c = self.config.serving
         last_said = -WAIT_FOR_ALIAS_LOG_EVERY_S
         while True:
-            version = await asyncio.to_thread(self.registry.alias_version, c.alias)
-            if version:
-                return version
+            problem = "unset"
+            try:
+                version = await asyncio.to_thread(self.registry.alias_version, c.alias)
+                if version:
+                    return version
+            except Exception as error:  # registry not up yet: keep waiting, say why
+                problem = f"{type(error).__name__}: {str(error)[:200]}"
             if time.monotonic() - last_said >= WAIT_FOR_ALIAS_LOG_EVERY_S:
                 last_said = time.monotonic()
-                self.say(f"serving waiting alias={c.alias} model={self.config.mlflow.registered_model}")
+                self.say(f"serving waiting alias={c.alias} model={self.config.mlflow.registered_model} "
+                         f"registry={self.config.mlflow.tracking_uri} problem={problem!r}")
             await asyncio.sleep(c.watch_interval_s)
 
     async def _start_grpc(self, keys: Keys) -> None:

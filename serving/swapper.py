@@ -88,9 +88,8 @@ class HotSwapper:
 
     async def start_with(self, version: str, policy_dir: Path | None = None) -> Slot:
         slot = await self.load(version, policy_dir)
-        self.router.switch(slot)
+        self.router.switch(slot)  # the first load is not a swap: the minimum interval starts at the first switch
         self.metrics.serving_version.labels(version, "champion").set(1)
-        self.last_swap = time.monotonic()
         return slot
 
     async def swap_to(self, version: str, reason: str = "alias") -> SwapResult:

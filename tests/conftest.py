@@ -49,7 +49,11 @@ def fresh_topics(stack: LiverlConfig, request) -> LiverlConfig:
     """The session stack with topic names unique to this test, so tests never see each other's records."""
     from infra.embedded.topics import ensure_topics
 
-    suffix = request.node.name.replace("[", "-").replace("]", "").replace("/", "-")[:60]
+    import hashlib
+
+    name = request.node.name.replace("[", "-").replace("]", "").replace("/", "-")
+    # readable prefix + a digest of the full node id, so long parametrized names never share topics
+    suffix = f"{name[:40]}-{hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:10]}"
     config = stack.model_copy(deep=True)
     config.kafka.session_events_topic = f"t.{suffix}.session-events"
     config.kafka.model_calls_topic = f"t.{suffix}.model-calls"

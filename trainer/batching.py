@@ -31,6 +31,10 @@ class MicroBatch:
     def masked_tokens(self) -> float:
         return float(self.loss_mask.sum())
 
+    def to(self, device) -> "MicroBatch":
+        return MicroBatch(self.token_ids.to(device), self.attention_mask.to(device), self.loss_mask.to(device),
+                          self.behaviour_logprobs.to(device), self.advantages.to(device), self.real_tokens)
+
 
 def pack(samples: list[Sample], token_budget: int) -> list[list[Sample]]:
     """Greedy in order (the order is the table's, so a cursor stays meaningful); one sample at least per batch."""

@@ -61,7 +61,11 @@ def full_state_dict(engine) -> dict:
     import torch
 
     module = engine.module
+
+    def copy() -> dict:
+        return {name: tensor.detach().to("cpu", torch.float32).clone() for name, tensor in module.state_dict().items()}
+
     if engine.zero_optimization_stage() == 3:
         with deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=None):
-            return {name: tensor.detach().to("cpu", torch.float32).clone() for name, tensor in module.state_dict().items()}
-    return {name: tensor.detach().to("cpu", torch.float32).clone() for name, tensor in module.state_dict().items()}
+            return copy()
+    return copy()

@@ -32,7 +32,7 @@ def holdout_inputs(trainer: "Trainer") -> tuple[list[Trajectory], list[float], d
     """Advantages use a copy of the baselines: evaluating must not move what training uses."""
     tc = trainer.tc
     rows = trainer.follower.rows_up_to(trainer.stream.version)
-    drift = serving_drift(rows, trainer.config.rewards)
+    drift = serving_drift(rows, trainer.config.rewards, tc.gate.drift_min_trajectories)
     holdout = held_out_trajectories(rows, tc.gate.holdout_fraction, tc.gate.max_holdout, tc.max_seq_len)
     if not holdout:
         return [], [], drift

@@ -86,7 +86,7 @@ class Trainer:
         registered = 0
         while not self.stop_requested:
             trained = self.train_step()
-            if self.should_checkpoint(idle=not trained):
+            if self.should_checkpoint():
                 registered += self.checkpoint_and_publish()
             if not trained:
                 if not follow:
@@ -96,7 +96,7 @@ class Trainer:
             registered += self.checkpoint_and_publish()
         return registered
 
-    def should_checkpoint(self, idle: bool) -> bool:
+    def should_checkpoint(self) -> bool:
         if not self.window.steps:
             return False
         if self.window.steps >= self.tc.steps_per_version:

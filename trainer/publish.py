@@ -43,8 +43,12 @@ def publish_checkpoint(trainer: "Trainer", pending: PendingPublish, step_metrics
         f"| table versions {pending.table_versions} | trajectories {pending.trajectories} "
         f"| {time.perf_counter() - started:.1f}s"
     )
-    if names.TAG_GATE_DECISION not in registry.tags(version):
-        run_gate(trainer, version, folder)
+    tags = registry.tags(version)
+    if names.TAG_GATE_DECISION not in tags:
+        if names.TAG_GATE_REPORT in tags and registry.alias_version(names.ALIAS_CHAMPION) == version:
+            registry.set_tag(version, names.TAG_GATE_DECISION, "pass")  # crashed after promoting: just record it
+        else:
+            run_gate(trainer, version, folder)
     return version, folder
 
 
@@ -69,10 +73,11 @@ def run_gate(trainer: "Trainer", version: str, folder: Path) -> None:
             max_seq_len=tc.max_seq_len, drift=drift,
         )
     body = {"decision": report.decision, "champion": champion, "reasons": report.reasons, "figures": report.figures}
+    # Report, then champion, then decision: the decision tag last marks the gate as done for a restart.
     registry.set_tag(version, names.TAG_GATE_REPORT, json.dumps(body, sort_keys=True)[:5000])
-    registry.set_tag(version, names.TAG_GATE_DECISION, report.decision)
     if report.passed:
         registry.set_alias(names.ALIAS_CHAMPION, version)
+    registry.set_tag(version, names.TAG_GATE_DECISION, report.decision)
     figures = " | ".join(
         f"{key} {value:.4f}" if isinstance(value, float) else f"{key} {value}"
         for key, value in report.figures.items()

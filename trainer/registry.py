@@ -75,7 +75,9 @@ class Registry:
         run = self.client.create_run(experiment_id, run_name=run_name, tags={k: v for k, v in tags.items()})
         run_id = run.info.run_id
         now = int(time.time() * 1000)
-        metrics = [Metric(key, float(value), now, step) for step, figures in step_metrics for key, value in figures.items()]
+        metrics = [
+            Metric(key, float(value), now, step) for step, figures in step_metrics for key, value in figures.items()
+        ]
         for start in range(0, len(metrics), 900):  # MLflow caps a batch at 1000 metrics
             self.client.log_batch(run_id, metrics=metrics[start:start + 900])
         self.client.log_artifacts(run_id, str(folder), names.POLICY_ARTIFACT_PATH)

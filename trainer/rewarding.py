@@ -18,7 +18,7 @@ def mixed_rewards(trajectories: list[Trajectory], step: int, config: RewardsConf
     ]
 
 
-def serving_drift(rows: Sequence[dict], config: RewardsConfig) -> dict:
+def serving_drift(rows: Sequence[dict], config: RewardsConfig, min_trajectories: int) -> dict:
     """Reward-hacking drift of production traffic: the newest version that served vs the one before it.
 
     The candidate has served nothing yet, so the gate judges the lineage it grows from: if the latest
@@ -27,9 +27,11 @@ def serving_drift(rows: Sequence[dict], config: RewardsConfig) -> dict:
     from liverl.rewards import drift_report, version_monitors
 
     figures = {v: f for v, f in version_monitors(rows).items() if v.isdigit()}
-    served = sorted(figures, key=int)
+    # Small samples swing rates by chance; a flag on noise would block promotion for good.
+    served = sorted((v for v, f in figures.items() if f["n"] >= min_trajectories), key=int)
     if len(served) < 2:
-        return {"ok": True, "flags": [], "notes": [f"versions with traffic: {served}; nothing to compare yet"]}
+        note = f"versions with >= {min_trajectories} trajectories: {served}; nothing to compare yet"
+        return {"ok": True, "flags": [], "notes": [note]}
     newest, previous = served[-1], served[-2]
     report = drift_report(figures[newest], figures[previous], config.monitors).to_dict()
     report["compared"] = [newest, previous]

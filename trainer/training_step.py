@@ -43,7 +43,7 @@ def run_step(engine, plan: StepPlan, step: int, baselines: Baselines, config: Li
     accumulation = tc.deepspeed.gradient_accumulation_steps
     # DeepSpeed steps every `accumulation` micro-batches: a short step is padded with zero-weight copies.
     groups += [[replace(groups[-1][0], weight=0.0)]] * (accumulation - len(groups))
-    batches = [collate(group) for group in groups]
+    batches = [collate(group).to(engine.device) for group in groups]
     total_masked = sum(batch.masked_tokens for batch in batches)
     sums = {"loss": 0.0, "kl": 0.0, "clip": 0.0}
     for batch in batches:

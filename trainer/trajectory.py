@@ -6,6 +6,8 @@ import hashlib
 import math
 from dataclasses import dataclass, field
 
+from liverl.table_schema import TABLE_SCHEMA_VERSION
+
 
 @dataclass(frozen=True)
 class Trajectory:
@@ -33,6 +35,11 @@ class Trajectory:
 
 def from_row(row: dict, table_version: int) -> Trajectory:
     """A row as pyarrow's to_pylist gives it; raises ValueError when its token columns disagree."""
+    if (row.get("schema_version") or TABLE_SCHEMA_VERSION) > TABLE_SCHEMA_VERSION:
+        raise ValueError(
+            f"trajectory {row['trajectory_id']}: table schema version {row['schema_version']} is newer than this "
+            f"trainer's {TABLE_SCHEMA_VERSION}; upgrade liverl to train on it"
+        )
     tokens, mask, logprobs = row["token_ids"], row["loss_mask"], row["behaviour_logprobs"]
     if not (len(tokens) == len(mask) == len(logprobs)):
         raise ValueError(

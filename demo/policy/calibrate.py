@@ -1,10 +1,12 @@
 """Learnability calibration: does a plain off-policy PG loop raise the product's served reward?
 
-    python -m demo.policy.calibrate --iterations 40 --sessions 48 --learning-rate 1e-3
+    python -m demo.policy.calibrate --iterations 20 --learning-rate 3e-4 --sync-every 3
+    python -m demo.policy.calibrate --reward library ...   # train on liverl.rewards' mixed reward
 
 Samples sessions with the local policy (behaviour weights lag the learner by --sync-every
-iterations, like served versions), rewards them with the product's own outcome, updates with
-offpolicy_pg, and prints the served reward per family before and after on fixed evaluation tasks.
+iterations, like served versions), rewards them with the product's served reward (or the rewards
+library's mixed reward, as the real trainer does), updates with offpolicy_pg, and prints the served
+reward per family before and after on fixed evaluation tasks.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ def parse_args(argv=None):
     parser.add_argument("--baseline-decay", type=float, default=0.8, help="per-family running baseline EMA")
     parser.add_argument("--eval-sessions", type=int, default=150)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--reward", choices=("served", "library"), default="served",
+                        help="served: the product's outcome score; library: liverl.rewards label + mix")
     return parser.parse_args(argv)
 
 
@@ -45,17 +49,17 @@ def evaluate(policy, n_sessions: int) -> dict[str, float]:
     return {"all": stats.mean_reward(), **stats.mean_reward_by_family()}
 
 
-def samples_from(stats, turns, baselines: dict[str, float], decay: float) -> list[PgSample]:
-    """Advantage = served reward - the family's running baseline, on every call of the trained agent."""
+def samples_from(stats, turns, rewards_of: list[float], baselines: dict[str, float], decay: float) -> list[PgSample]:
+    """Advantage = the session's reward - its family's running baseline, on every call of the trained agent."""
     rewards = defaultdict(list)
-    for session in stats.sessions:
-        rewards[session.family].append(session.reward)
+    for session, reward in zip(stats.sessions, rewards_of):
+        rewards[session.family].append(reward)
     for family, values in rewards.items():
         baselines.setdefault(family, statistics.fmean(values))
     samples = [
         PgSample(t.completion.prompt_token_ids, t.completion.token_ids, t.completion.logprobs,
-                 session.reward - baselines[session.family])
-        for session, session_turns in zip(stats.sessions, turns)
+                 reward - baselines[session.family])
+        for session, reward, session_turns in zip(stats.sessions, rewards_of, turns)
         for t in session_turns
         if t.completion.token_ids
     ]
@@ -69,6 +73,8 @@ def main(argv=None) -> int:
     import torch
 
     from demo.policy.bootstrap import bootstrap_base_policy
+    from demo.policy.library_reward import RecordingPolicy, library_rewards
+    from liverl.config import load_config
     from demo.product.local_policy import LocalPolicy
     from demo.product.memory_recorder import MemoryRecorder
     from demo.product.traffic import run_traffic
@@ -88,12 +94,18 @@ def main(argv=None) -> int:
     before = evaluate(behaviour, args.eval_sessions)
     print("before | " + " | ".join(f"{k} {v:.3f}" for k, v in before.items()))
     baselines: dict[str, float] = {}
+    rewards_config = load_config(environ={}).rewards
     loop_started = time.monotonic()
     for iteration in range(args.iterations):
         turns: list = []
-        stats = run_traffic(behaviour, MemoryRecorder(), n_sessions=args.sessions, seed=args.seed * 10_000 + iteration,
+        recorder, sampler = MemoryRecorder(), RecordingPolicy(behaviour)
+        stats = run_traffic(sampler, recorder, n_sessions=args.sessions, seed=args.seed * 10_000 + iteration,
                             feedback_delay_s=0.0, turns=turns)
-        samples = samples_from(stats, turns, baselines, args.baseline_decay)
+        if args.reward == "library":
+            rewards = library_rewards(recorder, sampler, stats.sessions, iteration * args.epochs, rewards_config)
+        else:
+            rewards = [s.reward for s in stats.sessions]
+        samples = samples_from(stats, turns, rewards, baselines, args.baseline_decay)
         for _ in range(args.epochs):
             loss, ratio = pg_loss(learner, samples, pad_id)
             optimizer.zero_grad(set_to_none=True)
@@ -105,7 +117,7 @@ def main(argv=None) -> int:
             behaviour.version = str(iteration + 1)
         family = stats.mean_reward_by_family()
         print(
-            f"iter {iteration:3d} | reward {stats.mean_reward():.3f} | "
+            f"iter {iteration:3d} | served {stats.mean_reward():.3f} | trained on {statistics.fmean(rewards):+.3f} | "
             + " ".join(f"{k} {v:.2f}" for k, v in family.items())
             + f" | loss {loss.item():+.4f} | ratio {ratio:.3f} | samples {len(samples)}"
             + f" | {time.monotonic() - loop_started:.0f}s",

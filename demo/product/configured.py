@@ -16,7 +16,7 @@ def grpc_policy(config) -> GrpcPolicy:
     demo = config.demo
     return GrpcPolicy(
         f"{config.serving.host}:{config.serving.grpc_port}",
-        api_key=demo.policy_api_key,
+        api_key=demo.run.serving_api_key,
         temperature=demo.temperature,
         max_new_tokens=demo.max_new_tokens,
         timeout_s=demo.policy_timeout_s,
@@ -24,15 +24,12 @@ def grpc_policy(config) -> GrpcPolicy:
 
 
 def capture_client(config, spool_dir: Path):
-    """The ingest SDK's CaptureClient for the demo tenant (contract 6)."""
+    """The ingest SDK's CaptureClient with the demo product's token (contract 6)."""
     from ingest.sdk import CaptureClient
 
-    token = config.ingest.tenant_tokens.get(config.demo.tenant_id)
-    if token is None:
-        raise ValueError(
-            f"ingest.tenant_tokens has no token for demo.tenant_id {config.demo.tenant_id!r}; add one or change the tenant"
-        )
-    return CaptureClient(target=f"{config.ingest.host}:{config.ingest.grpc_port}", token=token, spool_dir=spool_dir)
+    return CaptureClient(
+        target=f"{config.ingest.host}:{config.ingest.grpc_port}", token=config.demo.run.capture_token, spool_dir=spool_dir
+    )
 
 
 def run_configured_traffic(
@@ -54,9 +51,9 @@ def run_configured_traffic(
         n_sessions=n_sessions,
         duration_s=duration_s,
         seed=demo.seed + seed_offset,
-        concurrency=demo.concurrency,
+        concurrency=demo.run.concurrency,
         families=tuple(demo.families),
-        feedback_delay_s=demo.feedback_delay_s,
+        feedback_delay_s=demo.run.feedback_delay_s,
         subagents_call_policy=demo.subagents_call_policy,
         stop=stop,
         on_session=on_session,

@@ -94,7 +94,7 @@ def _parse_chunks(args):
         raise ValueError(f"takes 1 to {MAX_CHUNK_ARGS} chunk ids, got {len(args)}")
     if len(set(args)) != len(args):
         raise ValueError("repeats a chunk id")
-    return {"chunks": [_one_of(a, CHUNKS, "chunk id") for a in args]}
+    return {"chunk_ids": [_one_of(a, CHUNKS, "chunk id") for a in args]}  # rewards.tools.prune_ids_key
 
 
 def _parse_create(args):

@@ -21,7 +21,7 @@ class RecordedEvent:
 
 
 class MemorySession:
-    def __init__(self, client: "MemoryRecorder", session_id: str, agent_id: str = "main", role: str = "") -> None:
+    def __init__(self, client: "MemoryRecorder", session_id: str, agent_id: str = "main", role: str = "single") -> None:
         self._client = client
         self.session_id = session_id
         self._agent_id = agent_id
@@ -36,8 +36,9 @@ class MemorySession:
     def user_message(self, text: str, follow_up: bool = False) -> None:
         self._add("user_message", text=text, follow_up=follow_up)
 
-    def tool_call(self, name: str, arguments_json: str, request_id: str = "", valid: bool = True, error: str = "") -> str:
-        call_id = f"call-{next(self._client._ids)}"
+    def tool_call(self, name: str, arguments_json: str, request_id: str = "", valid: bool = True, error: str = "",
+                  call_id: str | None = None) -> str:
+        call_id = call_id or f"call-{next(self._client._ids)}"
         self._add("tool_call", call_id=call_id, name=name, arguments_json=arguments_json, request_id=request_id,
                   valid=valid, error=error)
         return call_id
@@ -77,16 +78,18 @@ class MemoryRecorder:
         with self._lock:
             self.events.append(event)
 
-    def start_session(self, task_family: str, task_id: str, user_id: str = "", token_budget: int = 0,
-                      attributes: dict | None = None) -> MemorySession:
-        session = MemorySession(self, f"sess-{uuid.uuid4().hex[:16]}")
+    def start_session(self, task_family: str = "", task_id: str = "", user_id: str = "", token_budget: int = 0,
+                      attributes: dict | None = None, role: str = "single",
+                      session_id: str | None = None) -> MemorySession:
+        session = MemorySession(self, session_id or f"sess-{uuid.uuid4().hex[:16]}", "main", role)
         session._add("session_start", task_family=task_family, task_id=task_id, user_id=user_id,
                      token_budget=token_budget, attributes=dict(attributes or {}))
         return session
 
-    def feedback(self, session_id: str, kind, value: float = 0.0, target_call_id: str = "", comment: str = "") -> None:
-        self._append(RecordedEvent(session_id, "main", "", "feedback",
-                                   {"kind": kind, "value": value, "target_call_id": target_call_id, "comment": comment}))
+    def feedback(self, session_id: str, kind, value: float = 1.0, target_call_id: str = "", comment: str = "",
+                 user_id: str = "") -> None:
+        fields = {"kind": kind, "value": value, "target_call_id": target_call_id, "comment": comment}
+        self._append(RecordedEvent(session_id, "main", "single", "feedback", fields))
 
     def of_session(self, session_id: str) -> list[RecordedEvent]:
         with self._lock:

@@ -15,7 +15,6 @@ from demo.product.grammar import ToolCall, parse_tool_call
 from demo.product.policy import MAIN_AGENT_ID, ROLE_SUBAGENT, Completion, Policy
 from demo.product.tasks import OrchestratorTask, Task
 from demo.product.user import FeedbackItem, SimulatedUser
-from liverl.v1 import session_event_pb2
 
 
 @dataclass(frozen=True)
@@ -66,6 +65,7 @@ def run_session(
         user_id=user_id,
         token_budget=task.token_budget,
         attributes={"product": "liverl-demo"},
+        role=task.agent_role,
     )
     session.user_message(task.request_text(), follow_up=False)
     versions: list[str] = []
@@ -101,7 +101,7 @@ def run_session(
     session.end("completed")
     ended_at = time.time()
     for item in reaction.feedback:
-        feedback.schedule(feedback_delay_s, _sender(recorder, session.session_id, item))
+        feedback.schedule(feedback_delay_s, _sender(recorder, session.session_id, user_id, item))
     return SessionStats(
         session_id=session.session_id,
         family=task.family,
@@ -152,19 +152,15 @@ def _majority_latest(versions: list[str]) -> str:
 
 
 def feedback_kind(name: str):
-    """The SDK's FeedbackKind member for `name` ("EDIT_KEPT"), or the protobuf enum value without the SDK."""
-    try:
-        from ingest.sdk import FeedbackKind
-    except ImportError:
-        FeedbackKind = None
-    for attribute in (name, f"FEEDBACK_KIND_{name}"):
-        if FeedbackKind is not None and hasattr(FeedbackKind, attribute):
-            return getattr(FeedbackKind, attribute)
-    return session_event_pb2.FeedbackKind.Value(f"FEEDBACK_KIND_{name}")
+    """The SDK's FeedbackKind for `name` ("EDIT_KEPT"): an IntEnum whose values are the protobuf enum's."""
+    from ingest.sdk import FeedbackKind
+
+    return FeedbackKind[name]
 
 
-def _sender(recorder, session_id: str, item: FeedbackItem):
+def _sender(recorder, session_id: str, user_id: str, item: FeedbackItem):
     def send() -> None:
-        recorder.feedback(session_id, feedback_kind(item.kind), value=item.value, target_call_id=item.target_call_id)
+        recorder.feedback(session_id, feedback_kind(item.kind), value=item.value, target_call_id=item.target_call_id,
+                          comment=item.comment, user_id=user_id)
 
     return send

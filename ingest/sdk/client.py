@@ -18,7 +18,7 @@ from pathlib import Path
 import grpc
 
 from ingest.sdk.sender import BackgroundSender
-from ingest.sdk.session import FeedbackKind, SessionRecorder, _fill_feedback, new_event, role_value
+from ingest.sdk.session import FeedbackKind, SessionRecorder, fill_feedback, new_event, role_value
 
 # Late events of a session this client no longer holds get a sequence past any in-session one, so
 # ordering a session by sequence still puts them after its end.
@@ -55,7 +55,7 @@ class CaptureClient:
             return
         event = new_event(session_id, user_id, "main", role_value("single"),
                           LATE_SEQUENCE_BASE + int(time.time() * 1000))
-        _fill_feedback(event, kind, value, target_call_id, comment)
+        fill_feedback(event, kind, value, target_call_id, comment)
         self._sender.submit(event)
 
     def flush(self, timeout_s: float = 10.0) -> bool:

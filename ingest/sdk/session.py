@@ -142,7 +142,7 @@ class SessionRecorder:
     def feedback(self, kind: FeedbackKind | int, value: float = 1.0, target_call_id: str = "",
                  comment: str = "") -> None:
         event = self._event()
-        _fill_feedback(event, kind, value, target_call_id, comment)
+        fill_feedback(event, kind, value, target_call_id, comment)
         self._submit(event)
 
     def outcome(self, success: bool, score: float, detail: str = "", gold_chunk_ids: Iterable[str] = (),
@@ -168,7 +168,7 @@ class SessionRecorder:
         self.end("error" if exc_type else "completed")
 
 
-def _fill_feedback(event, kind, value: float, target_call_id: str, comment: str) -> None:
+def fill_feedback(event, kind, value: float, target_call_id: str, comment: str) -> None:
     event.feedback.SetInParent()
     event.feedback.kind = int(kind)
     event.feedback.value = value

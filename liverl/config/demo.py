@@ -4,6 +4,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from liverl.config.demo_run import DemoRunConfig
 from liverl.config.section import Section
 
 TaskFamily = Literal["coding", "search", "orchestrator"]
@@ -15,20 +16,16 @@ class DemoConfig(Section):
     seed: int = 0
     """Seeds the base policy's fit, the tasks and the simulated users."""
     tenant_id: str = "demo"
-    """The tenant the demo product records as (its capture token comes from ingest.tenant_tokens)."""
+    """The tenant the demo product records as (its token is run.capture_token)."""
     families: list[TaskFamily] = ["coding", "search", "orchestrator"]
     """Task families the product serves, in turn: a coding edit, a budgeted search, an orchestrator."""
-    concurrency: int = Field(2, ge=1)
-    """Sessions the product runs at the same time."""
-    feedback_delay_s: float = Field(3.0, ge=0)
-    """How long after a session ends its simulated user sends feedback (edit kept or reverted, ...)."""
     subagents_call_policy: bool = True
     """Whether the orchestrator's frozen sub-agents call the policy (role "subagent") or are only scripted."""
     temperature: float = Field(1.0, gt=0)
     """Sampling temperature the product requests; 1.0 keeps behaviour logprobs equal to the model's."""
     max_new_tokens: int = Field(8, ge=1)
     """Longest tool call in tokens (the grammar's longest call plus <eos> is 8)."""
-    policy_api_key: str = ""
-    """Bearer key the product sends to serving; empty: none (serving configured without keys)."""
     policy_timeout_s: float = Field(30.0, gt=0)
-    """Deadline of one Generate call."""
+    """Deadline of one Generate call to serving."""
+    run: DemoRunConfig = DemoRunConfig()
+    """How `liverl demo` runs the loop (load, feedback delay, timeouts, tokens)."""

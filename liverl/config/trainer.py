@@ -15,8 +15,8 @@ class LossConfig(Section):
     """Token-level policy gradient on loss-masked tokens, importance-weighted against the behaviour logprobs."""
 
     kind: Literal["ppo", "tis", "kimi", "cispo"] = "ppo"
-    """ppo: -min(r·A, clip(r)·A); tis: -sg(min(r, tis_cap)/r)·r·A (truncated IS); kimi: -1[α ≤ log r ≤ β]·r·A
-    + τ·(log r)²; cispo: -sg(clip(r))·A·log π (clipped, stop-gradient IS weight). r = π/π_behaviour per token."""
+    """r = π/π_behaviour per token. ppo: -min(r·A, clip(r)·A); tis: -sg(min(r, tis_cap)/r)·r·A (truncated
+    IS); kimi: -1[α ≤ log r ≤ β]·r·A + τ·(log r)²; cispo: -sg(clip(r))·A·log π (clipped stop-gradient weight)."""
     clip_low: float = 0.2
     """ppo and cispo clip the ratio to [1 - clip_low, 1 + clip_high]."""
     clip_high: float = 0.28
@@ -59,12 +59,15 @@ class DeepSpeedConfig(Section):
     """The DeepSpeed engine. The same settings run on CPU (gloo, torch AdamW) and on GPUs."""
 
     zero_stage: Literal[0, 1, 2, 3] = 1
+    """ZeRO partitioning: 0 none, 1 optimizer state, 2 + gradients, 3 + parameters (exports gather them)."""
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    """Training precision; exports are always fp32 safetensors."""
     gradient_accumulation_steps: int = Field(2, ge=1)
     """Micro-batches per optimizer step."""
     micro_batch_tokens: int = Field(4096, ge=1)
     """Token budget of one micro-batch (padded tokens: trajectories × longest); one trajectory at least."""
     gradient_clipping: float = 1.0
+    """Global gradient-norm clip per optimizer step."""
     accelerator: str | None = None
     """DS_ACCELERATOR; unset: "cuda" when a GPU is visible, else "cpu"."""
     backend: str | None = None
@@ -88,15 +91,21 @@ class GateConfig(Section):
     """Largest increase of the RL loss on held-out trajectories, candidate minus champion."""
     max_nll_increase: float = 0.5
     """Regression check: largest increase of the mean NLL of the served tokens, candidate minus champion."""
+    drift_min_trajectories: int = 20
+    """The drift report compares two served versions only when each has this many trajectories."""
     max_drift_alerts: int = 0
     """Reward-hacking drift report (liverl.rewards, thresholds in rewards.monitors): more flags than this fail."""
 
 
 class TrainerConfig(Section):
+    """`liverl train`: follow the table, train, checkpoint, register candidates, gate champion."""
+
     checkpoint_dir: Path | None = None
     """DeepSpeed checkpoints for resume and HF exports for serving; default: <data_dir>/checkpoints."""
     learning_rate: float = 1e-4
+    """AdamW learning rate (a torch optimizer: no DeepSpeed op build)."""
     weight_decay: float = 0.0
+    """AdamW weight decay."""
     steps_per_version: int = Field(4, ge=1)
     """Optimizer steps between checkpoints; each checkpoint is exported and registered as a candidate."""
     minutes_per_version: float = 60.0
@@ -110,8 +119,14 @@ class TrainerConfig(Section):
     keep_checkpoints: int = Field(2, ge=1)
     """DeepSpeed checkpoints kept on disk (the newest); exports stay in the registry."""
     seed: int = 0
+    """torch seed at start; with dropout off and a fixed table order, a resumed run equals an uninterrupted one."""
     loss: LossConfig = LossConfig()
+    """The policy-gradient loss variant and its clip/mask parameters."""
     staleness: StalenessConfig = StalenessConfig()
+    """K versions / H hours, drop or down-weight."""
     advantages: AdvantageConfig = AdvantageConfig()
+    """Baselines and normalisation."""
     deepspeed: DeepSpeedConfig = DeepSpeedConfig()
+    """ZeRO stage, precision, accumulation and token-budget micro-batches."""
     gate: GateConfig = GateConfig()
+    """The promotion gate's held-out set and thresholds."""

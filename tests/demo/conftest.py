@@ -17,3 +17,22 @@ def demo_base_policy(tmp_path_factory) -> Path:
 
     torch.set_num_threads(1)
     return bootstrap_base_policy(tmp_path_factory.mktemp("demo-policy") / "base", seed=0, fit_steps=TEST_FIT_STEPS)
+
+
+@pytest.fixture
+def capture_service(fresh_topics, tmp_path):
+    """A running capture service (the ingest stage) on the test's own topics, tenant demo / demo-token."""
+    from infra.embedded.processes import free_port
+    from ingest.service import CaptureServer
+
+    config = fresh_topics.model_copy(deep=True)
+    config.ingest.grpc_port = free_port()
+    config.ingest.http_port = free_port()
+    config.ingest.metrics_port = 0
+    config.ingest.spool_dir = tmp_path / "capture-spool"
+    config.ingest.tenant_tokens = {"demo": "demo-token"}
+    server = CaptureServer(config).start()
+    try:
+        yield config
+    finally:
+        server.stop()

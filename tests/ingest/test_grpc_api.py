@@ -58,6 +58,8 @@ def test_sdk_sessions_land_in_kafka_keyed_ordered_tagged_and_redacted(capture, t
     assert len(sub) == 3 and all(e.agent_role == 3 for e in sub)
     metrics = capture.metrics.registry
     assert metrics.get_sample_value("liverl_ingest_redactions_total", {"kind": "email"}) == 3
+    assert metrics.get_sample_value("liverl_ingest_events_accepted_total", {"tenant": "acme"}) == 24
+    assert metrics.get_sample_value("liverl_ingest_end_to_end_seconds_count") == 24
 
 
 def test_missing_and_wrong_tokens_are_unauthenticated(capture):
@@ -86,7 +88,7 @@ def test_an_event_can_never_be_written_under_another_tenant(capture):
     assert [(d["reason"], d["tenant_id"], d["source"]) for d in letters] == [("tenant_mismatch", "acme", "ingest")]
 
 
-def test_bad_events_are_dead_lettered_without_losing_good_neighbours(capture):
+def test_bad_events_are_dead_lettered_without_losing_good_neighbours(capture, caplog):
     config = capture.config
     good = raw_event(event_id="good")
     skewed = raw_event(event_id="skew", session_id="s2", event_time_ms=int(time.time() * 1000) + 3_600_000)
@@ -98,8 +100,11 @@ def test_bad_events_are_dead_lettered_without_losing_good_neighbours(capture):
     call = grpc.insecure_channel(capture.grpc_address).unary_unary(
         "/liverl.v1.CaptureService/Capture", request_serializer=None,
         response_deserializer=capture_pb2.CaptureResponse.FromString)
-    response = call(framed, metadata=(("authorization", "Bearer acme-token"),))
+    with caplog.at_level("WARNING", logger="liverl.ingest.capture"):
+        response = call(framed, metadata=(("authorization", "Bearer acme-token"),))
     assert response.accepted == 1
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "liverl.ingest.capture"]
+    assert [(line["accepted"], line["rejected"], line["tenant"]) for line in lines] == [(1, 4, "acme")]
     assert [(r.index, r.reason) for r in response.rejected] == [
         (1, "invalid_utf8"), (2, "clock_skew"), (3, "unknown_session"), (4, "invalid_protobuf")]
     letters = [json.loads(r.value) for r in read_topic(config, config.kafka.dead_letters_topic, want=4)]

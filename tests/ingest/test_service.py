@@ -52,6 +52,10 @@ def test_tls_serves_the_sdk_and_refuses_plaintext(fresh_topics, tmp_path):
         assert not plain.flush(timeout_s=3)
         plain.close(timeout_s=0.1)
         assert plain.stats()["sent"] == 0 and plain.stats()["last_error"].startswith("UNAVAILABLE")
+        import httpx
+
+        health = httpx.get(f"https://{server.http_address}/healthz", verify=str(cert_file))
+        assert health.status_code == 200
     finally:
         server.stop()
     assert len(events_of(read_topic(config, config.kafka.session_events_topic, want=2))) == 2

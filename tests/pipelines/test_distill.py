@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
 from liverl import names
+from liverl.table_schema import TRAJECTORY_SCHEMA
 from liverl.v1 import session_event_pb2 as se
 from pipelines import dead_letters
 from pipelines.distill import distill_once
@@ -72,6 +76,13 @@ def test_crash_then_rerun_is_exactly_once(distill_config, phase):
             raw=[(config.kafka.session_events_topic, b"s3", b"\xff\x00garbage", ())])
     with pytest.raises(Crash):
         distill_once(config, now_ms=LATER, on_phase=_crash_at(phase))
+    if phase == "during_commit":  # as if the writer died after its data file, before the Delta log entry
+        stray = Path(config.table.trajectories_uri) / "event_date=2026-09-21" / "part-00000-crashed.parquet"
+        stray.parent.mkdir(parents=True)
+        pq.write_table(pa.Table.from_pylist([{
+            "trajectory_id": "stray", "session_id": "s1", "tenant_id": "demo", "agent_role": "single",
+            "agent_id": "main", "token_ids": [1], "loss_mask": [1], "behaviour_logprobs": [-1.0], "batch_id": "x",
+            "schema_version": 1, "event_date": "2026-09-21"}], schema=TRAJECTORY_SCHEMA), stray)
     produce(config, *orchestrator_session("s4"))  # arrives between the crash and the re-run
     first = distill_once(config, now_ms=LATER + 1)
     second = distill_once(config, now_ms=LATER + 2)

@@ -96,3 +96,17 @@ def test_chains_stay_aligned_and_mask_exactly_the_sampled_tokens(turns, trainabl
     assert len(chain["token_ids"]) == len(chain["loss_mask"]) == len(chain["behaviour_logprobs"])
     assert sum(chain["loss_mask"]) == (sum(len(c) for _, c, _ in turns) if trainable else 0)
     assert chain["span_ends"][-1] == len(chain["token_ids"]) and chain["segment_starts"][0] == 0
+
+
+def test_with_the_judge_enabled_trainable_trajectories_get_its_verdict():
+    from liverl.rewards.judge import Judge
+    from liverl.rewards.judge_double import JudgeDouble, Reply
+
+    with JudgeDouble(lambda request: Reply(content="8")) as server:
+        rewards = RewardsConfig.model_validate({"judge": {"enabled": True, "base_url": server.base_url}})
+        with Judge(rewards.judge) as judge:
+            rows, dead = build_rows(_session(*orchestrator_session("j")), rewards, "b", 0, judge=judge)
+        assert server.requests  # one judge_many for the session's trainable agent
+    by_agent = {row["agent_id"]: row for row in rows}
+    assert dead == [] and "judge" in by_agent["main"]["reward_components"]
+    assert "judge" not in by_agent["sub-1"]["reward_components"]  # frozen sub-agents are not judged

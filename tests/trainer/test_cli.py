@@ -1,4 +1,4 @@
-"""`liverl train` as the demo runs it: --init-from (idempotent), then --follow picking up new commits."""
+"""`liverl train` as the demo runs it: --init-from, then --follow picking up new commits until SIGTERM."""
 
 from __future__ import annotations
 
@@ -9,9 +9,13 @@ import sys
 import threading
 import time
 
+import pytest
+
 from liverl import names
 from tests.trainer.conftest import cli_overrides, commit_batch, subprocess_env, trainer_config
 from trainer.registry import Registry
+
+pytestmark = pytest.mark.slow  # real DeepSpeed + MLflow
 
 
 def _liverl(*argv: str) -> subprocess.CompletedProcess:
@@ -19,28 +23,13 @@ def _liverl(*argv: str) -> subprocess.CompletedProcess:
                           env=subprocess_env(), timeout=300)
 
 
-def test_init_from_registers_the_base_once(stack, tiny_policy_dir, tmp_path):
-    config = trainer_config(stack, tmp_path)
-    first = _liverl("--init-from", str(tiny_policy_dir), *cli_overrides(config))
-    assert first.returncode == 0, first.stderr
-    second = _liverl("--init-from", str(tiny_policy_dir), *cli_overrides(config))
-    assert second.returncode == 0 and "already version 1" in second.stdout, second.stdout + second.stderr
-    registry = Registry(config.mlflow)
-    assert [mv.version for mv in registry.versions()] == ["1"]
-    assert registry.alias_version(names.ALIAS_CHAMPION) == registry.alias_version(names.ALIAS_CANDIDATE) == "1"
-
-    missing = _liverl("--init-from", str(tmp_path / "nowhere"), *cli_overrides(config))
-    assert missing.returncode == 1 and "is not a policy folder" in missing.stderr
-
-
-def test_train_without_a_base_says_what_to_do(stack, tmp_path):
-    result = _liverl(*cli_overrides(trainer_config(stack, tmp_path)))
-    assert result.returncode == 1 and "liverl train --init-from" in result.stderr
-
-
 def test_follow_trains_each_new_commit_and_stops_on_sigterm(stack, tiny_policy_dir, trajectories, tmp_path):
     config = trainer_config(stack, tmp_path, steps_per_version=1)
+    missing = _liverl("--init-from", str(tmp_path / "nowhere"), *cli_overrides(config))
+    assert missing.returncode == 1 and "is not a policy folder" in missing.stderr
     assert _liverl("--init-from", str(tiny_policy_dir), *cli_overrides(config)).returncode == 0
+    registry = Registry(config.mlflow)
+    assert registry.alias_version(names.ALIAS_CHAMPION) == registry.alias_version(names.ALIAS_CANDIDATE) == "1"
     uri = config.table.trajectories_uri
     argv = [sys.executable, "-m", "liverl.cli", "train", "--follow", *cli_overrides(config),
             "--trainer.follow_interval_s", "0.5"]
@@ -80,4 +69,4 @@ def test_follow_trains_each_new_commit_and_stops_on_sigterm(stack, tiny_policy_d
         seen.append(lines.get())
     print("\n".join(seen))
     assert any(line.startswith("trainer done") for line in seen)
-    assert Registry(config.mlflow).alias_version(names.ALIAS_CANDIDATE) == "3"
+    assert registry.alias_version(names.ALIAS_CANDIDATE) == "3"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 
+import pytest
 import torch
 
 from liverl import names
@@ -52,6 +53,7 @@ def test_gate_figures_on_held_out_trajectories(tiny_policy_dir, trajectories):
     assert not drifted.passed and "rate.clarifying" in drifted.reasons[0]
 
 
+@pytest.mark.slow
 def test_gate_refuses_a_degraded_candidate_and_records_why(stack, tiny_policy_dir, trajectories, tmp_path):
     config = trainer_config(stack, tmp_path, steps_per_version=4)
     register_base(config, tiny_policy_dir, say=lambda *_: None)

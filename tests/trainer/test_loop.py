@@ -4,27 +4,35 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from liverl import names
 from tests.trainer.conftest import commit_batch, trainer_config
 from trainer.base_policy import register_base
 from trainer.loop import Trainer
-from trainer.registry import Registry
+from trainer.registry import TAG_METRICS, Registry
 
 LINEAGE_TAGS = (
     names.TAG_TABLE_VERSIONS, names.TAG_KAFKA_OFFSETS, names.TAG_REWARD_CONFIG_VERSION, names.TAG_PARENT_VERSION,
-    names.TAG_CODE_VERSION, names.TAG_TRAJECTORIES, names.TAG_TRAINER_STEP,
+    names.TAG_CODE_VERSION, names.TAG_TRAJECTORIES, names.TAG_TRAINER_STEP, TAG_METRICS,
 )
+
+pytestmark = pytest.mark.slow  # real DeepSpeed + MLflow
 
 
 def test_train_once_registers_versions_with_lineage_and_gate(stack, tiny_policy_dir, trajectories, tmp_path):
     config = trainer_config(stack, tmp_path, steps_per_version=1)
+    with pytest.raises(RuntimeError, match="liverl train --init-from"):
+        Trainer(config, say=lambda *_: None).start()  # no base policy yet: say what to do
     base = register_base(config, tiny_policy_dir, say=lambda *_: None)
-    assert register_base(config, tiny_policy_dir, say=lambda *_: None) == base  # idempotent
+    lines: list[str] = []
+    assert register_base(config, tiny_policy_dir, say=lines.append) == base  # idempotent
+    assert "already version" in lines[0]
     uri = config.table.trajectories_uri
     commit_batch(uri, trajectories.batch("a", 12), "batch-a", 0, {"events": {"0": [0, 12]}})
     commit_batch(uri, trajectories.batch("b", 12), "batch-b", 1, {"events": {"0": [12, 24], "1": [0, 3]}})
 
-    lines: list[str] = []
+    lines = []
     trainer = Trainer(config, say=lines.append)
     trainer.start()
     registered = trainer.run(follow=False)
@@ -48,6 +56,9 @@ def test_train_once_registers_versions_with_lineage_and_gate(stack, tiny_policy_
     offsets = [json.loads(mv.tags[names.TAG_KAFKA_OFFSETS]) for mv in versions]
     assert {"0": [0, 24], "1": [0, 3]} == _union(offsets)["events"]
     assert registry.alias_version(names.ALIAS_CANDIDATE) == versions[-1].version
+    assert {"loss", "reward", "kl", "tokens_per_s"} <= json.loads(versions[0].tags[TAG_METRICS]).keys()
+    run = registry.client.get_run(versions[0].run_id)  # the step metrics are in MLflow too
+    assert {"loss", "reward", "kl", "staleness_mean"} <= run.data.metrics.keys()
     assert sum(int(mv.tags[names.TAG_TRAJECTORIES]) for mv in versions) == trainer.state.trajectories_trained
 
     # Nothing new: a second one-shot run trains nothing and registers nothing.

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -15,6 +16,8 @@ from tests.trainer.conftest import cli_overrides, commit_batch, subprocess_env, 
 from trainer.base_policy import register_base
 from trainer.registry import Registry
 from trainer.state import TrainerState
+
+pytestmark = pytest.mark.slow  # real DeepSpeed + MLflow
 
 
 def _train(config, kill_after: str | None = None) -> list[str]:

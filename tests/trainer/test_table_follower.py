@@ -44,7 +44,8 @@ def test_step_builder_filters_and_never_trains_a_recommitted_trajectory(tmp_path
     fresh = {"policy_versions": ("4",)}
     commit_batch(uri, [_row("fresh-1", **fresh), _row("old", policy_versions=("1",)),
                        _row("frozen", agent_role="subagent", **fresh) | {"loss_mask": [0, 0, 0, 0]},
-                       _row("broken", **fresh) | {"loss_mask": [0, 1]}], "batch-0", 0)
+                       _row("broken", **fresh) | {"loss_mask": [0, 1]},
+                       _row("future", **fresh) | {"schema_version": 99}], "batch-0", 0)
     commit_batch(uri, [_row("fresh-1", **fresh), _row("fresh-2", **fresh)], "batch-1", 1)  # fresh-1 again
     config = TrainerConfig()
     config.gate.holdout_fraction = 0.0
@@ -53,9 +54,10 @@ def test_step_builder_filters_and_never_trains_a_recommitted_trajectory(tmp_path
     lines: list[str] = []
     plan = build_step(stream, {}, "5", 0, config, say=lines.append)
     assert [t.trajectory_id for t in plan.trajectories] == ["fresh-1", "fresh-2"]
-    assert dict(plan.skipped) == {"invalid": 1, "no_trainable_tokens": 1, "stale": 1, "already_trained": 1}
+    assert dict(plan.skipped) == {"invalid": 2, "no_trainable_tokens": 1, "stale": 1, "already_trained": 1}
     assert sorted(plan.lags) == [1, 1, 4]  # the staleness distribution includes the dropped row
     assert any("broken" in line and "one entry per token" in line for line in lines)
+    assert any("future" in line and "upgrade liverl" in line for line in lines)
     assert sorted(plan.commits) == [0, 1] and stream.peek() is None
 
 

@@ -15,4 +15,6 @@ def make_task(family: str, rng, task_id: str) -> Task:
     return FAMILIES[family](rng, task_id)
 
 
-__all__ = ["FAMILIES", "CodingTask", "OrchestratorTask", "OutcomeReport", "SearchTask", "StepResult", "Task", "make_task"]
+__all__ = [
+    "FAMILIES", "CodingTask", "OrchestratorTask", "OutcomeReport", "SearchTask", "StepResult", "Task", "make_task",
+]

@@ -25,8 +25,8 @@ class OutcomeReport:
     success: bool
     score: float
     detail: str
-    gold_chunk_ids: tuple[str, ...] = ()
-    answer_chunk_ids: tuple[str, ...] = ()
+    gold_chunk_ids: tuple[str, ...] = ()  # search: the chunks that should be retrieved
+    answer_chunk_ids: tuple[str, ...] = ()  # search: the gold chunks that hold the answer (ground truth)
     metrics: dict[str, float] = field(default_factory=dict)
 
 

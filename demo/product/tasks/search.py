@@ -31,7 +31,7 @@ class SearchTask(Task):
         self.topic = rng.choice(TOPICS)
         others = [t for t in TOPICS if t != self.topic]
         ids = rng.sample(CHUNKS, GOLD_PER_TASK + BROAD_DISTRACTORS + 4)
-        self.gold = tuple(ids[:GOLD_PER_TASK])
+        self.gold = tuple(ids[:GOLD_PER_TASK])  # gold[0] holds the answer itself (Outcome.answer_chunk_ids)
         distractors = ids[GOLD_PER_TASK : GOLD_PER_TASK + BROAD_DISTRACTORS]
         self.off_topic = tuple(ids[GOLD_PER_TASK + BROAD_DISTRACTORS :])  # what a wrong-topic search finds
         self.topic_of = {c: self.topic for c in self.gold}
@@ -66,7 +66,7 @@ class SearchTask(Task):
             found = self.broad if query == "all" else self.focused if query == self.topic else self.off_topic
             self.context += [c for c in found if c not in self.context]
             return StepResult(output=f"{len(found)} chunks", chunk_ids=tuple(found))
-        chunks = tuple(call.kwargs.get("chunks", ()))
+        chunks = tuple(call.kwargs.get("chunk_ids", ()))
         missing = [c for c in chunks if c not in self.context]
         if missing:
             self.broken_calls += 1
@@ -78,7 +78,7 @@ class SearchTask(Task):
         self.finished = True
         if call.name == "answer":
             self.answer = chunks
-            return StepResult(output="answered", chunk_ids=chunks)
+            return StepResult(output=f"answered with {len(chunks)} chunks")
         return StepResult(output="session closed")
 
     def outcome(self) -> OutcomeReport:
@@ -91,7 +91,7 @@ class SearchTask(Task):
             score=round(score, 4),
             detail=f"answered {hits} of {len(gold)} gold chunks with {len(answered)} chunks",
             gold_chunk_ids=self.gold,
-            answer_chunk_ids=self.answer,
+            answer_chunk_ids=self.gold[:1],
             metrics={"f1": f1, "prunes": float(self.prunes), "calls": float(self.calls)},
         )
 

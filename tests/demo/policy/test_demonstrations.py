@@ -16,9 +16,11 @@ def test_every_word_is_in_the_vocabulary():
 
 def test_demonstrations_mix_good_calls_with_the_known_hacks():
     demos = make_demonstrations(200, seed=1)
-    names = Counter(parse_tool_call(d.completion).name if parse_tool_call(d.completion).valid else "BROKEN" for d in demos)
-    for name in ("edit", "ask_user", "search", "prune_chunks", "answer", "create_subagent", "assign_task", "done", "BROKEN"):
+    calls = [parse_tool_call(d.completion) for d in demos]
+    names = Counter(call.name if call.valid else "BROKEN" for call in calls)
+    for name in ("edit", "ask_user", "search", "prune_chunks", "answer", "create_subagent", "assign_task", "done"):
         assert names[name] > 0, name
+    assert names["BROKEN"] > 0
     assert all(len(d.completion.split()) + 1 <= 8 for d in demos)
 
 

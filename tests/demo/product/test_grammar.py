@@ -8,7 +8,7 @@ from demo.policy.vocabulary import VOCABULARY
 def test_well_formed_calls_parse_into_arguments():
     assert parse_tool_call("edit file_3 fix_null").kwargs == {"file": "file_3", "fix": "fix_null"}
     assert parse_tool_call("search all <eos>").kwargs == {"query": "all"}
-    assert parse_tool_call("prune_chunks c_1 c_9").kwargs == {"chunks": ["c_1", "c_9"]}
+    assert parse_tool_call("prune_chunks c_1 c_9").kwargs == {"chunk_ids": ["c_1", "c_9"]}
     assert parse_tool_call("create_subagent 2").kwargs == {"count": 2}
     call = parse_tool_call("assign_task sub_1 part_1 sub_2 part_2")
     assert call.valid and call.kwargs == {"assignments": [("sub_1", "part_1"), ("sub_2", "part_2")]}

@@ -1,3 +1,4 @@
+import json
 import random
 
 from demo.product.feedback import DelayedFeedback
@@ -34,7 +35,7 @@ def kinds(recorder, session_id):
 
 def test_coding_session_records_calls_outcome_and_delayed_feedback():
     task = CodingTask(random.Random(0), "t1")
-    policy = ScriptedPolicy(lambda prompt: "edit fix_null" if prompt.count(":") and "error" not in prompt else task.right_edit)
+    policy = ScriptedPolicy(lambda prompt: task.right_edit if "error" in prompt else "edit fix_null")
     recorder = MemoryRecorder()
     stats = run(task, policy, recorder)
     assert stats.calls == 2 and stats.broken_calls == 1 and stats.reward == 0.5
@@ -55,7 +56,7 @@ def test_coding_session_records_calls_outcome_and_delayed_feedback():
 
 def test_search_session_records_budget_and_chunks():
     task = SearchTask(random.Random(1), "t2")
-    policy = ScriptedPolicy(lambda p: f"search {task.topic}" if "ctx" not in p else "answer " + " ".join(task.context[:2]))
+    policy = ScriptedPolicy(lambda p: "answer " + " ".join(task.context[:2]) if "ctx" in p else f"search {task.topic}")
     recorder = MemoryRecorder()
     stats = run(task, policy, recorder, user=SimulatedUser(UserModel(rating_chance=0.0)))
     events = recorder.of_session(stats.session_id)
@@ -63,7 +64,10 @@ def test_search_session_records_budget_and_chunks():
     results = [e for e in events if e.kind == "tool_result"]
     assert results[0].fields["chunk_ids"] == task.focused
     outcome = next(e for e in events if e.kind == "outcome").fields
-    assert set(outcome["gold_chunk_ids"]) == set(outcome["answer_chunk_ids"]) and stats.reward == 1.0
+    assert set(outcome["gold_chunk_ids"]) == set(task.gold) and outcome["answer_chunk_ids"] == task.gold[:1]
+    assert stats.reward == 1.0
+    answer = [e for e in events if e.kind == "tool_call"][-1]
+    assert json.loads(answer.fields["arguments_json"]) == {"chunk_ids": list(task.context[:2])}
 
 
 def test_orchestrator_session_runs_frozen_subagents_through_the_policy():
@@ -80,6 +84,7 @@ def test_orchestrator_session_runs_frozen_subagents_through_the_policy():
     policy = ScriptedPolicy(answer)
     recorder = MemoryRecorder()
     stats = run(task, policy, recorder)
+    assert recorder.of_session(stats.session_id)[0].agent_role == "orchestrator"
     roles = [(role, agent) for _, _, role, agent in policy.calls]
     assert roles[:2] == [("orchestrator", "main")] * 2
     assert roles[2:] == [("subagent", f"sub-{i}") for i in range(1, n + 1)]
@@ -95,6 +100,6 @@ def test_orchestrator_session_runs_frozen_subagents_through_the_policy():
     assert len(worker_calls) == n and {e.agent_role for e in worker_calls} == {"subagent"}
 
 
-def test_feedback_kind_falls_back_to_the_protobuf_enum():
-    value = feedback_kind("EDIT_KEPT")
-    assert int(value) == session_event_pb2.FEEDBACK_KIND_EDIT_KEPT
+def test_feedback_kinds_are_the_sdks_with_protobuf_values():
+    assert int(feedback_kind("EDIT_KEPT")) == session_event_pb2.FEEDBACK_KIND_EDIT_KEPT
+    assert int(feedback_kind("DISSATISFIED_FOLLOWUP")) == session_event_pb2.FEEDBACK_KIND_DISSATISFIED_FOLLOWUP

@@ -5,6 +5,7 @@ import pytest
 from demo.product.local_policy import LocalPolicy
 from demo.product.memory_recorder import MemoryRecorder
 from demo.product.traffic import run_traffic
+from liverl.v1 import common_pb2
 
 
 def test_local_policy_traffic_over_every_family(demo_base_policy):
@@ -40,3 +41,58 @@ def test_stop_event_and_bad_arguments():
         run_traffic(object(), MemoryRecorder())
     with pytest.raises(ValueError, match="unknown task families"):
         run_traffic(object(), MemoryRecorder(), n_sessions=1, families=("chess",))
+
+
+def read_session_events(config, want: int, timeout_s: float = 30.0) -> list:
+    """Every SessionEvent on the test's topic once `want` arrived (assign + poll: no group rebalances)."""
+    import time
+
+    from kafka import KafkaConsumer, TopicPartition
+
+    from liverl.v1 import session_event_pb2
+
+    topic = config.kafka.session_events_topic
+    consumer = KafkaConsumer(**config.kafka.client_kwargs(), enable_auto_commit=False, group_id=None)
+    try:
+        consumer.assign([TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or []])
+        consumer.seek_to_beginning()
+        events, deadline = {}, time.monotonic() + timeout_s
+        while time.monotonic() < deadline and len(events) < want:
+            for batch in consumer.poll(timeout_ms=500).values():
+                for record in batch:
+                    event = session_event_pb2.SessionEvent.FromString(record.value)
+                    events[event.event_id] = event  # the capture path may redeliver: dedupe on event id
+        return list(events.values())
+    finally:
+        consumer.close()
+
+
+def test_traffic_recorded_through_the_real_capture_service(demo_base_policy, capture_service, tmp_path):
+    from demo.product.configured import capture_client, run_configured_traffic
+
+    config = capture_service.model_copy(deep=True)
+    config.demo.run.feedback_delay_s = 0.2
+    client = capture_client(config, tmp_path / "sdk-spool")
+    try:
+        stats = run_configured_traffic(config, LocalPolicy(demo_base_policy, version="1", seed=2), client, n_sessions=6)
+        assert client.flush(timeout_s=30)
+        recorded = client.stats()
+    finally:
+        client.close()
+    assert stats.errors == [] and len(stats.sessions) == 6
+    events = read_session_events(config, want=recorded["sent"])
+    assert len(events) == recorded["sent"] > 0
+    by_session = {}
+    for event in events:
+        by_session.setdefault(event.session_id, []).append(event)
+    assert set(by_session) == {s.session_id for s in stats.sessions}
+    bodies = {e.WhichOneof("body") for e in events}
+    assert {"session_start", "user_message", "tool_call", "tool_result", "outcome", "session_end"} <= bodies
+    for session in stats.sessions:
+        start = next(e for e in by_session[session.session_id] if e.WhichOneof("body") == "session_start")
+        assert start.session_start.task_family == session.family and start.tenant_id == "demo"
+        if session.family == "search":
+            assert start.session_start.token_budget > 0
+        if session.family == "orchestrator":
+            assert start.agent_role == common_pb2.AGENT_ROLE_ORCHESTRATOR
+    assert stats.feedback_sent == sum(e.WhichOneof("body") == "feedback" for e in events)

@@ -52,7 +52,8 @@ def test_no_edit_means_no_edit_feedback():
 def test_search_users_rate_by_outcome():
     user = SimulatedUser(UserModel(rating_chance=1.0))
     t = SearchTask(random.Random(0), "t")
-    for text in (f"search {t.topic}", "answer " + " ".join(t.context[:2])):
-        t.step(parse_tool_call(text, t.tools))
+    t.step(parse_tool_call(f"search {t.topic}", t.tools))
+    t.step(parse_tool_call("answer " + " ".join(t.context[:2]), t.tools))
+    assert t.outcome().score == 1.0
     reaction = user.react(t, t.outcome(), [], random.Random(0))
     assert [f.kind for f in reaction.feedback] == ["THUMBS_UP"]

@@ -1,0 +1,272 @@
+"""Serving benchmark: the same concurrent load through gRPC, through HTTP and straight into the engine,
+side by side in one run; then the same load before, during and after a forced hot-swap.
+
+    .venv/bin/python bench/serving_bench.py --engine vllm --concurrency 8 --requests 64 --max-tokens 16
+
+Starts its own embedded stack (broker + MLflow) in a temporary folder, registers two tiny policy
+versions, serves version 1, and prints requests/s, tokens/s and p50/p99 latency per path with the
+ratio to direct engine calls; then failed requests during the swap (goal: zero) and the worst
+latency during the swap relative to steady state. Everything runs in one process on this machine,
+so client, server and engine share the CPUs (figures are relative, not absolute).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import statistics
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+WORDS = ["edit", "search", "ask", "fix", "file", "done"]
+PROMPT = "fix the file then search"
+
+
+@dataclass
+class Run:
+    name: str
+    latencies: list[float] = field(default_factory=list)
+    tokens: int = 0
+    failures: int = 0
+    wall_s: float = 0.0
+
+    def line(self, baseline: "Run | None") -> str:
+        lat = sorted(self.latencies) or [0.0]
+        p50, p99 = statistics.median(lat), lat[min(len(lat) - 1, int(0.99 * len(lat)))]
+        rps, tps = len(self.latencies) / self.wall_s, self.tokens / self.wall_s
+        text = (f"{self.name:<8} req/s {rps:7.1f} | tok/s {tps:8.1f} | p50 {p50 * 1000:7.1f} ms | "
+                f"p99 {p99 * 1000:7.1f} ms | failed {self.failures}")
+        if baseline is not None:
+            b = sorted(baseline.latencies)
+            text += (f" | vs direct: req/s x{rps / (len(b) / baseline.wall_s):.2f}, "
+                     f"p50 x{p50 / statistics.median(b):.2f}, p99 x{p99 / b[min(len(b) - 1, int(0.99 * len(b)))]:.2f}")
+        return text
+
+
+async def _load(name: str, one_request, concurrency: int, total: int) -> Run:
+    """total requests, at most `concurrency` at a time; one_request(i) -> completion token count."""
+    run, next_index = Run(name), iter(range(total))
+
+    async def worker():
+        for i in next_index:
+            started = time.perf_counter()
+            try:
+                tokens = await one_request(i)  # (not `run.tokens += await ...`: that reads before awaiting)
+                run.tokens += tokens
+                run.latencies.append(time.perf_counter() - started)
+            except Exception:
+                run.failures += 1
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    run.wall_s = time.perf_counter() - started
+    return run
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--engine", choices=["vllm", "hf"], default="vllm")
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--requests", type=int, default=64, help="requests per path")
+    parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--swap-phase-s", type=float, default=20.0, help="steady load before the swap and after it")
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupt)  # so a stopped bench still stops the stack it started
+
+    from infra.embedded.processes import free_port
+    from infra.embedded.stack import down, up
+    from liverl.config import load_config
+    from liverl.tiny_policy import build_policy
+
+    with tempfile.TemporaryDirectory(prefix="serving-bench-") as tmp:
+        tmp = Path(tmp)
+        config = load_config(overrides=[
+            "--stack.data_dir", str(tmp / "stack"), "--stack.broker_storage", "memory",
+            "--stack.broker_port", str(free_port()), "--stack.s3_port", str(free_port()),
+            "--stack.mlflow_port", str(free_port()),
+            "--serving.engine", args.engine, "--serving.grpc_port", "0", "--serving.http_port", "0",
+            "--serving.metrics_port", "0", "--serving.min_swap_interval_s", "1e9", "--serving.probation_s", "5",
+            "--mlflow.registered_model", "bench-policy"], environ={})
+        print(f"starting the embedded stack in {tmp} ...", flush=True)
+        up(config, say=lambda *_: None)
+        try:
+            v1 = build_policy(tmp / "v1", WORDS, seed=0)
+            v2 = build_policy(tmp / "v2", WORDS, seed=1)
+            _register(config, v1, "champion")
+            second = _register(config, v2, None)
+            _bench(config, args, second)
+        finally:
+            down(config, say=lambda *_: None)
+
+
+def _interrupt(*_):
+    raise KeyboardInterrupt
+
+
+def _register(config, policy_dir: Path, alias: str | None) -> str:
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    from liverl import names
+
+    uri = config.mlflow.tracking_uri
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    run = client.create_run(client.create_experiment(f"bench-{time.time_ns()}"))
+    client.log_artifacts(run.info.run_id, str(policy_dir), names.POLICY_ARTIFACT_PATH)
+    client.set_terminated(run.info.run_id)
+    try:
+        client.create_registered_model(config.mlflow.registered_model)
+    except MlflowException:
+        pass
+    version = client.create_model_version(config.mlflow.registered_model,
+                                          f"runs:/{run.info.run_id}/{names.POLICY_ARTIFACT_PATH}",
+                                          run_id=run.info.run_id).version
+    if alias:
+        client.set_registered_model_alias(config.mlflow.registered_model, alias, version)
+    return str(version)
+
+
+def _bench(config, args, second_version: str) -> None:
+    from serving.server import PolicyServer
+
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    server = PolicyServer(config, say=lambda line: print(line, flush=True))
+
+    def on_server(coroutine, timeout_s=600):
+        return asyncio.run_coroutine_threadsafe(coroutine, loop).result(timeout_s)
+
+    on_server(server.start())
+    try:
+        _side_by_side(server, on_server, args)
+        _swap_under_load(server, args, second_version)
+    finally:
+        on_server(server.stop(grace_s=10))
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(30)
+
+
+def _side_by_side(server, on_server, args) -> None:
+    import grpc
+    import httpx
+
+    from liverl.v1 import common_pb2, serving_pb2, serving_pb2_grpc
+    from serving.engine import Sampling
+
+    slot = server.router.champion
+    prompt_ids = list(slot.tokenizer(PROMPT)["input_ids"])
+    target = f"127.0.0.1:{server.grpc_port}"
+
+    async def direct_run() -> Run:  # on the server's loop, where the engine lives
+        async def one(i):
+            n = 0
+            async for delta in slot.engine.generate(prompt_ids, Sampling(max_tokens=args.max_tokens, seed=i + 1),
+                                                    f"direct-{i}"):
+                n += len(delta.token_ids)
+            return n
+        return await _load("direct", one, args.concurrency, args.requests)
+
+    async def grpc_run() -> Run:
+        async with grpc.aio.insecure_channel(target) as channel:
+            stub = serving_pb2_grpc.PolicyServiceStub(channel)
+
+            async def one(i):
+                response = await stub.Generate(serving_pb2.GenerateRequest(
+                    prompt=PROMPT, session_id=f"bench-{i}",
+                    sampling=common_pb2.SamplingParams(temperature=1.0, max_tokens=args.max_tokens, seed=i + 1)),
+                    timeout=120)
+                return len(response.token_ids)
+            return await _load("grpc", one, args.concurrency, args.requests)
+
+    async def http_run() -> Run:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.http_port}", timeout=120) as client:
+            async def one(i):
+                r = await client.post("/v1/completions", json={
+                    "model": server.config.mlflow.registered_model, "prompt": PROMPT, "max_tokens": args.max_tokens,
+                    "seed": i + 1, "temperature": 1.0}, headers={"x-liverl-session-id": f"bench-{i}"})
+                r.raise_for_status()
+                return r.json()["usage"]["completion_tokens"]
+            return await _load("http", one, args.concurrency, args.requests)
+
+    print(f"\nside by side: engine={args.engine} concurrency={args.concurrency} requests={args.requests} "
+          f"max_tokens={args.max_tokens}", flush=True)
+    on_server(direct_run())  # warm-up
+    direct = on_server(direct_run())
+    grpc_result = asyncio.run(grpc_run())
+    http_result = asyncio.run(http_run())
+    print(direct.line(None))
+    print(grpc_result.line(direct))
+    print(http_result.line(direct))
+    print(f"records: sent {server.metrics.value('liverl_serving_records_total', {'outcome': 'sent'}):.0f}, "
+          f"spooled {server.metrics.value('liverl_serving_records_total', {'outcome': 'spooled'}):.0f}", flush=True)
+
+
+def _swap_under_load(server, args, second_version: str) -> None:
+    import grpc
+
+    from liverl.v1 import common_pb2, serving_pb2, serving_pb2_grpc
+
+    target = f"127.0.0.1:{server.grpc_port}"
+    samples: list[tuple[float, float, str]] = []  # (start, latency, version)
+    failures = 0
+    swap_window: list[float] = []
+
+    async def drive():
+        nonlocal failures
+        async with grpc.aio.insecure_channel(target) as channel:
+            stub = serving_pb2_grpc.PolicyServiceStub(channel)
+            admin = serving_pb2_grpc.PolicyAdminStub(channel)
+            stop = asyncio.Event()
+
+            async def worker(w):
+                i = 0
+                while not stop.is_set():
+                    started = time.perf_counter()
+                    try:
+                        response = await stub.Generate(serving_pb2.GenerateRequest(
+                            prompt=PROMPT, session_id=f"swap-{w}",
+                            sampling=common_pb2.SamplingParams(temperature=1.0, max_tokens=args.max_tokens,
+                                                               seed=i + 1)), timeout=300)
+                        samples.append((started, time.perf_counter() - started, response.policy_version))
+                    except grpc.aio.AioRpcError:
+                        failures += 1
+                    i += 1
+
+            workers = [asyncio.create_task(worker(w)) for w in range(args.concurrency)]
+            await asyncio.sleep(args.swap_phase_s)
+            swap_window.append(time.perf_counter())
+            result = await admin.ForceSwap(serving_pb2.SwapRequest(version=second_version), timeout=600)
+            swap_window.append(time.perf_counter())
+            await asyncio.sleep(args.swap_phase_s)
+            stop.set()
+            await asyncio.gather(*workers)
+            return result
+
+    print(f"\nswap under load: concurrency={args.concurrency}, {args.swap_phase_s:.0f} s before and after", flush=True)
+    result = asyncio.run(drive())
+    start, end = swap_window
+    before = [lat for s, lat, _ in samples if s + lat < start]
+    during = [lat for s, lat, _ in samples if s + lat >= start and s <= end]
+    after = [lat for s, lat, _ in samples if s > end]
+    steady_p50 = statistics.median(before)
+    steady_p99 = sorted(before)[min(len(before) - 1, int(0.99 * len(before)))]
+    print(f"swap: ok={result.ok} {result.previous_version} -> {result.policy_version} in {end - start:.1f} s")
+    for name, lats in (("before", before), ("during", during), ("after", after)):
+        if lats:
+            print(f"{name:<7} requests {len(lats):5d} | p50 {statistics.median(lats) * 1000:7.1f} ms | "
+                  f"max {max(lats) * 1000:8.1f} ms")
+    print(f"failed requests: {failures} (goal 0)")
+    if during:
+        print(f"worst latency during the swap: {max(during) * 1000:.1f} ms = x{max(during) / steady_p50:.2f} the "
+              f"steady p50, x{max(during) / steady_p99:.2f} the steady p99")
+    versions_after = {v for s, _, v in samples if s > end}
+    print(f"versions served after the swap: {sorted(versions_after)}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,57 @@
+"""`liverl serve` as the demo runs it: a subprocess that says when it is ready and stops on SIGTERM."""
+
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import grpc
+import httpx
+
+from liverl import names
+from liverl.v1 import serving_pb2, serving_pb2_grpc
+from tests.serving.conftest import register_version
+
+
+def test_serve_prints_ready_serves_and_stops_on_sigterm(fresh_topics, tiny_policy_dir, tmp_path):
+    config = fresh_topics
+    model = f"cli-{tmp_path.name}"
+    register_version(config.model_copy(update={"mlflow": config.mlflow.model_copy(
+        update={"registered_model": model})}), tiny_policy_dir, (names.ALIAS_CHAMPION,))
+    from infra.embedded.processes import free_port
+
+    metrics_port = free_port()
+    argv = [sys.executable, "-m", "liverl.cli", "serve",
+            "--serving.engine", "hf", "--serving.grpc_port", "0", "--serving.http_port", "0",
+            "--serving.metrics_port", str(metrics_port), "--serving.watch_interval_s", "1",
+            "--stack.data_dir", str(tmp_path / "data"),
+            "--mlflow.tracking_uri", config.mlflow.tracking_uri, "--mlflow.registered_model", model,
+            "--kafka.bootstrap_servers", config.kafka.bootstrap_servers,
+            "--kafka.model_calls_topic", config.kafka.model_calls_topic,
+            "--kafka.dead_letters_topic", config.kafka.dead_letters_topic]
+    log = tmp_path / "serve.log"
+    with log.open("wb") as sink:
+        process = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        ready = None
+        deadline = time.monotonic() + 180
+        while ready is None and time.monotonic() < deadline and process.poll() is None:
+            ready = re.search(r"serving ready grpc=(\S+) http=(\S+) version=(\S+)", log.read_text())
+            time.sleep(0.2)
+        assert ready, log.read_text()[-3000:]
+        assert ready.group(3) == "1"
+        with grpc.insecure_channel(ready.group(1)) as channel:
+            stub = serving_pb2_grpc.PolicyServiceStub(channel)
+            info = stub.ModelInfo(serving_pb2.ModelInfoRequest(), timeout=10)
+            stub.Generate(serving_pb2.GenerateRequest(prompt="fix the file"), timeout=60)
+        assert info.policy_version == "1" and info.model_name == model
+        metrics = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).text
+        assert 'liverl_serving_requests_total{api="grpc",outcome="ok",version="1"} 1.0' in metrics
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
+        assert "serving stopped" in log.read_text()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
