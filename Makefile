@@ -16,7 +16,7 @@ $(STAMP): requirements.lock pyproject.toml
 install: $(STAMP)
 
 demo: install
-	$(VENV)/bin/liverl demo
+	$(VENV)/bin/liverl demo @ configs/demo.toml
 
 test: install
 	bash scripts/run_tests.sh

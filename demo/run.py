@@ -37,6 +37,9 @@ def run_demo(config: LiverlConfig, say=print) -> DemoResult:
     logs = data / "logs"
     stages: list[StageProcess] = []
     started = time.monotonic()
+    if config.pipelines.reward_horizon_s >= demo.duration_s:
+        say(f"warning: pipelines.reward_horizon_s ({config.pipelines.reward_horizon_s:.0f} s) is not shorter than the "
+            f"demo ({demo.duration_s:.0f} s), so no session will be distilled; run `liverl demo @ configs/demo.toml`")
     try:
         say("[1/6] stack: broker + MLflow")
         up(config, say=lambda line: say(f"      {line}"))

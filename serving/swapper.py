@@ -50,6 +50,7 @@ class HotSwapper:
         self._lock = asyncio.Lock()
         self._probation: asyncio.Task | None = None
         self._background: set[asyncio.Task] = set()
+        self._loaded: set[Slot] = set()  # every slot whose engine is up, so close() frees them all
 
     # -- loading -------------------------------------------------------------------------------------
 
@@ -70,6 +71,7 @@ class HotSwapper:
         except Exception as error:
             await engine.shutdown()
             raise SwapError(f"version {version} failed its smoke generation: {error}") from error
+        self._loaded.add(slot)
         return slot
 
     async def _smoke(self, slot: Slot) -> None:
@@ -100,15 +102,16 @@ class HotSwapper:
                 return SwapResult(True, version, current, f"version {version} is already serving")
             self.say(f"serving swap-start version={version} previous={current} reason={reason}")
             try:
-                slot = await self.load(version)
+                slot = self._promote_canary(version) or await self.load(version)
             except SwapError as error:
                 self.metrics.swaps.labels("smoke_failed").inc()
                 self.refused.add(version)
                 await self._tag(version, "smoke-failed", {"error": str(error)[:500]})
                 self.say(f"serving swap-refused version={version} serving={current} error={str(error)[:200]!r}")
                 return SwapResult(False, current, current, str(error))
-            await self._retire(self.previous)  # a probation still running is over: its old version goes
+            self._spawn(self._retire(self.previous))  # a probation still running is over: its old version goes
             self.previous = self.router.switch(slot)
+            self.refused.discard(version)  # an admin may force a version back in
             self.last_swap = time.monotonic()
             self.metrics.swaps.labels("ok").inc()
             self._set_version_gauges(current, version)
@@ -117,7 +120,8 @@ class HotSwapper:
             return SwapResult(True, version, current, f"switched from {current} to {version}")
 
     async def rollback(self, reason: str, detail: dict | None = None) -> SwapResult:
-        """Switch back to the version replaced last. Loads it again if it was already shut down."""
+        """Switch back to the version replaced last, which stays loaded through the probation window.
+        After that window it is gone: ForceSwap to an explicit version instead."""
         async with self._lock:
             bad = self.router.champion
             if bad is None:
@@ -139,6 +143,15 @@ class HotSwapper:
             await self._tag(bad.version, reason, detail or {})
             return SwapResult(True, target.version, bad.version, f"rolled back from {bad.version} to "
                                                                     f"{target.version}: {reason}")
+
+    def _promote_canary(self, version: str) -> Slot | None:
+        """The canary slot when it already runs this version (loaded and smoke-tested: no second engine)."""
+        canary = self.router.canary
+        if canary is None or canary.version != version:
+            return None
+        self.router.canary = None
+        self.metrics.serving_version.labels(version, "canary").set(0)
+        return canary
 
     def _start_probation(self, slot: Slot) -> None:
         if self._probation is not None:
@@ -173,6 +186,7 @@ class HotSwapper:
         if not await slot.drained(self.config.drain_timeout_s):
             log.warning("version %s still had %d requests after %.0f s; shutting down anyway",
                         slot.version, slot.in_flight, self.config.drain_timeout_s)
+        self._loaded.discard(slot)
         await slot.engine.shutdown()
 
     def _set_version_gauges(self, old: str, new: str) -> None:
@@ -250,7 +264,8 @@ class HotSwapper:
         for task in [self._probation, *self._background]:
             if task is not None:
                 task.cancel()
-        for slot in {self.previous, self.router.canary, self.router.champion} - {None}:
+        for slot in list(self._loaded):
+            self._loaded.discard(slot)
             await slot.engine.shutdown()
 
 

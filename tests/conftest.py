@@ -27,12 +27,13 @@ def stack(tmp_path_factory) -> Iterator[LiverlConfig]:
         down(config, say=lambda *_: None)
 
 
-def stack_config(data_dir: Path, storage: str = "memory") -> LiverlConfig:
-    """A config on fresh free ports with every folder under data_dir."""
+def stack_config(data_dir: Path, storage: str = "memory", config_file: Path | None = None) -> LiverlConfig:
+    """A config (over config_file, if given) on fresh free ports with every folder under data_dir."""
     from infra.embedded.broker import GRPC_OFFSET, S3_SIDE_PORTS
     from infra.embedded.processes import free_port, free_port_block
 
     return load_config(
+        config_file,
         overrides=[
             "--stack.data_dir", str(data_dir),
             "--stack.broker_storage", storage,

@@ -1,7 +1,7 @@
 """Learnability calibration: does a plain off-policy PG loop raise the product's served reward?
 
-    python -m demo.policy.calibrate --iterations 20 --learning-rate 3e-4 --sync-every 3
-    python -m demo.policy.calibrate --reward library ...   # train on liverl.rewards' mixed reward
+    python -m demo.policy.calibrate                      # bootstraps a base policy, then 20 iterations
+    python -m demo.policy.calibrate --base DIR --reward library   # train on liverl.rewards' mixed reward
 
 Samples sessions with the local policy (behaviour weights lag the learner by --sync-every
 iterations, like served versions), rewards them with the product's served reward (or the rewards
@@ -28,11 +28,12 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--base", type=Path, help="a base policy folder; default: bootstrap one now")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--iterations", type=int, default=40)
+    parser.add_argument("--iterations", type=int, default=20)
     parser.add_argument("--sessions", type=int, default=48, help="sessions sampled per iteration")
     parser.add_argument("--epochs", type=int, default=2, help="optimizer steps on each iteration's batch")
-    parser.add_argument("--learning-rate", type=float, default=1e-3)
-    parser.add_argument("--sync-every", type=int, default=1, help="iterations between behaviour weight syncs")
+    parser.add_argument("--learning-rate", type=float, default=3e-4)
+    parser.add_argument("--sync-every", type=int, default=3,
+                        help="iterations between behaviour weight syncs (a served version every N iterations)")
     parser.add_argument("--baseline-decay", type=float, default=0.8, help="per-family running baseline EMA")
     parser.add_argument("--eval-sessions", type=int, default=150)
     parser.add_argument("--threads", type=int, default=1)
@@ -72,12 +73,22 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     import torch
 
+    threads = torch.get_num_threads()
+    try:
+        return calibrate(args)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def calibrate(args) -> int:
+    import torch
+
     from demo.policy.bootstrap import bootstrap_base_policy
     from demo.policy.library_reward import RecordingPolicy, library_rewards
-    from liverl.config import load_config
     from demo.product.local_policy import LocalPolicy
     from demo.product.memory_recorder import MemoryRecorder
     from demo.product.traffic import run_traffic
+    from liverl.config import load_config
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -106,6 +117,8 @@ def main(argv=None) -> int:
         else:
             rewards = [s.reward for s in stats.sessions]
         samples = samples_from(stats, turns, rewards, baselines, args.baseline_decay)
+        if not samples:
+            raise RuntimeError(f"iteration {iteration}: no session produced a completion ({stats.errors[:3]})")
         for _ in range(args.epochs):
             loss, ratio = pg_loss(learner, samples, pad_id)
             optimizer.zero_grad(set_to_none=True)

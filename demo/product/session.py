@@ -68,28 +68,11 @@ def run_session(
         role=task.agent_role,
     )
     session.user_message(task.request_text(), follow_up=False)
-    versions: list[str] = []
-    call_ids: list[str] = []
-    subagent_calls = 0
-    while not task.is_done:
-        prompt = task.prompt()
-        completion = policy.generate(prompt, session.session_id, task.agent_role, MAIN_AGENT_ID)
-        versions.append(completion.policy_version)
-        call = parse_tool_call(completion.text, task.tools)
-        if turns is not None:
-            turns.append(PolicyTurn(prompt, completion, call))
-        call_id = session.tool_call(
-            call.name or "unparsed", call.arguments_json(), request_id=completion.request_id,
-            valid=call.valid, error=call.error,
-        )
-        call_ids.append(call_id)
-        result = task.step(call)
-        session.tool_result(call_id, result.output, is_error=result.is_error, chunk_ids=result.chunk_ids)
-        for sub in result.created:
-            session.subagent_created(_agent_id(sub), "worker")
-        if result.assignments:
-            subagent_calls += _run_subagents(task, result.assignments, policy, session, rng, subagents_call_policy)
-
+    try:
+        versions, call_ids, subagent_calls = _agent_loop(task, policy, session, rng, subagents_call_policy, turns)
+    except BaseException:
+        session.end("error")  # the session is still closed for the pipelines; the caller counts the error
+        raise
     report = task.outcome()
     session.outcome(
         success=report.success, score=report.score, detail=report.detail,
@@ -116,6 +99,32 @@ def run_session(
         started_at=started_at,
         ended_at=ended_at,
     )
+
+
+def _agent_loop(task: Task, policy: Policy, session, rng, subagents_call_policy: bool, turns):
+    """Call, parse, execute until the task is done; returns (versions, call ids, sub-agent calls)."""
+    versions: list[str] = []
+    call_ids: list[str] = []
+    subagent_calls = 0
+    while not task.is_done:
+        prompt = task.prompt()
+        completion = policy.generate(prompt, session.session_id, task.agent_role, MAIN_AGENT_ID)
+        versions.append(completion.policy_version)
+        call = parse_tool_call(completion.text, task.tools)
+        if turns is not None:
+            turns.append(PolicyTurn(prompt, completion, call))
+        call_id = session.tool_call(
+            call.name or "unparsed", call.arguments_json(), request_id=completion.request_id,
+            valid=call.valid, error=call.error,
+        )
+        call_ids.append(call_id)
+        result = task.step(call)
+        session.tool_result(call_id, result.output, is_error=result.is_error, chunk_ids=result.chunk_ids)
+        for sub in result.created:
+            session.subagent_created(_agent_id(sub), "worker")
+        if result.assignments:
+            subagent_calls += _run_subagents(task, result.assignments, policy, session, rng, subagents_call_policy)
+    return versions, call_ids, subagent_calls
 
 
 def _run_subagents(task: OrchestratorTask, assignments, policy, session, rng, call_policy: bool) -> int:

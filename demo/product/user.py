@@ -66,7 +66,7 @@ class SimulatedUser:
         )
         if rng.random() >= unhappy:
             return Reaction(None, tuple(items))
-        text = "that did not fix it" if not report.success else "why did that take so long"
+        text = "it is still broken, that does not work" if not report.success else "why did you ask, it was clear"
         target = items[0].target_call_id if items else ""
         items.append(FeedbackItem("DISSATISFIED_FOLLOWUP", 0.0, target, text))
         return Reaction(text, tuple(items))

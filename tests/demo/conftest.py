@@ -15,8 +15,12 @@ def demo_base_policy(tmp_path_factory) -> Path:
 
     from demo.policy import bootstrap_base_policy
 
-    torch.set_num_threads(1)
-    return bootstrap_base_policy(tmp_path_factory.mktemp("demo-policy") / "base", seed=0, fit_steps=TEST_FIT_STEPS)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the fit is tiny: one thread leaves the other core to the rest
+    try:
+        return bootstrap_base_policy(tmp_path_factory.mktemp("demo-policy") / "base", seed=0, fit_steps=TEST_FIT_STEPS)
+    finally:
+        torch.set_num_threads(threads)
 
 
 @pytest.fixture

@@ -8,6 +8,8 @@ One run of the demo (shorter, fixed seed) backs every assertion here:
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from demo.run import run_demo
@@ -17,11 +19,12 @@ from tests.conftest import stack_config
 pytestmark = pytest.mark.slow
 
 DEMO_MINUTES = 7.0
+DEMO_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "demo.toml"
 
 
 @pytest.fixture(scope="module")
 def demo_result(tmp_path_factory):
-    config = stack_config(tmp_path_factory.mktemp("loop"), storage="disk")
+    config = stack_config(tmp_path_factory.mktemp("loop"), storage="disk", config_file=DEMO_CONFIG)
     for section, field in [("ingest", "grpc_port"), ("ingest", "http_port"), ("ingest", "metrics_port"),
                            ("serving", "grpc_port"), ("serving", "http_port"), ("serving", "metrics_port")]:
         setattr(getattr(config, section), field, free_port())

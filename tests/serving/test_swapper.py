@@ -178,7 +178,14 @@ def test_canary_splits_traffic_with_per_version_metrics(config, tiny_policy_dir,
         versions = [_generate(stub, "s-canary", seed=i + 1).policy_version for i in range(30)]
         info = stub.ModelInfo(serving_pb2.ModelInfoRequest(), metadata=ADMIN, timeout=10)
         metrics = server.server.metrics
+        canary_slot = server.server.router.canary
+        set_alias(config, names.ALIAS_CHAMPION, "2")  # promotion: the canary becomes the champion
+        _wait_for(lambda: server.server.router.champion.version == "2", what="the promotion")
+        promoted = server.server.router.champion
+        info_after = stub.ModelInfo(serving_pb2.ModelInfoRequest(), metadata=ADMIN, timeout=10)
     assert info.policy_version == "1" and info.canary_version == "2"
+    assert promoted is canary_slot  # reused, not loaded twice
+    assert info_after.policy_version == "2" and info_after.canary_version == ""
     assert set(versions) == {"1", "2"}  # P(one side empty) = 2 * 0.5^30
     for version in ("1", "2"):
         counted = metrics.value("liverl_serving_requests_total", {"version": version, "api": "grpc", "outcome": "ok"})

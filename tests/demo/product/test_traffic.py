@@ -29,8 +29,11 @@ def test_a_failing_policy_is_counted_not_fatal():
         def generate(self, *args, **kwargs):
             raise ConnectionError("serving is down")
 
-    stats = run_traffic(Unreachable(), MemoryRecorder(), n_sessions=3, seed=0, feedback_delay_s=0)
+    recorder = MemoryRecorder()
+    stats = run_traffic(Unreachable(), recorder, n_sessions=3, seed=0, feedback_delay_s=0)
     assert stats.sessions == [] and len(stats.errors) == 3 and "serving is down" in stats.errors[0]
+    ends = [e.fields["reason"] for e in recorder.events if e.kind == "session_end"]
+    assert ends == ["error"] * 3  # every session is still closed, so the pipelines can finish it
 
 
 def test_stop_event_and_bad_arguments():
