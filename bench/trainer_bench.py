@@ -12,7 +12,6 @@ import copy
 import statistics
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 
 
@@ -107,15 +106,13 @@ class PlainLoop:
         from trainer.batching import collate, pack, token_logprobs
         from trainer.losses import token_losses
         from trainer.rewarding import mixed_rewards
-        from trainer.step_builder import to_sample
+        from trainer.step_builder import to_samples
 
         tc = self.config.trainer
         started = time.perf_counter()
         rewards = mixed_rewards(plan.trajectories, step, self.config.rewards)
         advantages = compute_advantages(plan.trajectories, rewards, self.baselines, tc.advantages)
-        samples = [
-            replace(to_sample(t, 1.0, tc.max_seq_len), advantage=a) for t, a in zip(plan.trajectories, advantages)
-        ]
+        samples = [s for t, a in zip(plan.trajectories, advantages) for s in to_samples(t, 1.0, tc.max_seq_len, a)]
         batches = [collate(group) for group in pack(samples, tc.deepspeed.micro_batch_tokens)]
         total = sum(batch.masked_tokens for batch in batches)
         for batch in batches:

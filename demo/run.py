@@ -46,7 +46,8 @@ def run_demo(config: LiverlConfig, say=print) -> DemoResult:
         say("[2/6] base policy: a tiny model fitted to synthetic demonstrations")
         base = _base_policy(config, say)
         say("[3/6] register the base policy as version 1 (candidate + champion)")
-        run_stage("train-init", ["train", "--init-from", str(base)], logs, timeout_s=demo.run.stage_timeout_s)
+        run_stage("train-init", ["train", "--init-from", str(base)], logs, demo.run.stage_timeout_s,
+                  config_environment(config))
         say("[4/6] stages: capture, serving, distill --follow, train --follow (each its own process)")
         stages = _start_stages(config, logs, say)
         say(f"[5/6] traffic for {demo.duration_s:.0f} s ({demo.run.concurrency} concurrent sessions)")
@@ -67,6 +68,10 @@ def _base_policy(config: LiverlConfig, say) -> Path:
     if (out / "model.safetensors").exists():
         say(f"      reusing {out}")
         return out
+    import transformers
+
+    transformers.logging.set_verbosity_error()  # the fit's own progress is what matters here
+    transformers.logging.disable_progress_bar()
     began = time.monotonic()
     bootstrap_base_policy(out, seed=config.demo.seed)
     say(f"      fitted in {time.monotonic() - began:.0f} s -> {out}")
@@ -105,19 +110,14 @@ def _served_version(config: LiverlConfig) -> str:
 
 
 def _run_traffic(config: LiverlConfig, say, started: float):
-    from demo.product.grpc_policy import GrpcPolicy
-    from demo.product.traffic import run_traffic
-    from ingest.sdk import CaptureClient
+    from demo.product.configured import capture_client, grpc_policy, run_configured_traffic
 
-    demo = config.demo
-    policy = GrpcPolicy(f"{config.serving.host}:{config.serving.grpc_port}", api_key=demo.run.serving_api_key)
-    client = CaptureClient(target=f"{config.ingest.host}:{config.ingest.grpc_port}", token=demo.run.capture_token,
-                           spool_dir=config.stack.data_dir / "sdk-spool")
+    policy = grpc_policy(config)
+    client = capture_client(config, config.stack.data_dir / "sdk-spool")
     progress = _Progress(config, say, started)
     try:
-        traffic = run_traffic(policy, client, duration_s=demo.duration_s, seed=demo.seed,
-                              concurrency=demo.run.concurrency, feedback_delay_s=demo.run.feedback_delay_s,
-                              on_session=progress.on_session)
+        traffic = run_configured_traffic(config, policy, client, duration_s=config.demo.duration_s,
+                                         on_session=progress.on_session)
     finally:
         client.flush(timeout_s=30.0)
         say(f"      SDK: {client.stats()}")

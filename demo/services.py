@@ -48,14 +48,17 @@ def start_stage(name: str, command: Sequence[str], log_dir: Path, env: dict[str,
     return StageProcess(name, processes.start(name, argv, log, env=env), log)
 
 
-def run_stage(name: str, command: Sequence[str], log_dir: Path, timeout_s: float) -> None:
-    """Run a one-shot `liverl` command to completion; fail with its log when it fails."""
-    stage = start_stage(name, command, log_dir)
+def run_stage(name: str, command: Sequence[str], log_dir: Path, timeout_s: float,
+              env: dict[str, str] | None = None) -> None:
+    """Run a one-shot `liverl` command to completion; fail with its log when it fails or times out."""
+    stage = start_stage(name, command, log_dir, env)
     try:
         code = stage.process.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        stage.stop()
         raise TimeoutError(f"`liverl {' '.join(command[:2])}` took over {timeout_s:.0f} s; log:\n{stage.log_tail()}")
+    finally:
+        if stage.running():  # timed out or interrupted: never leave the child behind
+            stage.stop()
     if code != 0:
         raise RuntimeError(f"`liverl {' '.join(command[:2])}` exited {code}; log:\n{stage.log_tail()}")
 

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 import torch
 
 from liverl.config.trainer import GateConfig, LossConfig
-from trainer.batching import Sample, collate, pack
+from trainer.batching import collate, pack
 from trainer.losses import token_losses
+from trainer.step_builder import to_samples
 from trainer.trajectory import Trajectory
 
 EVAL_TOKEN_BUDGET = 8192
@@ -91,10 +92,8 @@ def evaluate(
 
 def _score(candidate, champion, holdout, advantages, loss_config, max_seq_len) -> _Totals:
     totals = _Totals()
-    samples = [
-        Sample(list(t.token_ids[:max_seq_len]), list(t.loss_mask[:max_seq_len]),
-               list(t.behaviour_logprobs[:max_seq_len]), advantage, 1.0)
-        for t, advantage in zip(holdout, advantages)
+    samples = [  # one per segment, scored as its own sequence exactly as in training
+        sample for t, advantage in zip(holdout, advantages) for sample in to_samples(t, 1.0, max_seq_len, advantage)
     ]
     for group in pack(samples, EVAL_TOKEN_BUDGET):
         batch = collate(group)

@@ -22,7 +22,7 @@ def held_out_trajectories(rows: list[dict], fraction: float, limit: int, max_seq
             trajectory = from_row(row, -1)
         except (ValueError, KeyError, TypeError):
             continue  # the trainer already reported it when it streamed past
-        if sum(trajectory.loss_mask[1:max_seq_len]):
+        if trajectory.trainable_within(max_seq_len):
             kept.append(trajectory)
     kept.sort(key=lambda t: (t.first_served_ms, t.trajectory_id))
     return kept[-limit:] if limit else kept

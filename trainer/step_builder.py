@@ -46,7 +46,7 @@ def build_step(
         if is_held_out(trajectory.trajectory_id, config.gate.holdout_fraction):
             _consume(stream, plan, commit, "held_out")
             continue
-        if sum(trajectory.loss_mask[1:config.max_seq_len]) == 0:  # e.g. frozen sub-agents: observations only
+        if trajectory.trainable_within(config.max_seq_len) == 0:  # e.g. frozen sub-agents: observations only
             _consume(stream, plan, commit, "no_trainable_tokens")
             continue
         if trained.get(trajectory.trajectory_id, commit.version) != commit.version:
@@ -57,10 +57,10 @@ def build_step(
             plan.lags.append(staleness.version_lag)
             _consume(stream, plan, commit, "stale")
             continue
-        sample = to_sample(trajectory, staleness.weight, config.max_seq_len)
-        if samples and len(pack([*samples, sample], budget)) > micro_batches:
+        segments = to_samples(trajectory, staleness.weight, config.max_seq_len)
+        if samples and len(pack([*samples, *segments], budget)) > micro_batches:
             break  # the step is full; this row opens the next one
-        samples.append(sample)
+        samples += segments
         plan.trajectories.append(trajectory)
         plan.weights.append(staleness.weight)
         plan.lags.append(staleness.version_lag)
@@ -77,12 +77,14 @@ def _consume(stream: RowStream, plan: StepPlan, commit: TableCommit, skipped: st
     stream.advance()
 
 
-def to_sample(trajectory: Trajectory, weight: float, max_seq_len: int) -> Sample:
-    """Advantage is filled in once the whole step is known (baselines compare trajectories of a step)."""
-    return Sample(
-        token_ids=list(trajectory.token_ids[:max_seq_len]),
-        loss_mask=list(trajectory.loss_mask[:max_seq_len]),
-        behaviour_logprobs=list(trajectory.behaviour_logprobs[:max_seq_len]),
-        advantage=0.0,
-        weight=weight,
-    )
+def to_samples(trajectory: Trajectory, weight: float, max_seq_len: int, advantage: float = 0.0) -> list[Sample]:
+    """One sample per segment, each its own sequence cut to max_seq_len: serving sampled a segment's tokens
+    conditioned on that segment alone. Every segment shares the trajectory's advantage and staleness weight
+    (the final reward covers the whole chain); segments with nothing to train are left out. The advantage
+    is filled in once the whole step is known (baselines compare trajectories of a step)."""
+    t = trajectory
+    return [
+        Sample(list(t.token_ids[start:end]), list(t.loss_mask[start:end]), list(t.behaviour_logprobs[start:end]),
+               advantage, weight)
+        for start, end in t.segments(max_seq_len) if any(t.loss_mask[start + 1:end])
+    ]

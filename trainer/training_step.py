@@ -11,7 +11,7 @@ from trainer.batching import collate, pack, token_logprobs
 from trainer.losses import behaviour_kl, token_losses
 from trainer.rewarding import mixed_rewards
 from trainer.staleness import describe
-from trainer.step_builder import StepPlan, to_sample
+from trainer.step_builder import StepPlan, to_samples
 
 
 @dataclass(frozen=True)
@@ -35,14 +35,17 @@ def run_step(engine, plan: StepPlan, step: int, baselines: Baselines, config: Li
     started = time.perf_counter()
     rewards = mixed_rewards(plan.trajectories, step, config.rewards)
     advantages = compute_advantages(plan.trajectories, rewards, baselines, tc.advantages)
-    samples = [
-        replace(to_sample(t, weight, tc.max_seq_len), advantage=advantage)
+    samples = [  # one per segment of each trajectory
+        sample
         for t, weight, advantage in zip(plan.trajectories, plan.weights, advantages)
+        for sample in to_samples(t, weight, tc.max_seq_len, advantage)
     ]
     groups = pack(samples, tc.deepspeed.micro_batch_tokens)
     accumulation = tc.deepspeed.gradient_accumulation_steps
     # DeepSpeed steps every `accumulation` micro-batches: a short step is padded with zero-weight copies.
-    groups += [[replace(groups[-1][0], weight=0.0)]] * (accumulation - len(groups))
+    # Only a lone trajectory whose segments overflow the step's budget needs more; it then spans whole
+    # optimizer steps (padded to a multiple) rather than leaking gradients into the next trainer step.
+    groups += [[replace(groups[-1][0], weight=0.0)]] * (-len(groups) % accumulation)
     batches = [collate(group).to(engine.device) for group in groups]
     total_masked = sum(batch.masked_tokens for batch in batches)
     sums = {"loss": 0.0, "kl": 0.0, "clip": 0.0}
@@ -64,7 +67,8 @@ def run_step(engine, plan: StepPlan, step: int, baselines: Baselines, config: Li
         "kl": sums["kl"] / total_masked,
         "clip_fraction": sums["clip"] / total_masked,
         "tokens_per_s": real_tokens / elapsed,
-        "trajectories": float(len(samples)),
+        "trajectories": float(len(plan.trajectories)),
+        "segments": float(len(samples)),
         "staleness_mean": sum(max(lag, 0) for lag in plan.lags) / max(len(plan.lags), 1),
         "staleness_max": float(max(plan.lags, default=0)),
         "dropped_stale": float(plan.skipped.get("stale", 0)),

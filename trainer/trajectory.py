@@ -26,11 +26,24 @@ class Trajectory:
     reward_config_version: str = ""
     signals: dict[str, float] = field(default_factory=dict)
     first_served_ms: int = 0
+    # Where each segment begins (0 first); () is one segment. A segment is its own sequence: its completions
+    # were sampled conditioned on its tokens only (the context was rewritten where the next one starts).
+    segment_starts: tuple[int, ...] = ()
+
+    def segments(self, max_seq_len: int | None = None) -> list[tuple[int, int]]:
+        """[start, end) of each non-empty segment, each cut to its first max_seq_len tokens (the context)."""
+        starts = self.segment_starts or (0,)
+        ends = (*starts[1:], len(self.token_ids))
+        return [(start, min(end, start + max_seq_len) if max_seq_len else end)
+                for start, end in zip(starts, ends) if end > start]
+
+    def trainable_within(self, max_seq_len: int | None = None) -> int:
+        # A segment's first token has no prefix to be predicted from, so it never carries a loss.
+        return sum(sum(self.loss_mask[start + 1:end]) for start, end in self.segments(max_seq_len))
 
     @property
     def trainable_tokens(self) -> int:
-        # Token 0 has no prefix to be predicted from, so it never carries a loss.
-        return sum(self.loss_mask[1:])
+        return self.trainable_within()
 
 
 def from_row(row: dict, table_version: int) -> Trajectory:
@@ -46,6 +59,7 @@ def from_row(row: dict, table_version: int) -> Trajectory:
             f"trajectory {row['trajectory_id']}: token_ids ({len(tokens)}), loss_mask ({len(mask)}) and "
             f"behaviour_logprobs ({len(logprobs)}) must have one entry per token"
         )
+    segment_starts = _segment_starts(row, len(tokens))
     components = dict(row.get("reward_components") or ())
     if not all(math.isfinite(value) for value in components.values()):
         raise ValueError(f"trajectory {row['trajectory_id']}: non-finite reward components {components}")
@@ -63,7 +77,22 @@ def from_row(row: dict, table_version: int) -> Trajectory:
         reward_config_version=row.get("reward_config_version") or "",
         signals=dict(row.get("signals") or ()),
         first_served_ms=row.get("first_served_ms") or 0,
+        segment_starts=segment_starts,
     )
+
+
+def _segment_starts(row: dict, length: int) -> tuple[int, ...]:
+    """Rows written before the column existed (null or empty) are one segment."""
+    starts = list(row.get("segment_starts") or ())
+    if not starts:
+        return ()
+    if starts[0] != 0 or any(b < a for a, b in zip(starts, starts[1:])) or starts[-1] > length:
+        raise ValueError(
+            f"trajectory {row['trajectory_id']}: segment_starts {starts} must begin at 0 and rise within its "
+            f"{length} tokens"
+        )
+    # A call with no tokens leaves an empty segment (a repeated start, or one at the end): nothing to score.
+    return tuple(sorted({start for start in starts if start < length}))
 
 
 def is_held_out(trajectory_id: str, fraction: float) -> bool:

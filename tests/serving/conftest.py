@@ -130,8 +130,9 @@ def broken_policy_dir(tmp_path_factory, tiny_policy_dir) -> Path:
     return out
 
 
-def read_topic(config: LiverlConfig, topic: str, expect: int, timeout_s: float = 30.0) -> list:
-    """Every record of topic (all partitions), reading until `expect` arrived or nothing more comes."""
+def read_topic(config: LiverlConfig, topic: str, expect: int, timeout_s: float = 30.0, until=None) -> list:
+    """Records of topic (all partitions) from the start, until `expect` arrived, until(records) holds,
+    or timeout_s passed."""
     import time
 
     from kafka import KafkaConsumer, TopicPartition
@@ -146,6 +147,8 @@ def read_topic(config: LiverlConfig, topic: str, expect: int, timeout_s: float =
         while len(records) < expect and time.monotonic() < deadline:
             for batch in consumer.poll(timeout_ms=500).values():
                 records.extend(batch)
+            if until is not None and until(records):
+                break
         return records
     finally:
         consumer.close()

@@ -33,7 +33,9 @@ def test_generate_returns_tokens_logprobs_and_version_and_is_recorded(api_server
 
     config = api_server.server.config
     assert api_server.server.recorder.flush(30)
-    records = [r for r in read_topic(config, config.kafka.model_calls_topic, expect=1) if r.key == b"s-grpc"]
+    records = [r for r in read_topic(config, config.kafka.model_calls_topic, expect=1000,
+                                     until=lambda got: any(b"grpc-req-1" in r.value for r in got))
+               if r.key == b"s-grpc"]
     calls = [model_call_pb2.ModelCall.FromString(r.value) for r in records]
     mine = [c for c in calls if c.request_id == "grpc-req-1"]
     assert len(mine) == 1
@@ -81,7 +83,10 @@ def test_bad_requests_are_refused_clearly_and_dead_lettered(api_server):
 
     config = api_server.server.config
     api_server.server.recorder.flush(30)
-    letters = [json.loads(r.value) for r in read_topic(config, config.kafka.dead_letters_topic, expect=3)]
+    wanted = {b"empty-prompt", b"bad-agent-role", b"too-long"}
+    letters = [json.loads(r.value) for r in read_topic(
+        config, config.kafka.dead_letters_topic, expect=1000,
+        until=lambda got: all(any(w in r.value for r in got) for w in wanted))]
     reasons = {d["reason"] for d in letters if d["source"] == "serving"}
     assert {"empty-prompt", "bad-agent-role", "too-long"} <= reasons
     assert api_server.server.metrics.value("liverl_serving_dead_letters_total", {"reason": "empty-prompt"}) >= 1

@@ -43,12 +43,12 @@ def _generate(channel, session, seed):
     return stub.Generate(request, metadata=((names.META_AGENT_ROLE, "orchestrator"),), timeout=120)
 
 
-def _recorded(server, session):
+def _recorded(server, session, count):
     config = server.server.config
     assert server.server.recorder.flush(30)
-    return [model_call_pb2.ModelCall.FromString(r.value)
-            for r in read_topic(config, config.kafka.model_calls_topic, expect=100, timeout_s=10)
-            if r.key == session.encode()]
+    mine = lambda records: [r for r in records if r.key == session.encode()]  # noqa: E731
+    records = read_topic(config, config.kafka.model_calls_topic, expect=1000, until=lambda got: len(mine(got)) >= count)
+    return [model_call_pb2.ModelCall.FromString(r.value) for r in mine(records)]
 
 
 def test_grpc_to_vllm_to_kafka_with_exact_logprobs(vllm_server, tiny_policy_dir):
@@ -65,7 +65,7 @@ def test_grpc_to_vllm_to_kafka_with_exact_logprobs(vllm_server, tiny_policy_dir)
     assert list(again.token_ids) == list(response.token_ids)  # seeded sampling repeats
     assert [t for c in chunks for t in c.token_ids] == list(response.token_ids)
 
-    calls = _recorded(vllm_server, "s-vllm-1")
+    calls = _recorded(vllm_server, "s-vllm-1", 3)
     assert len(calls) == 3
     call = next(c for c in calls if c.request_id == response.request_id)
     assert call.policy_version == "1" and call.agent_role == common_pb2.AGENT_ROLE_ORCHESTRATOR
@@ -85,7 +85,7 @@ def test_force_swap_loads_a_second_vllm_engine_and_retires_the_first(vllm_server
         response = _generate(channel, "s-vllm-2", seed=5)
     assert swapped.ok and swapped.policy_version == "2", swapped.message
     assert response.policy_version == "2"
-    call = next(c for c in _recorded(vllm_server, "s-vllm-2") if c.request_id == response.request_id)
+    call = next(c for c in _recorded(vllm_server, "s-vllm-2", 1) if c.request_id == response.request_id)
     tokens = list(call.completion_token_ids)
     assert list(call.completion_logprobs) == pytest.approx(
         _reference(second_policy_dir, list(call.prompt_token_ids), tokens), abs=1e-3)

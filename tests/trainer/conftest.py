@@ -77,6 +77,29 @@ class TrajectoryFactory:
         behaviour = [0.0] * prompt + [float(x) for x in logp[prompt - 1:]]
         return make_row(trajectory_id, "", ids, mask, behaviour, reward=reward, **kwargs)
 
+    def segment_logprobs(self, ids: list[int]) -> list[float]:
+        """log π(token_t | tokens_<t) of one sequence scored on its own, as serving sampled it; 0 for token 0."""
+        import torch
+
+        with torch.no_grad():
+            logits = self.model(input_ids=torch.tensor([ids])).logits[0]
+        logp = torch.log_softmax(logits[:-1], -1).gather(-1, torch.tensor(ids[1:])[:, None]).squeeze(-1)
+        return [0.0] + [float(x) for x in logp]
+
+    def segmented_row(self, trajectory_id: str, texts: list[str], reward: float, prompt: int = 2, **kwargs) -> dict:
+        """One trajectory of len(texts) segments (context rewritten between them), laid out as the pipelines
+        chain them: each segment's first `prompt` tokens are context, the rest its completion with behaviour
+        logprobs of the segment scored on its own."""
+        tokens, mask, behaviour, starts = [], [], [], []
+        for text in texts:
+            ids = self.tokenizer(text)["input_ids"]
+            starts.append(len(tokens))
+            tokens += ids
+            mask += [0] * prompt + [1] * (len(ids) - prompt)
+            behaviour += [0.0] * prompt + self.segment_logprobs(ids)[prompt:]
+        row = make_row(trajectory_id, "", tokens, mask, behaviour, reward=reward, **kwargs)
+        return row | {"segment_starts": starts}
+
     def batch(self, prefix: str, n: int, **kwargs) -> list[dict]:
         """n trajectories: "good" ones (fix file done) rewarded, "bad" ones (ask ask) not."""
         rows = []

@@ -1,0 +1,46 @@
+"""Samples are segments: one per segment of a trajectory, and the step's token budget counts them."""
+
+from __future__ import annotations
+
+from liverl.config.trainer import TrainerConfig
+from tests.trainer.conftest import commit_batch, make_row
+from trainer.row_stream import Position, RowStream
+from trainer.step_builder import build_step, to_samples
+from trainer.table_follower import TableFollower
+from trainer.trajectory import from_row
+
+
+def _row(tid: str, starts=(0, 4), **kwargs) -> dict:
+    tokens, mask = [5, 6, 7, 8, 9, 6, 7, 8], [0, 1, 1, 1, 0, 1, 1, 1]
+    row = make_row(tid, "", tokens, mask, [-0.5 * m for m in mask], **kwargs)
+    return row | {"segment_starts": list(starts)} if starts is not None else row
+
+
+def test_one_sample_per_segment_with_the_trajectory_advantage_and_weight():
+    samples = to_samples(from_row(_row("t"), 0), 0.5, max_seq_len=3, advantage=2.0)
+    assert [s.token_ids for s in samples] == [[5, 6, 7], [9, 6, 7]]  # each cut to max_seq_len on its own
+    assert [s.loss_mask for s in samples] == [[0, 1, 1], [0, 1, 1]]
+    assert [s.behaviour_logprobs for s in samples] == [[-0.0, -0.5, -0.5], [-0.0, -0.5, -0.5]]
+    assert {(s.advantage, s.weight) for s in samples} == {(2.0, 0.5)}
+
+
+def test_old_rows_are_one_sample_and_segments_without_trainable_tokens_are_left_out():
+    assert [s.token_ids for s in to_samples(from_row(_row("t", starts=None), 0), 1.0, 64)] == [
+        [5, 6, 7, 8, 9, 6, 7, 8]]
+    observed_only = _row("t", starts=(0, 4, 5)) | {"loss_mask": [0, 1, 1, 1, 0, 0, 0, 0]}
+    assert [s.token_ids for s in to_samples(from_row(observed_only, 0), 1.0, 64)] == [[5, 6, 7, 8]]
+
+
+def test_the_step_token_budget_counts_segments(tmp_path):
+    uri = str(tmp_path / "table")
+    commit_batch(uri, [_row(f"t{i}") for i in range(5)], "batch-0", 0)
+    config = TrainerConfig()
+    config.gate.holdout_fraction = 0.0
+    config.deepspeed.micro_batch_tokens = 8  # two 4-token segments a micro-batch: one trajectory
+    config.deepspeed.gradient_accumulation_steps = 2
+    stream = RowStream(TableFollower(uri), Position(-1, 0, True))
+    trained: dict[str, int] = {}
+    sizes = []
+    while not (plan := build_step(stream, trained, "1", 0, config, say=lambda *_: None)).empty:
+        sizes.append(len(plan.trajectories))
+    assert sizes == [2, 2, 1] and len(trained) == 5
