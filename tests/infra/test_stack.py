@@ -59,3 +59,24 @@ def test_disk_broker_keeps_records_across_restart_and_down_stops_every_pid(tmp_p
         down(config, say=lambda *_: None)
     assert not any(processes.alive(pid) for pid in pids)
     assert read_record(config) == []
+
+
+def test_status_command_shows_health_and_loop_state(stack, capsys):
+    from infra.commands import status as status_command
+
+    assert status_command.run(stack, None) == 0
+    out = capsys.readouterr().out
+    assert "broker" in out and "mlflow" in out
+    assert f"registry {stack.mlflow.registered_model}" in out and "no trajectory table yet" in out
+
+
+def test_up_refuses_a_taken_port_and_names_the_setting(stack, tmp_path):
+    config = stack_config(tmp_path)
+    config.stack.broker_port = stack.stack.broker_port  # the session stack's broker holds it
+    try:
+        up(config, say=lambda *_: None)
+        raise AssertionError("up() started a broker on a taken port")
+    except RuntimeError as error:
+        assert "stack.broker_port" in str(error)
+    finally:
+        down(config, say=lambda *_: None)

@@ -1,0 +1,88 @@
+"""One training step scores each segment of a trajectory as its own sequence, as serving sampled it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from liverl.config import load_config
+from trainer.advantages import Baselines
+from trainer.batching import collate, pack, token_logprobs
+from trainer.engine import build_engine
+from trainer.policy_io import load_policy
+from trainer.step_builder import StepPlan, to_samples
+from trainer.trajectory import from_row
+
+# Segment 1 is a fresh prompt (a rewritten context), so its tokens never saw segment 0.
+SEGMENTS = [["fix the file : edit file done", "summary : fix file edit done"],
+            ["ask the file : search file", "done : edit edit file done", "fix : ask"]]
+
+
+def _config(micro_batch_tokens: int):
+    return load_config(environ={}, overrides=[
+        "--trainer.deepspeed.zero_stage", "0", "--trainer.deepspeed.precision", "fp32",
+        "--trainer.deepspeed.gradient_accumulation_steps", "2",
+        "--trainer.deepspeed.micro_batch_tokens", str(micro_batch_tokens),
+    ])
+
+
+def test_each_segment_gets_the_logprobs_of_scoring_it_on_its_own(tiny_policy_dir, trajectories):
+    model = load_policy(tiny_policy_dir)
+    rows = [trajectories.segmented_row(f"m-{i}", texts, 1.0) for i, texts in enumerate(SEGMENTS)]
+    for row in rows:
+        trajectory = from_row(row, 0)
+        samples = to_samples(trajectory, 1.0, max_seq_len=64)
+        assert len(samples) == len(row["segment_starts"])
+        with torch.no_grad():  # padded together in one micro-batch, like training does
+            batch = collate(samples)
+            logp = token_logprobs(model, batch.token_ids, batch.attention_mask)
+        for i, (start, end) in enumerate(trajectory.segments()):
+            ids = list(trajectory.token_ids[start:end])
+            direct = trajectories.segment_logprobs(ids)  # a plain transformers forward on the segment alone
+            assert torch.allclose(logp[i, :len(ids)], torch.tensor(direct), atol=1e-5)
+
+    # The bug this guards against: scored as one concatenated sequence, segment 1 sees the wrong context.
+    whole = torch.tensor([rows[0]["token_ids"]])
+    with torch.no_grad():
+        concatenated = token_logprobs(model, whole, torch.ones_like(whole))[0]
+    start = rows[0]["segment_starts"][1]
+    tail = torch.tensor(trajectories.segment_logprobs(rows[0]["token_ids"][start:]))
+    assert (concatenated[start + 1:] - tail[1:]).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("micro_batch_tokens", [4096, 32])  # one micro-batch; two (DeepSpeed steps after both)
+def test_same_weights_as_serving_give_zero_kl_and_no_clipping(tiny_policy_dir, trajectories, micro_batch_tokens):
+    from trainer.training_step import run_step
+
+    config = _config(micro_batch_tokens)
+    rows = [trajectories.segmented_row(f"k-{i}", texts, float(i % 2)) for i, texts in enumerate(SEGMENTS)]
+    rows.append(trajectories.row("old", "fix the file : edit file done", 0.5))  # no segment_starts column
+    plan = StepPlan(trajectories=[from_row(row, 0) for row in rows], weights=[1.0] * 3, lags=[0] * 3)
+    samples = [s for t in plan.trajectories for s in to_samples(t, 1.0, config.trainer.max_seq_len)]
+    assert len(pack(samples, micro_batch_tokens)) == (1 if micro_batch_tokens > 1000 else 2)
+    engine = build_engine(load_policy(tiny_policy_dir), config.trainer)
+    before = [p.detach().clone() for p in engine.module.parameters()]
+    result = run_step(engine, plan, 1, Baselines(), config)
+    metrics = result.metrics
+    assert metrics["segments"] == 6 and metrics["trajectories"] == 3
+    assert abs(metrics["kl"]) < 1e-4 and metrics["clip_fraction"] == 0.0, metrics
+    assert torch.isfinite(torch.tensor(metrics["loss"]))
+    moved = [not torch.equal(a, b) for a, b in zip(before, engine.module.parameters())]
+    assert any(moved), "the step should update the weights"
+
+
+def test_old_rows_without_segment_starts_still_train(tiny_policy_dir, trajectories):
+    from trainer.training_step import run_step
+
+    config = _config(4096)
+    rows = [trajectories.row(f"o-{i}", text, float(i)) for i, text in
+            enumerate(["fix the file : ask ask ask", "fix the file : edit file done"])]
+    assert not any("segment_starts" in row for row in rows)  # written before the column existed
+    plan = StepPlan(trajectories=[from_row(row, 0) for row in rows], weights=[1.0, 1.0], lags=[0, 0])
+    assert all(t.segment_starts == () for t in plan.trajectories)
+    engine = build_engine(load_policy(tiny_policy_dir), config.trainer)
+    before = [p.detach().clone() for p in engine.module.parameters()]
+    metrics = run_step(engine, plan, 1, Baselines(), config).metrics
+    assert metrics["segments"] == metrics["trajectories"] == 2
+    assert abs(metrics["kl"]) < 1e-4 and metrics["clip_fraction"] == 0.0, metrics
+    assert any(not torch.equal(a, b) for a, b in zip(before, engine.module.parameters()))
