@@ -17,6 +17,17 @@ from pathlib import Path
 from serving.engine import Delta, Sampling
 
 
+def model_positions(policy_dir: Path) -> int:
+    """The longest sequence the policy's config allows (vLLM refuses a larger max_model_len)."""
+    import json
+
+    config = json.loads((Path(policy_dir) / "config.json").read_text())
+    for key in ("max_position_embeddings", "n_positions", "n_ctx"):
+        if isinstance(config.get(key), int):
+            return config[key]
+    return 1 << 30  # no absolute positions declared: the serving config alone bounds it
+
+
 class VllmEngine:
     name = "vllm"
 
@@ -32,7 +43,7 @@ class VllmEngine:
         args = AsyncEngineArgs(
             model=str(self.policy_dir),
             gpu_memory_utilization=self._config.gpu_memory_utilization,
-            max_model_len=self._config.max_model_len,
+            max_model_len=min(self._config.max_model_len, model_positions(self.policy_dir)),
             enforce_eager=self._config.enforce_eager,
             dtype=self._config.dtype,
             logprobs_mode="processed_logprobs",  # the distribution each token was sampled from

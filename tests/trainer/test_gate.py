@@ -53,6 +53,21 @@ def test_gate_figures_on_held_out_trajectories(tiny_policy_dir, trajectories):
     assert not drifted.passed and "rate.clarifying" in drifted.reasons[0]
 
 
+def test_gate_scores_each_segment_as_its_own_sequence(tiny_policy_dir, trajectories):
+    champion = load_policy(tiny_policy_dir)
+    rows = [trajectories.segmented_row(f"s-{i}", ["fix the file : edit file done", "summary : fix file edit done",
+                                                   "ask : search file"][i:], 1.0) for i in range(2)]
+    rows.append(trajectories.row("old", "fix the file : ask ask ask", 0.0))  # no segment_starts: one segment
+    holdout = [from_row(row, 0) for row in rows]
+    report = _judge(copy.deepcopy(champion), champion, holdout)
+    assert report.passed and report.figures["kl"] < 1e-9
+    # Behaviour logprobs come from scoring each segment alone: the served-token NLL is exactly theirs.
+    served = [-lp for t in holdout for s, e in t.segments() for lp, m in
+              zip(t.behaviour_logprobs[s + 1:e], t.loss_mask[s + 1:e]) if m]
+    assert report.figures["holdout_tokens"] == len(served) == sum(t.trainable_tokens for t in holdout)
+    assert report.figures["candidate_nll"] == pytest.approx(sum(served) / len(served), abs=1e-5)
+
+
 @pytest.mark.slow
 def test_gate_refuses_a_degraded_candidate_and_records_why(stack, tiny_policy_dir, trajectories, tmp_path):
     config = trainer_config(stack, tmp_path, steps_per_version=4)

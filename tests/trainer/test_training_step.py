@@ -64,8 +64,8 @@ def test_same_weights_as_serving_give_zero_kl_and_no_clipping(tiny_policy_dir, t
     before = [p.detach().clone() for p in engine.module.parameters()]
     result = run_step(engine, plan, 1, Baselines(), config)
     metrics = result.metrics
-    assert metrics["segments"] == 6 and metrics["trajectories"] == 3
     assert abs(metrics["kl"]) < 1e-4 and metrics["clip_fraction"] == 0.0, metrics
+    assert metrics["segments"] == 6 and metrics["trajectories"] == 3
     assert torch.isfinite(torch.tensor(metrics["loss"]))
     moved = [not torch.equal(a, b) for a, b in zip(before, engine.module.parameters())]
     assert any(moved), "the step should update the weights"
