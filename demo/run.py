@@ -49,7 +49,7 @@ def run_demo(config: LiverlConfig, say=print) -> DemoResult:
         run_stage("train-init", ["train", "--init-from", str(base)], logs, demo.run.stage_timeout_s,
                   config_environment(config))
         say("[4/6] stages: capture, serving, distill --follow, train --follow (each its own process)")
-        stages = _start_stages(config, logs, say)
+        _start_stages(config, logs, say, stages)
         say(f"[5/6] traffic for {demo.duration_s:.0f} s ({demo.run.concurrency} concurrent sessions)")
         traffic = _run_traffic(config, say, started)
         say("[6/6] summary")
@@ -78,14 +78,16 @@ def _base_policy(config: LiverlConfig, say) -> Path:
     return out
 
 
-def _start_stages(config: LiverlConfig, logs: Path, say) -> list[StageProcess]:
+def _start_stages(config: LiverlConfig, logs: Path, say, stages: list[StageProcess]) -> None:
+    """Start the four stages; each is appended to `stages` as soon as it exists, so a failure stops it."""
     from infra.embedded.processes import port_open
 
     env = config_environment(config)
     timeout = config.demo.run.stage_timeout_s
     capture = start_stage("capture", ["capture"], logs, env)
+    stages.append(capture)
     serving = start_stage("serve", ["serve"], logs, env)
-    stages = [capture, serving]
+    stages.append(serving)
     wait_ready(capture, lambda: port_open(config.ingest.host, config.ingest.grpc_port), timeout)
     say(f"      capture ready on {config.ingest.host}:{config.ingest.grpc_port} (pid {capture.pid})")
     wait_ready(serving, lambda: bool(_served_version(config)), timeout)
@@ -94,7 +96,6 @@ def _start_stages(config: LiverlConfig, logs: Path, say) -> list[StageProcess]:
     stages.append(start_stage("distill", ["distill", "--follow"], logs, env))
     stages.append(start_stage("train", ["train", "--follow"], logs, env))
     say(f"      distill (pid {stages[2].pid}) and train (pid {stages[3].pid}) following")
-    return stages
 
 
 def _served_version(config: LiverlConfig) -> str:

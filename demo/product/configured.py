@@ -55,6 +55,7 @@ def run_configured_traffic(
         families=tuple(demo.families),
         feedback_delay_s=demo.run.feedback_delay_s,
         subagents_call_policy=demo.subagents_call_policy,
+        sessions_per_s=demo.run.sessions_per_s,
         stop=stop,
         on_session=on_session,
     )

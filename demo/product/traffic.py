@@ -64,13 +64,15 @@ def run_traffic(
     stop: threading.Event | None = None,
     on_session: Callable[[SessionStats], None] | None = None,
     turns: list[list[PolicyTurn]] | None = None,
+    sessions_per_s: float = 0.0,
 ) -> TrafficStats:
     """Run sessions until n_sessions finished, duration_s passed or `stop` is set (whichever comes first).
 
     Session i is a task of families[i % len(families)] drawn with its own seeded random.Random, so a
     seed fixes the tasks and the users (the policy's sampling has its own randomness). A session that
     raises is counted in TrafficStats.errors and the traffic goes on. `turns`, when given, receives the
-    trained agent's calls of every session (for the offline calibration).
+    trained agent's calls of every session (for the offline calibration). sessions_per_s > 0 paces
+    session starts like users arriving at that rate (0: a new session as soon as a slot frees).
     """
     if n_sessions is None and duration_s is None and stop is None:
         raise ValueError("give n_sessions, duration_s or a stop event, or the traffic never ends")
@@ -109,11 +111,25 @@ def run_traffic(
         return n_sessions is None or started < n_sessions
 
     started = 0
+    began = time.monotonic()
+
+    def wait_for_arrival() -> None:
+        """Sleep until session number `started` is due (in short naps, so `stop` is honoured)."""
+        if sessions_per_s <= 0:
+            return
+        while (delay := began + started / sessions_per_s - time.monotonic()) > 0:
+            if stop is not None and stop.is_set():
+                return
+            time.sleep(min(delay, 0.2))
+
     try:
         with ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="demo-session") as pool:
             running = set()
             while keep_going(started) or running:
                 while keep_going(started) and len(running) < max(1, concurrency):
+                    wait_for_arrival()
+                    if not keep_going(started):
+                        break
                     running.add(pool.submit(one, started))
                     started += 1
                 finished, running = wait(running, return_when=FIRST_COMPLETED)

@@ -6,6 +6,9 @@ from liverl.config.section import Section
 class DemoRunConfig(Section):
     concurrency: int = 2
     """Sessions the product runs at once."""
+    sessions_per_s: float = 3.0
+    """Arrival rate of new sessions (users); 0: back to back. On 2 cores, vLLM answers far faster than
+    Beam and DeepSpeed can learn from, so the demo paces its users like a real product's."""
     feedback_delay_s: float = 3.0
     """Simulated users judge an edit this long after the session (an hour in production)."""
     stage_timeout_s: float = 300.0

@@ -99,3 +99,12 @@ def test_traffic_recorded_through_the_real_capture_service(demo_base_policy, cap
         if session.family == "orchestrator":
             assert start.agent_role == common_pb2.AGENT_ROLE_ORCHESTRATOR
     assert stats.feedback_sent == sum(e.WhichOneof("body") == "feedback" for e in events)
+
+
+def test_sessions_arrive_at_the_configured_rate(demo_base_policy):
+    rate = 10.0
+    stats = run_traffic(LocalPolicy(demo_base_policy, version="1", seed=0), MemoryRecorder(), n_sessions=5, seed=2,
+                        concurrency=5, feedback_delay_s=0, sessions_per_s=rate)
+    starts = sorted(s.started_at for s in stats.sessions)
+    # five free slots, yet each session waits for its arrival: starts are at least 1/rate apart
+    assert all(later - earlier >= 1 / rate - 0.01 for earlier, later in zip(starts, starts[1:]))
