@@ -34,6 +34,25 @@ def make_row(trajectory_id: str, batch_id: str, token_ids: list[int], loss_mask:
     )
 
 
+def step_sizes(uri: str, micro_batch_tokens: int, accumulation_steps: int) -> tuple[list[int], dict[str, int]]:
+    """Build every step from the table at uri; returns trajectories per step and what was marked trained."""
+    from liverl.config.trainer import TrainerConfig
+    from trainer.row_stream import Position, RowStream
+    from trainer.step_builder import build_step
+    from trainer.table_follower import TableFollower
+
+    config = TrainerConfig()
+    config.gate.holdout_fraction = 0.0
+    config.deepspeed.micro_batch_tokens = micro_batch_tokens
+    config.deepspeed.gradient_accumulation_steps = accumulation_steps
+    stream = RowStream(TableFollower(uri), Position(-1, 0, True))
+    trained: dict[str, int] = {}
+    sizes = []
+    while not (plan := build_step(stream, trained, "1", 0, config, say=lambda *_: None)).empty:
+        sizes.append(len(plan.trajectories))
+    return sizes, trained
+
+
 def commit_batch(uri: str, rows: list[dict], batch_id: str, sequence: int, offsets: dict | None = None) -> None:
     """One commit = one batch, with the metadata and app transaction of contract 4."""
     import pyarrow as pa

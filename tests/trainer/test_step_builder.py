@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-from liverl.config.trainer import TrainerConfig
-from tests.trainer.conftest import commit_batch, make_row
-from trainer.row_stream import Position, RowStream
-from trainer.step_builder import build_step, to_samples
-from trainer.table_follower import TableFollower
+from tests.trainer.conftest import commit_batch, make_row, step_sizes
+from trainer.step_builder import to_samples
 from trainer.trajectory import from_row
 
 
@@ -34,13 +31,5 @@ def test_old_rows_are_one_sample_and_segments_without_trainable_tokens_are_left_
 def test_the_step_token_budget_counts_segments(tmp_path):
     uri = str(tmp_path / "table")
     commit_batch(uri, [_row(f"t{i}") for i in range(5)], "batch-0", 0)
-    config = TrainerConfig()
-    config.gate.holdout_fraction = 0.0
-    config.deepspeed.micro_batch_tokens = 8  # two 4-token segments a micro-batch: one trajectory
-    config.deepspeed.gradient_accumulation_steps = 2
-    stream = RowStream(TableFollower(uri), Position(-1, 0, True))
-    trained: dict[str, int] = {}
-    sizes = []
-    while not (plan := build_step(stream, trained, "1", 0, config, say=lambda *_: None)).empty:
-        sizes.append(len(plan.trajectories))
+    sizes, trained = step_sizes(uri, micro_batch_tokens=8, accumulation_steps=2)  # two 4-token segments a micro-batch: one trajectory
     assert sizes == [2, 2, 1] and len(trained) == 5

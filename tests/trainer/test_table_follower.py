@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from liverl.config.trainer import TrainerConfig
-from tests.trainer.conftest import commit_batch, make_row
+from tests.trainer.conftest import commit_batch, make_row, step_sizes
 from trainer.row_stream import Position, RowStream
 from trainer.step_builder import build_step
 from trainer.table_follower import TableFollower, merge_offsets
@@ -64,13 +64,5 @@ def test_step_builder_filters_and_never_trains_a_recommitted_trajectory(tmp_path
 def test_step_builder_fills_at_most_the_accumulation_steps_token_budget(tmp_path):
     uri = str(tmp_path / "table")
     commit_batch(uri, [_row(f"t{i}") for i in range(10)], "batch-0", 0)
-    config = TrainerConfig()
-    config.gate.holdout_fraction = 0.0
-    config.deepspeed.micro_batch_tokens = 8  # two 4-token trajectories a micro-batch
-    config.deepspeed.gradient_accumulation_steps = 2
-    stream = RowStream(TableFollower(uri), Position(-1, 0, True))
-    trained: dict[str, int] = {}
-    sizes = []
-    while not (plan := build_step(stream, trained, "1", 0, config, say=lambda *_: None)).empty:
-        sizes.append(len(plan.trajectories))
+    sizes, trained = step_sizes(uri, micro_batch_tokens=8, accumulation_steps=2)  # two 4-token trajectories a micro-batch
     assert sizes == [4, 4, 2] and len(trained) == 10
