@@ -32,7 +32,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def start_stack(folder: Path):
-    from infra.embedded import processes
+    from liverl.io import processes
     from infra.embedded.broker import start_tansu
     from infra.embedded.topics import ensure_topics
     from liverl.config import load_config
@@ -112,7 +112,7 @@ def run_plain(config, events: int, session_length: int) -> float:
 
 
 def main(argv=None) -> int:
-    from infra.embedded import processes
+    from liverl.io import processes
 
     args = parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="ingest-bench-") as tmp:

@@ -34,7 +34,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def start_broker(folder: Path):
-    from infra.embedded import processes
+    from liverl.io import processes
     from infra.embedded.broker import start_tansu
     from infra.embedded.topics import ensure_topics
     from liverl.config import load_config
@@ -79,7 +79,7 @@ def run_plain(config, folder: Path) -> tuple[float, int, int]:
     import pyarrow.parquet as pq
     from kafka import KafkaConsumer, TopicPartition
 
-    from liverl.table_schema import TRAJECTORY_SCHEMA
+    from liverl.contracts.table_schema import TRAJECTORY_SCHEMA
     from pipelines.kafka_source import high_water_marks
     from pipelines.parse import Parsed, parse_record
     from pipelines.records import RawRecord
@@ -124,7 +124,7 @@ def run_plain(config, folder: Path) -> tuple[float, int, int]:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from infra.embedded import processes
+    from liverl.io import processes
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)

@@ -23,7 +23,7 @@ from liverl.rewards import label, mix
 from liverl.rewards.batch import label_batch
 from liverl.rewards.builder import SessionBuilder
 from liverl.rewards.judge import Judge
-from liverl.rewards.judge_double import JudgeDouble, Reply
+from demo.judge_double import JudgeDouble, Reply
 from liverl.v1 import session_event_pb2 as ev
 
 

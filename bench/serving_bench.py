@@ -77,10 +77,10 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _interrupt)  # so a stopped bench still stops the stack it started
 
-    from infra.embedded.processes import free_port
+    from liverl.io.processes import free_port
     from infra.embedded.stack import down, up
     from liverl.config import load_config
-    from liverl.tiny_policy import build_policy
+    from demo.policy.tiny_policy import build_policy
 
     with tempfile.TemporaryDirectory(prefix="serving-bench-") as tmp:
         tmp = Path(tmp)
@@ -111,7 +111,7 @@ def _register(config, policy_dir: Path, alias: str | None) -> str:
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
-    from liverl import names
+    from liverl.contracts import names
 
     uri = config.mlflow.tracking_uri
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)

@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from liverl.config import load_config
-    from liverl.tiny_policy import build_policy
+    from demo.policy.tiny_policy import build_policy
     from trainer.engine import build_engine
     from trainer.policy_io import load_policy
     from trainer.step_builder import StepPlan

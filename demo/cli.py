@@ -6,6 +6,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--keep-stack", action="store_true", help="leave the broker and MLflow running afterwards")
 
 
+def config_schema():
+    from demo.config import DemoLiverlConfig
+
+    return DemoLiverlConfig
+
+
 def run(config, args) -> int:
     from demo.run import run_demo
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from liverl import names
+from liverl.contracts import names
 
 
 @dataclass

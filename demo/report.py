@@ -12,13 +12,13 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from liverl.config import LiverlConfig
+from demo.config import DemoLiverlConfig
 
 MONITORS_SHOWN = ("rate.broken_tool_calls", "rate.clarifying", "rate.give_up", "mean.turns",
                   "mean.subagents_per_task", "mean.critical_steps")
 
 
-def write_report(config: LiverlConfig, traffic, verdict, fresh, lineage, say) -> Path:
+def write_report(config: DemoLiverlConfig, traffic, verdict, fresh, lineage, say) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display here
@@ -156,7 +156,7 @@ def _html(verdict, fresh, traffic, figures) -> str:
             f"</p><ul>{families}</ul>{images}</body></html>")
 
 
-def _log_to_mlflow(config: LiverlConfig, out: Path, verdict, fresh, say) -> None:
+def _log_to_mlflow(config: DemoLiverlConfig, out: Path, verdict, fresh, say) -> None:
     import mlflow
 
     mlflow.set_tracking_uri(config.mlflow.tracking_uri)

@@ -16,7 +16,7 @@ from demo.lineage import VersionLineage, read_lineage
 from demo.services import StageProcess, run_stage, start_stage, wait_ready
 from demo.stage_env import config_environment
 from demo.verdict import Verdict, judge_rise
-from liverl.config import LiverlConfig
+from demo.config import DemoLiverlConfig
 
 
 @dataclass
@@ -29,7 +29,7 @@ class DemoResult:
     report_dir: Path | None
 
 
-def run_demo(config: LiverlConfig, say=print) -> DemoResult:
+def run_demo(config: DemoLiverlConfig, say=print) -> DemoResult:
     from infra.embedded.stack import down, up
 
     demo = config.demo
@@ -61,7 +61,7 @@ def run_demo(config: LiverlConfig, say=print) -> DemoResult:
             down(config, say=lambda *_: None)
 
 
-def _base_policy(config: LiverlConfig, say) -> Path:
+def _base_policy(config: DemoLiverlConfig, say) -> Path:
     from demo.policy.bootstrap import bootstrap_base_policy
 
     out = config.stack.data_dir / "base-policy"
@@ -78,9 +78,9 @@ def _base_policy(config: LiverlConfig, say) -> Path:
     return out
 
 
-def _start_stages(config: LiverlConfig, logs: Path, say, stages: list[StageProcess]) -> None:
+def _start_stages(config: DemoLiverlConfig, logs: Path, say, stages: list[StageProcess]) -> None:
     """Start the four stages; each is appended to `stages` as soon as it exists, so a failure stops it."""
-    from infra.embedded.processes import port_open
+    from liverl.io.processes import port_open
 
     env = config_environment(config)
     timeout = config.demo.run.stage_timeout_s
@@ -98,7 +98,7 @@ def _start_stages(config: LiverlConfig, logs: Path, say, stages: list[StageProce
     say(f"      distill (pid {stages[2].pid}) and train (pid {stages[3].pid}) following")
 
 
-def _served_version(config: LiverlConfig) -> str:
+def _served_version(config: DemoLiverlConfig) -> str:
     import grpc
 
     from liverl.v1 import serving_pb2, serving_pb2_grpc
@@ -110,7 +110,7 @@ def _served_version(config: LiverlConfig) -> str:
     return info.policy_version
 
 
-def _run_traffic(config: LiverlConfig, say, started: float):
+def _run_traffic(config: DemoLiverlConfig, say, started: float):
     from demo.product.configured import capture_client, grpc_policy, run_configured_traffic
 
     policy = grpc_policy(config)
@@ -130,7 +130,7 @@ def _run_traffic(config: LiverlConfig, say, started: float):
 class _Progress:
     """One dense line every progress_every_s: time | sessions | served version | recent reward | registry."""
 
-    def __init__(self, config: LiverlConfig, say, started: float) -> None:
+    def __init__(self, config: DemoLiverlConfig, say, started: float) -> None:
         self.config, self.say, self.started = config, say, started
         self.rewards: list[float] = []
         self.versions: list[str] = []
@@ -148,10 +148,10 @@ class _Progress:
                  f"| reward(last {len(recent)}) {sum(recent) / len(recent):.3f} | {_registry_line(self.config)}")
 
 
-def _registry_line(config: LiverlConfig) -> str:
+def _registry_line(config: DemoLiverlConfig) -> str:
     from mlflow import MlflowClient
 
-    from liverl import names
+    from liverl.contracts import names
 
     try:
         client = MlflowClient(tracking_uri=config.mlflow.tracking_uri)
@@ -162,11 +162,11 @@ def _registry_line(config: LiverlConfig) -> str:
         return f"registry unavailable ({type(error).__name__})"
 
 
-def _summarise(config: LiverlConfig, traffic, say) -> DemoResult:
+def _summarise(config: DemoLiverlConfig, traffic, say) -> DemoResult:
     from mlflow import MlflowClient
 
     from demo.report import write_report
-    from liverl import names
+    from liverl.contracts import names
 
     demo = config.demo
     lineage = read_lineage(config.mlflow.tracking_uri, config.mlflow.registered_model, config.table.trajectories_uri)

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from infra.embedded import processes
+from liverl.io import processes
 
 
 @dataclass

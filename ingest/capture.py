@@ -19,7 +19,7 @@ from ingest.metrics import CaptureMetrics
 from ingest.redaction import Redactor
 from ingest.sessions import SessionRegistry
 from ingest.validation import Limits, Rejected, SessionEvent, validate
-from liverl import names
+from liverl.contracts import names
 from liverl.config import LiverlConfig
 from liverl.v1 import capture_pb2
 

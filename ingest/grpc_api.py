@@ -11,7 +11,7 @@ from ingest.capture import CaptureCore
 from ingest.spool import SpoolFull
 from ingest.validation import parse_binary
 from ingest.wire import MalformedRequest, split_events
-from liverl import names
+from liverl.contracts import names
 from liverl.v1 import capture_pb2
 
 SERVICE_NAME = "liverl.v1.CaptureService"

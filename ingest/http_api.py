@@ -23,7 +23,7 @@ from ingest.auth import AuthError, TokenAuth
 from ingest.capture import CaptureCore
 from ingest.spool import SpoolFull
 from ingest.validation import parse_json
-from liverl import names
+from liverl.contracts import names
 
 AUTH_STATUS = {"unauthenticated": 401, "permission_denied": 403}
 

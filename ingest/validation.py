@@ -11,7 +11,7 @@ from functools import cache
 from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
 from google.protobuf.message import DecodeError
 
-from liverl import names
+from liverl.contracts import names
 from liverl.v1 import common_pb2, session_event_pb2
 
 SessionEvent = session_event_pb2.SessionEvent

@@ -3,7 +3,8 @@
     liverl <command> [@ config.toml] [command flags] [--section.field VALUE ...]
 
 Each command lives in a light module of its stage exposing `add_arguments(parser)` and
-`run(config, args) -> int`; torch, vLLM and Beam are imported only inside `run`.
+`run(config, args) -> int`; torch, vLLM and Beam are imported only inside `run`. A module with config
+sections of its own (the demo) names its tree in `config_schema()`.
 """
 
 from __future__ import annotations
@@ -68,8 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     from liverl.config import load_config
 
     try:
-        config = load_config(args.config or config_file, overrides)
         module = importlib.import_module(COMMANDS[args.command][0])
+        schema = module.config_schema() if hasattr(module, "config_schema") else None
+        config = load_config(args.config or config_file, overrides, **({"schema": schema} if schema else {}))
         return int(module.run(config, args) or 0)
     except KeyboardInterrupt:
         return 130

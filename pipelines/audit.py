@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 
-from liverl import names
+from liverl.contracts import names
 from liverl.config import LiverlConfig
 from pipelines import table
 

@@ -19,9 +19,9 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from liverl import names
+from liverl.contracts import names
 from liverl.config import LiverlConfig
-from liverl.table_schema import DEAD_LETTER_SCHEMA, TRAJECTORY_SCHEMA
+from liverl.contracts.table_schema import DEAD_LETTER_SCHEMA, TRAJECTORY_SCHEMA
 from pipelines import table
 from pipelines.kafka_source import high_water_marks, plan_ranges
 from pipelines.sessionize import Timing
@@ -90,7 +90,7 @@ def distill_once(config: LiverlConfig, now_ms: int | None = None,
     rows = store.read_staged(store.batch_dir(seq), "trajectories", TRAJECTORY_SCHEMA)
     dead = store.read_staged(store.batch_dir(seq), "dead_letters", DEAD_LETTER_SCHEMA)
     report.trajectories = rows.num_rows
-    report.sessions = len(set(rows.column("session_id").to_pylist()))
+    report.sessions = len(set(zip(rows.column("tenant_id").to_pylist(), rows.column("session_id").to_pylist())))
     report.dead_letters = dict(Counter(dead.column("reason").to_pylist()))
     if plan.new_records() == 0 and rows.num_rows == 0 and dead.num_rows == 0:
         store.drop_plan(seq)  # pending sessions are still pending: committing would only churn versions

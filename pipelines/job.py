@@ -16,7 +16,8 @@ from __future__ import annotations
 import apache_beam as beam
 
 from liverl.config.rewards import RewardsConfig
-from liverl.table_schema import DEAD_LETTER_SCHEMA, TRAJECTORY_SCHEMA
+from liverl.contracts.table_schema import DEAD_LETTER_SCHEMA, TRAJECTORY_SCHEMA
+from liverl.contracts.trajectory_row import rows_to_table
 from pipelines import dead_letters, parse, sessionize, trajectories
 from pipelines.kafka_source import OffsetRange, ReadOffsetRange
 from pipelines.records import CLOSED_SESSION_SCHEMA, RAW_RECORD_SCHEMA, RawRecord
@@ -27,7 +28,7 @@ STAGED = {"trajectories": TRAJECTORY_SCHEMA, "dead_letters": DEAD_LETTER_SCHEMA,
 
 
 class DistillBatch(beam.PTransform):
-    """PBegin -> {"trajectories", "dead_letters", "pending", "closed"}: PCollections of row dicts."""
+    """PBegin -> {"trajectories": TrajectoryRows, "dead_letters", "pending", "closed": row dicts}."""
 
     def __init__(self, ranges: list[OffsetRange], carried_state: str | None,
                  events_topic: str, calls_topic: str, client_kwargs: dict, read_timeout_s: float,
@@ -50,7 +51,7 @@ class DistillBatch(beam.PTransform):
                   | "ParseRecords" >> beam.ParDo(parse.ParseRecord(*self._topics)).with_outputs(
                       parse.DEAD, main="records"))
         closed = (self._read_state(pbegin, "closed", "ClosedSessions")
-                  | "AsClosedPairs" >> beam.Map(lambda row: (row["session_id"], row["closed_at_ms"])))
+                  | "AsClosedPairs" >> beam.Map(closed_pair))
         decided = ({"records": parsed.records, "closed": closed}
                    | "GroupBySession" >> beam.CoGroupByKey()
                    | "DecideReadiness" >> beam.ParDo(sessionize.DecideSession(self._timing, *self._topics)).with_outputs(
@@ -71,15 +72,30 @@ class DistillBatch(beam.PTransform):
         return pbegin | label >> beam.io.ReadFromParquet(f"{self._carried_state.rstrip('/')}/{name}-*.parquet")
 
 
+def closed_pair(row: dict) -> tuple[tuple[str, str], int]:
+    """A closed-session row as ((tenant_id, session_id), closed_at_ms), the key ParseRecord groups by."""
+    return (row.get("tenant_id") or "", row["session_id"]), row["closed_at_ms"]
+
+
 def stamp_dead_letter(row: dict, batch_id: str, as_of_ms: int) -> dict:
     return row | {"batch_id": batch_id, "recorded_at_ms": as_of_ms, "event_date": dead_letters.utc_date(as_of_ms)}
 
 
 def stage_outputs(outputs: dict, staging_uri: str) -> None:
-    """Write each output to `<staging>/<name>-SSSSS-of-NNNNN.parquet` (always at least one file)."""
+    """Write each output to `<staging>/<name>-SSSSS-of-NNNNN.parquet` (always at least one file).
+
+    Trajectories are typed TrajectoryRows, turned into Arrow by the contract's own rows_to_table (in batches,
+    on the workers); the other outputs are plain row dicts.
+    """
     for name, schema in STAGED.items():
-        outputs[name] | f"Stage{_camel(name)}" >> beam.io.WriteToParquet(
-            f"{staging_uri.rstrip('/')}/{name}", schema, file_name_suffix=".parquet")
+        prefix = f"{staging_uri.rstrip('/')}/{name}"
+        if name == "trajectories":
+            (outputs[name]
+             | "BatchTrajectories" >> beam.BatchElements(min_batch_size=1, max_batch_size=512)
+             | "TrajectoryTables" >> beam.Map(rows_to_table)
+             | "StageTrajectories" >> beam.io.WriteToParquetBatched(prefix, schema, file_name_suffix=".parquet"))
+        else:
+            outputs[name] | f"Stage{_camel(name)}" >> beam.io.WriteToParquet(prefix, schema, file_name_suffix=".parquet")
 
 
 def _camel(name: str) -> str:

@@ -1,4 +1,8 @@
-"""ParseRecord: RawRecord -> (session_id, Parsed) or a record-level dead letter."""
+"""ParseRecord: RawRecord -> ((tenant_id, session_id), record) or a record-level dead letter.
+
+A session's identity is (tenant id, session id) from the message itself: two tenants may use the same
+session id (and the same event ids), and neither may ever reach the other's session.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ from typing import NamedTuple
 import apache_beam as beam
 from google.protobuf.message import DecodeError
 
-from liverl import names
+from liverl.contracts import names
 from liverl.v1.model_call_pb2 import ModelCall
 from liverl.v1.session_event_pb2 import SessionEvent
 from pipelines import dead_letters
@@ -27,6 +31,10 @@ class Parsed(NamedTuple):
     def event_id(self) -> str:
         return self.message.event_id
 
+    @property
+    def session_key(self) -> tuple[str, str]:
+        return self.message.tenant_id, self.message.session_id
+
 
 def parse_record(record: RawRecord, events_topic: str, calls_topic: str) -> Parsed | dict:
     """The parsed record, or a dead-letter row saying what is wrong with it."""
@@ -36,7 +44,7 @@ def parse_record(record: RawRecord, events_topic: str, calls_topic: str) -> Pars
         kind, message_type = CALL, ModelCall
     else:
         return dead_letters.record_dead_letter(
-            dead_letters.UNKNOWN_TOPIC, f"record from unplanned topic {record.topic}", record, None)
+            dead_letters.UNKNOWN_TOPIC, f"record from unplanned topic {record.topic}", record, _tenant(record), None)
     header_version = record.header(names.HEADER_SCHEMA_VERSION)
     try:
         if header_version is not None and int(header_version) > names.EVENT_SCHEMA_VERSION:
@@ -44,17 +52,18 @@ def parse_record(record: RawRecord, events_topic: str, calls_topic: str) -> Pars
         message = message_type.FromString(record.value or b"")
     except (DecodeError, ValueError) as error:
         return dead_letters.record_dead_letter(
-            dead_letters.MALFORMED_EVENT, f"not a {message_type.__name__}: {error}", record, _key(record))
+            dead_letters.MALFORMED_EVENT, f"not a {message_type.__name__}: {error}", record, _tenant(record),
+            _key(record))
     if message.schema_version > names.EVENT_SCHEMA_VERSION:
         return _unsupported(record, message.schema_version)
     missing = [field for field in ("event_id", "session_id", "tenant_id") if not getattr(message, field)]
     if missing:
         return dead_letters.record_dead_letter(
             dead_letters.MALFORMED_EVENT, f"{message_type.__name__} without {', '.join(missing)}", record,
-            message.session_id or _key(record))
+            message.tenant_id or _tenant(record), message.session_id or _key(record))
     if kind == EVENT and message.WhichOneof("body") is None:
         return dead_letters.record_dead_letter(dead_letters.MALFORMED_EVENT, "SessionEvent without a body", record,
-                                               message.session_id)
+                                               message.tenant_id, message.session_id)
     return Parsed(kind, record, message)
 
 
@@ -62,18 +71,28 @@ def _unsupported(record: RawRecord, version: int) -> dict:
     return dead_letters.record_dead_letter(
         dead_letters.UNSUPPORTED_SCHEMA,
         f"schema version {version} is newer than {names.EVENT_SCHEMA_VERSION}; upgrade the distiller", record,
-        _key(record))
+        _tenant(record), _key(record))
 
 
 def _key(record: RawRecord) -> str | None:
+    """The record key as text: the best guess of the session of a record whose body cannot be read."""
+    return _text(record.key)
+
+
+def _tenant(record: RawRecord) -> str | None:
+    """The tenant header of a record whose body cannot be read (None when absent)."""
+    return _text(record.header(names.HEADER_TENANT))
+
+
+def _text(value: bytes | None) -> str | None:
     try:
-        return record.key.decode() if record.key else None
+        return value.decode() if value else None
     except UnicodeDecodeError:
         return None
 
 
 class ParseRecord(beam.DoFn):
-    """Main output: (session_id, the record as a plain tuple). Tagged output DEAD: dead-letter rows.
+    """Main output: ((tenant_id, session_id), the record as a plain tuple). Tagged output DEAD: dead-letter rows.
 
     Valid records cross the shuffle as plain tuples of primitives (fast to encode) and are parsed again
     after grouping: protobuf parsing is far cheaper than pickling messages through GroupByKey.
@@ -87,7 +106,7 @@ class ParseRecord(beam.DoFn):
     def process(self, record: RawRecord):
         parsed = parse_record(record, self._events_topic, self._calls_topic)
         if isinstance(parsed, Parsed):
-            yield parsed.message.session_id, tuple(record)
+            yield parsed.session_key, tuple(record)
         else:
             self.malformed.inc()
             yield beam.pvalue.TaggedOutput(DEAD, parsed)

@@ -51,7 +51,9 @@ RAW_RECORD_SCHEMA = pa.schema([
 ])
 
 # The closed-session file: sessions already emitted (or dead-lettered), so later events count as late.
+# Keyed by (tenant_id, session_id); files written before tenant_id existed read it as null.
 CLOSED_SESSION_SCHEMA = pa.schema([
+    pa.field("tenant_id", pa.string()),
     pa.field("session_id", pa.string()),
     pa.field("closed_at_ms", pa.int64()),
 ])

@@ -7,6 +7,9 @@ re-read by the next batch, so a session spanning batches is emitted exactly once
 dead-lettered), a session is CLOSED; records arriving for a closed session are LATE: counted and sent
 to the dead-letter table with reason "late_event" (payload = the raw record, so a correction pass can
 replay them). The horizon is the knob that trades freshness for complete rewards.
+
+Everything here is per session KEY (tenant id, session id): grouping, de-duplication (event ids are unique
+per tenant, not globally), the closed set and late events, so tenants sharing a session id stay apart.
 """
 
 from __future__ import annotations
@@ -36,9 +39,12 @@ class Timing:
     late_event_retention_ms: int
 
 
+SessionKey = tuple[str, str]  # (tenant id, session id): a session's identity (DESIGN.md, contract 1)
+
+
 @dataclass
 class Decision:
-    session_id: str
+    key: SessionKey
     status: str  # READY | PENDING | CLOSED (nothing new, or only late records) | DEAD
     session: SessionRecord | None = None
     pending: list[RawRecord] = field(default_factory=list)
@@ -49,7 +55,10 @@ class Decision:
 
 
 def dedupe(parsed: list[Parsed]) -> tuple[list[Parsed], list[Parsed], int]:
-    """(events, model calls, duplicates dropped): the first copy in log order wins, per kind and event id."""
+    """(events, model calls, duplicates dropped): the first copy in log order wins, per kind and event id.
+
+    `parsed` is one session's records, so one tenant's: another tenant's equal event id is never a duplicate.
+    """
     seen: set[tuple[str, str]] = set()
     events, calls, duplicates = [], [], 0
     for item in sorted(parsed, key=lambda p: (p.record.topic, p.record.partition, p.record.offset)):
@@ -62,21 +71,24 @@ def dedupe(parsed: list[Parsed]) -> tuple[list[Parsed], list[Parsed], int]:
     return events, calls, duplicates
 
 
-def decide(session_id: str, parsed: list[Parsed], closed_at: list[int], timing: Timing) -> Decision:
+def decide(key: SessionKey, parsed: list[Parsed], closed_at: list[int], timing: Timing) -> Decision:
+    tenant_id, session_id = key
+    strays = [item for item in parsed if item.session_key != key]
+    if strays:  # the grouping guarantees one key per group; anything else is a bug, never a silent merge
+        raise ValueError(f"session {key} was grouped with records of {sorted({i.session_key for i in strays})}")
     events, calls, duplicates = dedupe(parsed)
     if closed_at:
         closed = max(closed_at)
         late = [dead_letters.record_dead_letter(
                     dead_letters.LATE_EVENT, f"{item.kind} {item.event_id} arrived after its session was emitted",
-                    item.record, session_id) for item in events + calls]
+                    item.record, tenant_id, session_id) for item in events + calls]
         keep = closed if timing.as_of_ms - closed <= timing.late_event_retention_ms else None
-        return Decision(session_id, CLOSED, dead=late, closed_at_ms=keep, duplicates=duplicates,
-                        late_events=len(late))
+        return Decision(key, CLOSED, dead=late, closed_at_ms=keep, duplicates=duplicates, late_events=len(late))
     if not _ready(events, calls, timing):
-        return Decision(session_id, PENDING, pending=[item.record for item in events + calls], duplicates=duplicates)
+        return Decision(key, PENDING, pending=[item.record for item in events + calls], duplicates=duplicates)
     record = SessionRecord(
         session_id=session_id,
-        tenant_id=(events or calls)[0].message.tenant_id,
+        tenant_id=tenant_id,
         events=tuple(item.message for item in sorted(
             events, key=lambda p: (p.message.event_time_ms, p.message.sequence, p.record.offset))),
         model_calls=tuple(item.message for item in sorted(
@@ -85,9 +97,9 @@ def decide(session_id: str, parsed: list[Parsed], closed_at: list[int], timing: 
     problem = _unbuildable(record)
     if problem:
         reason, message = problem
-        letter = dead_letters.session_dead_letter(reason, message, session_id, summarize(record))
-        return Decision(session_id, DEAD, dead=[letter], closed_at_ms=timing.as_of_ms, duplicates=duplicates)
-    return Decision(session_id, READY, session=record, closed_at_ms=timing.as_of_ms, duplicates=duplicates)
+        letter = dead_letters.session_dead_letter(reason, message, tenant_id, session_id, summarize(record))
+        return Decision(key, DEAD, dead=[letter], closed_at_ms=timing.as_of_ms, duplicates=duplicates)
+    return Decision(key, READY, session=record, closed_at_ms=timing.as_of_ms, duplicates=duplicates)
 
 
 def _ready(events: list[Parsed], calls: list[Parsed], timing: Timing) -> bool:
@@ -124,8 +136,8 @@ def summarize(record: SessionRecord) -> dict:
 
 
 class DecideSession(beam.DoFn):
-    """(session_id, {"records": [record tuples], "closed": [ms]}) -> READY SessionRecord; tagged PENDING raw-record
-    rows, CLOSED closed-session rows and DEAD dead-letter rows."""
+    """((tenant_id, session_id), {"records": [record tuples], "closed": [ms]}) -> READY SessionRecord; tagged
+    PENDING raw-record rows, CLOSED closed-session rows and DEAD dead-letter rows."""
 
     def __init__(self, timing: Timing, events_topic: str, calls_topic: str):
         self._timing = timing
@@ -135,9 +147,9 @@ class DecideSession(beam.DoFn):
                                       "late_events")}
 
     def process(self, element):
-        session_id, grouped = element
+        key, grouped = element
         parsed = [parse_record(RawRecord(*fields), *self._topics) for fields in grouped["records"]]
-        decision = decide(session_id, parsed, list(grouped["closed"]), self._timing)
+        decision = decide(tuple(key), parsed, list(grouped["closed"]), self._timing)
         self.counters["duplicates"].inc(decision.duplicates)
         self.counters["late_events"].inc(decision.late_events)
         if decision.status == READY:
@@ -152,4 +164,6 @@ class DecideSession(beam.DoFn):
         for letter in decision.dead:
             yield beam.pvalue.TaggedOutput(DEAD, letter)
         if decision.closed_at_ms is not None:
-            yield beam.pvalue.TaggedOutput(CLOSED, {"session_id": session_id, "closed_at_ms": decision.closed_at_ms})
+            tenant_id, session_id = decision.key
+            yield beam.pvalue.TaggedOutput(CLOSED, {"tenant_id": tenant_id, "session_id": session_id,
+                                                    "closed_at_ms": decision.closed_at_ms})

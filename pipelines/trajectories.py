@@ -11,33 +11,38 @@ trajectory, so the session's final reward applies to every token of the chain, s
 (Composer 2). `segment_starts` lists where each segment begins: the trainer scores each segment as its
 own sequence. Sub-agents are frozen: their tokens are observations (mask 0) but their trajectories are
 kept, with `parent_agent_id` and the spawning stage, so the parallel graph and critical steps survive.
+Roles come from pipelines/roles.py (headers and spawn graph); an agent whose role cannot be inferred is a
+dead letter, never a trainable agent. Rows are the contract's typed TrajectoryRow.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 
 import apache_beam as beam
 
 from liverl.config.rewards import RewardsConfig
 from liverl.rewards import label as reward_label
+from liverl.contracts import names
+from liverl.contracts.table_schema import TABLE_SCHEMA_VERSION
+from liverl.contracts.trajectory_row import TrajectoryRow
 from liverl.rewards.session import SessionRecord
-from liverl.table_schema import TABLE_SCHEMA_VERSION
-from liverl.v1.common_pb2 import AgentRole
 from pipelines import dead_letters
+from pipelines.roles import TRAINABLE_ROLES, UNKNOWN, agent_of, infer_roles, spawn_graph
 from pipelines.sessionize import summarize
 
 DEAD = "dead"
 
-ROLE_NAMES = {AgentRole.AGENT_ROLE_SINGLE: "single", AgentRole.AGENT_ROLE_ORCHESTRATOR: "orchestrator",
-              AgentRole.AGENT_ROLE_SUBAGENT: "subagent",
-              AgentRole.AGENT_ROLE_UNSPECIFIED: "single"}  # no role given: a lone agent
-TRAINABLE_ROLES = {"single", "orchestrator"}
+# What a span's sampling columns hold when its ModelCall carries no sampling parameters: the values the
+# table documents for "unknown" (temperature 1, no truncation), so a trajectory is never half-filled.
+UNKNOWN_SAMPLING = (1.0, 1.0, 0)
 
 
 def trajectory_id(tenant_id: str, session_id: str, agent_id: str) -> str:
     """Deterministic, so a re-run of the same session yields the same id."""
-    return hashlib.sha256(f"{tenant_id}|{session_id}|{agent_id}".encode()).hexdigest()[:32]
+    # a JSON list, not "a|b|c": a tenant or session id containing the separator can never collide
+    return hashlib.sha256(json.dumps([tenant_id, session_id, agent_id]).encode()).hexdigest()[:32]
 
 
 def check_session(session: SessionRecord) -> tuple[str, str] | None:
@@ -66,6 +71,7 @@ def chain_tokens(calls, trainable: bool) -> dict:
     mask: list[int] = []
     logprobs: list[float] = []
     span_starts, span_ends, span_versions, segment_starts = [], [], [], []
+    temperatures, top_ps, top_ks = [], [], []
     context: list[int] = []  # what the model has seen in the current segment: prompts + completions
     for call in calls:
         prompt = list(call.prompt_token_ids)
@@ -81,10 +87,32 @@ def chain_tokens(calls, trainable: bool) -> dict:
         logprobs += [0.0] * len(delta) + (list(call.completion_logprobs) if trainable else [0.0] * len(completion))
         span_ends.append(len(tokens))
         span_versions.append(call.policy_version)
+        temperature, top_p, top_k = span_sampling(call) or UNKNOWN_SAMPLING
+        temperatures.append(temperature)
+        top_ps.append(top_p)
+        top_ks.append(top_k)
         context = prompt + completion
+    known = any(span_sampling(call) for call in calls)
     return {"token_ids": tokens, "loss_mask": mask, "behaviour_logprobs": logprobs, "span_starts": span_starts,
             "span_ends": span_ends, "span_policy_versions": span_versions, "segment_starts": segment_starts,
-            "policy_versions": list(dict.fromkeys(span_versions))}
+            "policy_versions": list(dict.fromkeys(span_versions)),
+            # all unknown: leave the columns empty, as the table defines "unknown"
+            "span_temperature": temperatures if known else [], "span_top_p": top_ps if known else [],
+            "span_top_k": top_ks if known else []}
+
+
+def span_sampling(call) -> tuple[float, float, int] | None:
+    """(temperature, top_p, top_k) the call was sampled with, or None when the ModelCall does not say.
+
+    proto3 cannot tell an unset float from 0, so the producer's guarantee decides (serving/generation.py):
+    serving always sets `sampling`, writes temperature explicitly (1.0 by default, 0.0 only for a greedy
+    request), keeps top_p in (0, 1] and top_k >= 0 (0: disabled). Hence: no `sampling` field, or a top_p of 0
+    (which serving never writes), means "not recorded"; otherwise temperature 0 really is greedy.
+    """
+    if not call.HasField("sampling") or call.sampling.top_p <= 0.0:
+        return None
+    sampling = call.sampling
+    return float(sampling.temperature), float(sampling.top_p), max(int(sampling.top_k), 0)  # -1 also disables
 
 
 def label_agents(session: SessionRecord, agent_ids: list[str], rewards: RewardsConfig, judge=None,
@@ -112,77 +140,82 @@ def label_agents(session: SessionRecord, agent_ids: list[str], rewards: RewardsC
 
 
 def build_rows(session: SessionRecord, rewards: RewardsConfig, batch_id: str, distilled_at_ms: int,
-               judge=None, label_fn=reward_label) -> tuple[list[dict], list[dict]]:
+               judge=None, label_fn=reward_label) -> tuple[list[TrajectoryRow], list[dict]]:
     """(trajectory rows, dead letters) of one ready session."""
     problem = check_session(session)
     if problem:
         reason, message = problem
-        return [], [dead_letters.session_dead_letter(reason, message, session.session_id, summarize(session))]
-    start_event = next(e for e in session.events if e.WhichOneof("body") == "session_start")
-    end_event = next((e for e in session.events if e.WhichOneof("body") == "session_end"), None)
-    graph = _spawn_graph(session)
+        return [], [dead_letters.session_dead_letter(reason, message, session.tenant_id, session.session_id,
+                                                     summarize(session))]
     by_agent: dict[str, list] = {}
     for call in session.model_calls:
-        by_agent.setdefault(call.agent_id or "main", []).append(call)
-    turns = sum(1 for e in session.events if e.WhichOneof("body") == "user_message")
-    labels = label_agents(session, list(by_agent), rewards, judge, label_fn)
-    rows, dead = [], []
-    for agent_id, calls in by_agent.items():
-        role = ROLE_NAMES.get(calls[0].agent_role, "single")
+        by_agent.setdefault(agent_of(call.agent_id), []).append(call)
+    roles = infer_roles(session, list(by_agent))
+    dead = [dead_letters.session_dead_letter(
+        dead_letters.UNKNOWN_AGENT_ROLE,
+        f"agent {agent_id!r} has no role header and no spawn event names it: it is not trained; send "
+        f"{names.META_AGENT_ROLE} or record SubAgentCreated/TaskAssigned for it",
+        session.tenant_id, session.session_id, summarize(session) | {"agent_id": agent_id}, agent_id)
+        for agent_id, role in roles.items() if role is UNKNOWN]
+    known = [agent_id for agent_id in by_agent if roles[agent_id] is not UNKNOWN]
+    labels = label_agents(session, known, rewards, judge, label_fn)
+    rows = []
+    for agent_id in known:
         label = labels[agent_id]
         if isinstance(label, Exception):
             dead.append(dead_letters.session_dead_letter(
                 dead_letters.LABEL_FAILED, f"reward library failed for agent {agent_id}: {label!r}",
-                session.session_id, summarize(session) | {"agent_id": agent_id}, agent_id))
+                session.tenant_id, session.session_id, summarize(session) | {"agent_id": agent_id}, agent_id))
             continue
-        parent, stage = graph.get(agent_id, (None, None))
-        signals = {k: float(v) for k, v in label.signals.items()}
-        if stage is not None:
-            signals["spawn_stage"] = float(stage)
-        chain = chain_tokens(calls, trainable=role in TRAINABLE_ROLES)
-        start_ms = start_event.event_time_ms or calls[0].request_time_ms
-        rows.append({
-            "trajectory_id": trajectory_id(session.tenant_id, session.session_id, agent_id),
-            "session_id": session.session_id,
-            "tenant_id": session.tenant_id,
-            "task_family": start_event.session_start.task_family,
-            "task_id": start_event.session_start.task_id,
-            "agent_role": role,
-            "agent_id": agent_id,
-            "parent_agent_id": parent,
-            **chain,
-            "reward_components": {k: float(v) for k, v in label.components.items()},
-            "reward_config_version": label.config_version or rewards.version,
-            "signals": signals,
-            "critical_steps": int(label.critical_steps),
-            "num_turns": turns,
-            "num_model_calls": len(calls),
-            "session_start_ms": start_event.event_time_ms,
-            "session_end_ms": end_event.event_time_ms if end_event else None,
-            "first_served_ms": min(c.request_time_ms for c in calls),
-            "distilled_at_ms": distilled_at_ms,
-            "batch_id": batch_id,
-            "schema_version": TABLE_SCHEMA_VERSION,
-            "event_date": dead_letters.utc_date(start_ms),
-        })
+        try:
+            rows.append(trajectory_row(session, agent_id, roles[agent_id], by_agent[agent_id], label, rewards,
+                                       batch_id, distilled_at_ms).validate())
+        except ValueError as error:  # e.g. a non-finite reward component: never committed, kept for replay
+            dead.append(dead_letters.session_dead_letter(
+                dead_letters.INVALID_ROW, str(error), session.tenant_id, session.session_id,
+                summarize(session) | {"agent_id": agent_id}, agent_id))
     return rows, dead
 
 
-def _spawn_graph(session: SessionRecord) -> dict[str, tuple[str, int | None]]:
-    """sub-agent id -> (the agent that created it, the orchestrator stage that first assigned it a task)."""
-    parents: dict[str, str] = {}
-    stages: dict[str, int] = {}
-    for event in session.events:
-        body = event.WhichOneof("body")
-        if body == "subagent_created":
-            parents[event.subagent_created.subagent_id] = event.agent_id or "main"
-        elif body == "task_assigned":
-            stages.setdefault(event.task_assigned.subagent_id, event.task_assigned.stage)
-    return {agent: (parent, stages.get(agent)) for agent, parent in parents.items()}
+def trajectory_row(session: SessionRecord, agent_id: str, role: str, calls: list, label, rewards: RewardsConfig,
+                   batch_id: str, distilled_at_ms: int) -> TrajectoryRow:
+    """One agent's trajectory; times the producers left unset (proto3 0) are None, never 0."""
+    start_event = next(e for e in session.events if e.WhichOneof("body") == "session_start")
+    end_event = next((e for e in session.events if e.WhichOneof("body") == "session_end"), None)
+    spawn = spawn_graph(session).get(agent_id)
+    signals = {k: float(v) for k, v in label.signals.items()}
+    if spawn is not None and spawn.stage is not None:
+        signals["spawn_stage"] = float(spawn.stage)
+    served = [c.request_time_ms for c in calls if c.request_time_ms > 0]
+    start_ms = start_event.event_time_ms or (min(served) if served else 0)
+    return TrajectoryRow(
+        trajectory_id=trajectory_id(session.tenant_id, session.session_id, agent_id),
+        session_id=session.session_id,
+        tenant_id=session.tenant_id,
+        task_family=start_event.session_start.task_family,
+        task_id=start_event.session_start.task_id,
+        agent_role=role,
+        agent_id=agent_id,
+        parent_agent_id=spawn.parent if spawn is not None else None,
+        **chain_tokens(calls, trainable=role in TRAINABLE_ROLES),
+        reward_components={k: float(v) for k, v in label.components.items()},
+        reward_config_version=label.config_version or rewards.version,
+        signals=signals,
+        critical_steps=int(label.critical_steps),
+        num_turns=sum(1 for e in session.events if e.WhichOneof("body") == "user_message"),
+        num_model_calls=len(calls),
+        session_start_ms=start_event.event_time_ms or None,
+        session_end_ms=(end_event.event_time_ms or None) if end_event else None,
+        first_served_ms=min(served) if served else None,
+        distilled_at_ms=distilled_at_ms,
+        batch_id=batch_id,
+        schema_version=TABLE_SCHEMA_VERSION,
+        event_date=dead_letters.utc_date(start_ms),
+    )
 
 
 class BuildTrajectories(beam.DoFn):
-    """SessionRecord -> trajectory rows; tagged DEAD: sessions that cannot be rebuilt."""
+    """SessionRecord -> TrajectoryRows; tagged DEAD: sessions (or agents) that cannot be rebuilt."""
 
     def __init__(self, rewards: RewardsConfig, batch_id: str, distilled_at_ms: int):
         self._rewards = rewards

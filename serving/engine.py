@@ -49,15 +49,3 @@ class Engine(Protocol):
     async def shutdown(self) -> None:
         """Free the engine (its process, its memory). Called once no request uses it any more."""
 
-
-def make_engine(kind: str, policy_dir: Path, serving_config) -> Engine:
-    """The engine the config names, for one policy folder."""
-    if kind == "vllm":
-        from serving.vllm_engine import VllmEngine
-
-        return VllmEngine(policy_dir, serving_config)
-    if kind == "hf":
-        from serving.hf_engine import HfEngine
-
-        return HfEngine(policy_dir)
-    raise ValueError(f"unknown serving.engine {kind!r}: use 'vllm' or 'hf'")

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from liverl import names
+from liverl.contracts import names
 from liverl.v1 import common_pb2, model_call_pb2
 from serving.engine import Delta, Sampling
 from serving.metrics import ServingMetrics

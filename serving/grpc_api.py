@@ -6,7 +6,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from liverl import names
+from liverl.contracts import names
 from liverl.v1 import serving_pb2, serving_pb2_grpc
 from serving.auth import Keys
 from serving.generation import BadRequest, Caller, Completions, parse_role

@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict
 from starlette.background import BackgroundTask
 
-from liverl import names
+from liverl.contracts import names
 from serving.auth import Keys
 from serving.chat import parse_tool_calls, render_chat
 from serving.generation import BadRequest, Call, Caller, Completions, parse_role

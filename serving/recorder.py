@@ -14,7 +14,7 @@ import threading
 import time
 from pathlib import Path
 
-from liverl import names
+from liverl.contracts import names
 from liverl.v1 import model_call_pb2
 from serving.metrics import ServingMetrics
 from serving.spool import OutRecord, Spool

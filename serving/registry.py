@@ -9,7 +9,7 @@ import json
 import time
 from pathlib import Path
 
-from liverl import names
+from liverl.contracts import names
 
 
 class Registry:

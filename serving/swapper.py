@@ -16,7 +16,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from serving.engine import Sampling, make_engine
+from serving.engine import Sampling
+from serving.engine_factory import make_engine
 from serving.metrics import ServingMetrics
 from serving.router import Router, Slot
 

@@ -27,10 +27,11 @@ def stack(tmp_path_factory) -> Iterator[LiverlConfig]:
         down(config, say=lambda *_: None)
 
 
-def stack_config(data_dir: Path, storage: str = "memory", config_file: Path | None = None) -> LiverlConfig:
+def stack_config(data_dir: Path, storage: str = "memory", config_file: Path | None = None,
+                 schema: type[LiverlConfig] = LiverlConfig) -> LiverlConfig:
     """A config (over config_file, if given) on fresh free ports with every folder under data_dir."""
     from infra.embedded.broker import GRPC_OFFSET, S3_SIDE_PORTS
-    from infra.embedded.processes import free_port, free_port_block
+    from liverl.io.processes import free_port, free_port_block
 
     return load_config(
         config_file,
@@ -42,6 +43,7 @@ def stack_config(data_dir: Path, storage: str = "memory", config_file: Path | No
             "--stack.mlflow_port", str(free_port()),
         ],
         environ={},
+        schema=schema,
     )
 
 
@@ -71,6 +73,6 @@ def fresh_topics(stack: LiverlConfig, request) -> LiverlConfig:
 @pytest.fixture(scope="session")
 def tiny_policy_dir(tmp_path_factory) -> Path:
     """A tiny GPT-2 policy with a word-level tokenizer, built offline from a config."""
-    from liverl.tiny_policy import build_policy
+    from demo.policy.tiny_policy import build_policy
 
     return build_policy(tmp_path_factory.mktemp("policy") / "base", ["edit", "search", "ask", "fix", "file", "done"])

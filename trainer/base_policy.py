@@ -6,7 +6,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from liverl import names
+from liverl.contracts import names
 from liverl.config import LiverlConfig
 from trainer.lineage import code_version
 from trainer.registry import TAG_BASE_DIGEST, Registry

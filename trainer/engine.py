@@ -14,7 +14,7 @@ def prepare_environment(config: TrainerConfig) -> None:
     accelerator = config.deepspeed.accelerator or ("cuda" if torch.cuda.is_available() else "cpu")
     os.environ.setdefault("DS_ACCELERATOR", accelerator)
     if "WORLD_SIZE" not in os.environ:  # not started by the deepspeed/torchrun launcher: a world of one
-        from infra.embedded.processes import free_port
+        from liverl.io.processes import free_port
 
         os.environ.update(
             MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", LOCAL_RANK="0", WORLD_SIZE="1"

@@ -6,7 +6,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from liverl import names
+from liverl.contracts import names
 from trainer.registry import TAG_CHECKPOINT, TAG_METRICS
 from trainer.state import PendingPublish
 

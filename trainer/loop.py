@@ -13,7 +13,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from liverl import names
+from liverl.contracts import names
 from liverl.config import LiverlConfig
 from trainer.advantages import Baselines
 from trainer.row_stream import Position, RowStream

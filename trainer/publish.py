@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from liverl import names
+from liverl.contracts import names
 from trainer.lineage import lineage_tags
 from trainer.registry import TAG_CHECKPOINT
 from trainer.state import PendingPublish

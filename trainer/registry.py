@@ -7,10 +7,10 @@ import shutil
 import time
 from pathlib import Path
 
-from liverl import names
+from liverl.contracts import names
 from liverl.config.mlflow import MlflowConfig
 
-# Trainer-private tags (the shared lineage keys live in liverl.names).
+# Trainer-private tags (the shared lineage keys live in liverl.contracts.names).
 TAG_CHECKPOINT = "liverl.trainer.checkpoint"  # "<run key>/<DeepSpeed tag>": makes re-registration idempotent
 TAG_BASE_DIGEST = "liverl.trainer.base_digest"  # sha256 of a base policy's weights: `--init-from` is idempotent
 TAG_METRICS = "liverl.metrics"  # JSON figures of the training since the parent version

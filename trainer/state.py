@@ -21,7 +21,7 @@ class PendingPublish:
 
     checkpoint_tag: str
     table_versions: list[int]
-    kafka_offsets: dict
+    kafka_offsets: dict[str, dict[str, list[int]]]  # {topic: {partition: [first, end_exclusive]}}
     trajectories: int
     reward_config_versions: list[str]
     metrics: dict[str, float]
@@ -40,6 +40,8 @@ class TrainerState:
     baselines: dict[str, float] = field(default_factory=dict)
     trained_ids: list[str] = field(default_factory=list)
     pending: PendingPublish | None = None
+    gate_refusals: int = 0  # candidates the gate refused in a row since the last promotion
+    last_refusal: str = ""  # the reasons of the last refusal, for the "blocked" progress line
 
     def save(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from liverl.config.trainer import TrainerConfig
 from trainer.batching import Sample, pack
+from trainer.holdout import holdout_key
 from trainer.row_stream import RowStream
+from trainer.served_lineage import ServedLineage
 from trainer.staleness import assess
 from trainer.table_follower import TableCommit
 from trainer.trajectory import Trajectory, from_row, is_held_out
@@ -17,7 +20,7 @@ from trainer.trajectory import Trajectory, from_row, is_held_out
 class StepPlan:
     trajectories: list[Trajectory] = field(default_factory=list)
     weights: list[float] = field(default_factory=list)  # staleness weight per trajectory
-    lags: list[int] = field(default_factory=list)  # version lag of every row considered, kept or dropped
+    lags: list[int] = field(default_factory=list)  # promotions since each row considered was served, kept or dropped
     skipped: Counter = field(default_factory=Counter)  # reason -> rows consumed but not trained
     commits: dict[int, TableCommit] = field(default_factory=dict)  # table versions this step read from
     consumed: int = 0  # rows taken off the stream
@@ -28,10 +31,12 @@ class StepPlan:
 
 
 def build_step(
-    stream: RowStream, trained: dict[str, int], current_version: str, now_ms: int, config: TrainerConfig,
-    say=print,
+    stream: RowStream, trained: dict[str, int], served: ServedLineage | str, now_ms: int, config: TrainerConfig,
+    say: Callable[[str], None] = print,
 ) -> StepPlan:
-    """trained: trajectory_id -> table version it was trained from (a re-committed trajectory is a duplicate)."""
+    """trained: trajectory_id -> table version it was trained from (a re-committed trajectory is a duplicate).
+    served: the champion timeline staleness counts on (a version string: every version up to it served)."""
+    served = ServedLineage.of(served)
     plan = StepPlan()
     budget, micro_batches = config.deepspeed.micro_batch_tokens, config.deepspeed.gradient_accumulation_steps
     samples: list[Sample] = []
@@ -43,7 +48,7 @@ def build_step(
             say(f"skip row of table v{commit.version}: {error}")
             _consume(stream, plan, commit, "invalid")
             continue
-        if is_held_out(trajectory.trajectory_id, config.gate.holdout_fraction):
+        if is_held_out(holdout_key(row), config.gate.holdout_fraction):
             _consume(stream, plan, commit, "held_out")
             continue
         if trajectory.trainable_within(config.max_seq_len) == 0:  # e.g. frozen sub-agents: observations only
@@ -52,7 +57,8 @@ def build_step(
         if trained.get(trajectory.trajectory_id, commit.version) != commit.version:
             _consume(stream, plan, commit, "already_trained")
             continue
-        staleness = assess(trajectory, current_version, now_ms, config.staleness)
+        # Lag in promotions since the row was served (and its age), not in candidates registered since.
+        staleness = assess(served.on_timeline(trajectory), served.current, now_ms, config.staleness)
         if staleness.weight == 0.0:
             plan.lags.append(staleness.version_lag)
             _consume(stream, plan, commit, "stale")

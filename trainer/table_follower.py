@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from liverl import names
+from liverl.contracts import names
 
 
 @dataclass(frozen=True)

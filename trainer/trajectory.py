@@ -1,4 +1,4 @@
-"""The trainer's view of one trajectory-table row (liverl.table_schema.TRAJECTORY_SCHEMA)."""
+"""The trainer's view of one trajectory-table row (liverl.contracts.table_schema.TRAJECTORY_SCHEMA)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import hashlib
 import math
 from dataclasses import dataclass, field
 
-from liverl.table_schema import TABLE_SCHEMA_VERSION
+from liverl.contracts.table_schema import TABLE_SCHEMA_VERSION
 
 
 @dataclass(frozen=True)

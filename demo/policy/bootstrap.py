@@ -34,7 +34,7 @@ def bootstrap_base_policy(
     import torch
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
-    from liverl.tiny_policy import build_policy
+    from demo.policy.tiny_policy import build_policy
 
     out = build_policy(
         out_dir, VOCABULARY, n_layer=N_LAYER, n_embd=N_EMBD, n_head=N_HEAD, n_positions=N_POSITIONS, seed=seed

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from liverl import names
+from liverl.contracts import names
 from demo.product.policy import MAIN_AGENT_ID, ROLE_ORCHESTRATOR, ROLE_SINGLE, ROLE_SUBAGENT, Completion
 
 _ROLE_ENUM_NAMES = {

@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from infra.embedded import processes
+from liverl.io import processes
 
 S3_BUCKET = "tansu"
 # tansu's S3 client wants credentials; the local S3 server runs without IAM and accepts any.

@@ -7,7 +7,7 @@ import sys
 import urllib.request
 from pathlib import Path
 
-from infra.embedded import processes
+from liverl.io import processes
 
 
 def start_mlflow(host: str, port: int, data_dir: Path, timeout_s: float = 90.0) -> subprocess.Popen:

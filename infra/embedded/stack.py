@@ -11,7 +11,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from infra.embedded import processes
+from liverl.io import processes
 from infra.embedded.broker import kafka_reachable, s3_ports, start_s3, start_tansu
 from infra.embedded.mlflow_server import mlflow_healthy, start_mlflow
 from infra.embedded.topics import ensure_topics

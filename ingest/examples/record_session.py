@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 from ingest.sdk import CaptureClient, FeedbackKind
-from liverl import names
+from liverl.contracts import names
 
 
 def main(argv=None) -> int:

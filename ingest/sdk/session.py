@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from enum import IntEnum
 
-from liverl import names
+from liverl.contracts import names
 from liverl.v1 import common_pb2, session_event_pb2
 
 ROLES = {"single": common_pb2.AGENT_ROLE_SINGLE, "orchestrator": common_pb2.AGENT_ROLE_ORCHESTRATOR,

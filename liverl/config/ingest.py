@@ -2,18 +2,10 @@
 
 from pathlib import Path
 
+from liverl.config.redaction import RedactionConfig
 from liverl.config.section import Section
 
-
-class RedactionConfig(Section):
-    """What is masked in every string of an event before anything reaches Kafka."""
-
-    enabled: bool = True
-    """Turn redaction off only where the product already guarantees no personal data is sent."""
-    builtin: list[str] = ["email", "phone", "api_key", "bearer_token", "jwt", "env_secret", "private_key"]
-    """Built-in detectors to apply (ingest.redaction.BUILTIN_PATTERNS names them all)."""
-    custom_patterns: dict[str, str] = {}
-    """name -> Python regular expression; each match becomes "[REDACTED:<name>]"."""
+__all__ = ["IngestConfig", "RedactionConfig"]  # RedactionConfig lives in liverl.config.redaction (shared)
 
 
 class IngestConfig(Section):

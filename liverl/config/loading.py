@@ -22,8 +22,12 @@ def load_config(
     config_file: str | Path | None = None,
     overrides: Sequence[str] = (),
     environ: Mapping[str, str] | None = None,
+    schema: type[LiverlConfig] = LiverlConfig,
 ) -> LiverlConfig:
-    """Merge the layers and validate once, so an error names the offending key whatever layer set it."""
+    """Merge the layers and validate once, so an error names the offending key whatever layer set it.
+
+    `schema` is the tree to validate against: a command with sections of its own (the demo) passes a subclass.
+    """
     layers = [
         _read_toml(config_file) if config_file else {},
         _from_environment(os.environ if environ is None else environ),
@@ -32,7 +36,7 @@ def load_config(
     merged: dict = {}
     for layer in layers:
         _deep_merge(merged, layer)
-    return LiverlConfig.model_validate(merged)
+    return schema.model_validate(merged)
 
 
 def _read_toml(path: str | Path) -> dict:

@@ -2,7 +2,6 @@
 
 from pydantic import model_validator
 
-from liverl.config.demo import DemoConfig
 from liverl.config.ingest import IngestConfig
 from liverl.config.kafka import KafkaConfig
 from liverl.config.mlflow import MlflowConfig
@@ -27,7 +26,6 @@ class LiverlConfig(Section):
     pipelines: PipelinesConfig = PipelinesConfig()
     trainer: TrainerConfig = TrainerConfig()
     rewards: RewardsConfig = RewardsConfig()
-    demo: DemoConfig = DemoConfig()
 
     @model_validator(mode="after")
     def _fill_embedded_defaults(self) -> "LiverlConfig":

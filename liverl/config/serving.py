@@ -7,6 +7,18 @@ from pydantic import Field
 
 from liverl.config.section import Section
 
+AgentRoleName = Literal["single", "orchestrator", "subagent"]
+
+
+class ApiKeyGrant(Section):
+    """What one API key may do: act for one tenant, optionally as some agent roles only."""
+
+    tenant: str = Field(min_length=1)
+    """Tenant every call made with this key is recorded as. An x-liverl-tenant header may repeat it, never
+    change it (a different tenant is refused with 403)."""
+    roles: list[AgentRoleName] = []
+    """Agent roles this key may claim in x-liverl-agent-role; empty: any role."""
+
 
 class ServingConfig(Section):
     host: str = "127.0.0.1"
@@ -49,12 +61,27 @@ class ServingConfig(Section):
     """Registry alias of a canary version (e.g. "candidate"); unset: no canary."""
     canary_fraction: float = Field(0.0, ge=0.0, le=1.0)
     """Share of requests routed to the canary version while one is loaded."""
-    api_keys: list[str] = []
-    """Bearer keys accepted on both APIs; empty: the APIs are open (local use only)."""
+    api_keys: dict[str, ApiKeyGrant] = {}
+    """Bearer key -> its grant, e.g. {"sk-acme-1": {"tenant": "acme"}}. Secrets: set them from the environment
+    (LIVERL_SERVING__API_KEYS as JSON), never in a file. With no key of either kind the APIs are open."""
     admin_api_keys: list[str] = []
-    """Bearer keys for admin operations (force swap, rollback); when both key lists are empty, admin is open."""
+    """Bearer keys for admin operations (force swap, rollback); they may generate too, as tenant_id."""
+    allow_open: bool = False
+    """Serve with no API keys on a non-loopback host. Off: serving refuses to start open there."""
     tenant_id: str = "demo"
-    """Tenant recorded on a ModelCall when the request carries no x-liverl-tenant."""
+    """Tenant of admin keys' calls, and of open serving's calls that carry no x-liverl-tenant."""
+    rate_limit_per_s: float = Field(50.0, gt=0)
+    """Requests per second each API key may make on average (token bucket); open serving is not limited."""
+    rate_limit_burst: int = Field(100, ge=1)
+    """Requests a key may make at once after being idle (the bucket's size)."""
+    max_request_bytes: int = Field(4 << 20, ge=1024)
+    """Largest HTTP body or gRPC message; larger ones are refused (413, RESOURCE_EXHAUSTED) unread."""
+    max_prompt_chars: int = Field(2_000_000, ge=1)
+    """Longest prompt text (a chat's rendered transcript) before tokenization."""
+    body_timeout_s: float = Field(30.0, gt=0)
+    """How long a client may take to send its HTTP body (slow senders are refused with 408)."""
+    request_timeout_s: float = Field(300.0, gt=0)
+    """Deadline of one completion, from its start to its last token."""
     default_max_tokens: int = 64
     """Completion length when a request does not say."""
     gpu_memory_utilization: float = 0.2

@@ -86,11 +86,22 @@ class GateConfig(Section):
     min_holdout: int = 1
     """Fewer held-out trajectories than this: the gate fails (nothing to judge the candidate on)."""
     max_kl: float = 0.5
-    """Largest mean per-token KL(candidate || champion) on held-out loss-masked tokens."""
+    """Largest mean per-token KL(candidate || champion) on held-out loss-masked tokens (upper confidence bound)."""
     max_loss_increase: float = 0.05
-    """Largest increase of the RL loss on held-out trajectories, candidate minus champion."""
+    """Largest increase of the RL loss on held-out trajectories, candidate minus champion (upper bound)."""
     max_nll_increase: float = 0.5
-    """Regression check: largest increase of the mean NLL of the served tokens, candidate minus champion."""
+    """Regression check: largest increase of the mean NLL of the served tokens, candidate minus champion (upper
+    bound)."""
+    max_reward_drop: float = 0.0
+    """Largest drop of the expected reward, candidate minus champion, each importance-weighted on the held-out
+    rows (lower confidence bound); 0: the candidate must be shown no worse."""
+    confidence_z: float = Field(2.0, ge=0.0)
+    """Each figure is judged at its confidence bound: estimate ± z × its standard error over held-out trajectories."""
+    max_log_weight: float = Field(3.0, gt=0.0)
+    """Importance weights of whole trajectories are truncated at exp(±max_log_weight) (bounded variance, some bias)."""
+    min_effective_fraction: float = Field(0.1, gt=0.0, le=1.0)
+    """The importance-weighted estimates need an effective sample size of at least this share of the held-out set;
+    below it the candidate is too far from the served traffic to be judged, and fails."""
     drift_min_trajectories: int = 20
     """The drift report compares two served versions only when each has this many trajectories."""
     max_drift_alerts: int = 0

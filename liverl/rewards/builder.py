@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import json
 
-from liverl.names import EVENT_SCHEMA_VERSION
+from liverl.contracts.names import EVENT_SCHEMA_VERSION
 from liverl.rewards.session import SessionRecord
 from liverl.v1 import common_pb2
 from liverl.v1 import session_event_pb2 as ev

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from demo.run import run_demo
-from infra.embedded.processes import free_port
+from liverl.io.processes import free_port
+from demo.config import DemoLiverlConfig
 from tests.conftest import stack_config
 
 pytestmark = pytest.mark.slow
@@ -24,7 +25,8 @@ DEMO_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "demo.toml"
 
 @pytest.fixture(scope="module")
 def demo_result(tmp_path_factory):
-    config = stack_config(tmp_path_factory.mktemp("loop"), storage="disk", config_file=DEMO_CONFIG)
+    config = stack_config(tmp_path_factory.mktemp("loop"), storage="disk", config_file=DEMO_CONFIG,
+                          schema=DemoLiverlConfig)
     for section, field in [("ingest", "grpc_port"), ("ingest", "http_port"), ("ingest", "metrics_port"),
                            ("serving", "grpc_port"), ("serving", "http_port"), ("serving", "metrics_port")]:
         setattr(getattr(config, section), field, free_port())

@@ -6,7 +6,7 @@ import time
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from infra.embedded import processes
+from liverl.io import processes
 from infra.embedded.stack import down, read_record, status, up
 from tests.conftest import stack_config
 

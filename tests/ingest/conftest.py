@@ -13,7 +13,7 @@ from liverl.config import LiverlConfig
 
 def capture_config(base: LiverlConfig, spool_dir: Path, **ingest) -> LiverlConfig:
     """base with the capture service on free ports, its spool under spool_dir, and `ingest` overrides."""
-    from infra.embedded.processes import free_port
+    from liverl.io.processes import free_port
 
     config = base.model_copy(deep=True)
     config.ingest.grpc_port = free_port()

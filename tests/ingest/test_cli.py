@@ -9,7 +9,7 @@ import threading
 import time
 from pathlib import Path
 
-from infra.embedded import processes
+from liverl.io import processes
 from ingest.sdk import CaptureClient
 from tests.ingest.conftest import assert_sessions_complete, capture_config, events_of, read_topic
 
@@ -36,7 +36,7 @@ def kill(process) -> None:
 
 
 def test_acknowledged_events_in_the_spool_survive_a_kill(fresh_topics, tmp_path):
-    from infra.embedded.processes import free_port
+    from liverl.io.processes import free_port
 
     config = capture_config(fresh_topics, tmp_path / "service-spool")
     log = tmp_path / "capture.log"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from infra.embedded import processes
+from liverl.io import processes
 from infra.embedded.broker import start_tansu
 from infra.embedded.topics import ensure_topics
 from ingest.sdk import CaptureClient

@@ -10,7 +10,7 @@ import grpc
 import pytest
 
 from ingest.sdk import CaptureClient, FeedbackKind
-from liverl import names
+from liverl.contracts import names
 from liverl.v1 import capture_pb2, capture_pb2_grpc, session_event_pb2
 from tests.ingest.conftest import assert_sessions_complete, capture_config, events_of, read_topic
 

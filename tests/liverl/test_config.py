@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from liverl.config import load_config
+from liverl.config import LiverlConfig, load_config
 
 
 def test_precedence_file_then_env_then_cli(tmp_path):
@@ -42,6 +42,14 @@ def test_override_without_value_says_how_to_write_it():
 def test_every_shipped_config_parses():
     from pathlib import Path
 
+    from demo.config import DemoLiverlConfig
+
     shipped = sorted(Path(__file__).resolve().parents[2].glob("configs/*.toml"))
-    for path in shipped:
-        load_config(path, environ={})
+    assert shipped
+    for path in shipped:  # the demo's file has a [demo] section: only `liverl demo` reads it
+        load_config(path, environ={}, schema=DemoLiverlConfig if path.name == "demo.toml" else LiverlConfig)
+
+
+def test_a_stage_config_refuses_the_demo_section():
+    with pytest.raises(ValueError, match="demo"):
+        load_config(overrides=["--demo.duration_s", "5"], environ={})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from liverl import names
+from liverl.contracts import names
 from liverl.v1.common_pb2 import AgentRole
 from liverl.v1.model_call_pb2 import ModelCall
 from liverl.v1.session_event_pb2 import SessionEvent

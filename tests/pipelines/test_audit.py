@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from liverl import names
+from liverl.contracts import names
 from pipelines.distill import distill_once
 from tests.pipelines.producing import T0, coding_session, orchestrator_session, produce
 

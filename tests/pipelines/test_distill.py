@@ -10,8 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from liverl import names
-from liverl.table_schema import TRAJECTORY_SCHEMA
+from liverl.contracts import names
+from liverl.contracts.table_schema import TRAJECTORY_SCHEMA
 from liverl.v1 import session_event_pb2 as se
 from pipelines import dead_letters
 from pipelines.distill import distill_once

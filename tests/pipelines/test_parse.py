@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from liverl import names
+from liverl.contracts import names
 from pipelines import dead_letters
 from pipelines.parse import CALL, EVENT, Parsed, parse_record
 from pipelines.records import RawRecord

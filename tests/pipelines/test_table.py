@@ -6,8 +6,8 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from liverl import names
-from liverl.table_schema import DEAD_LETTER_SCHEMA, TRAJECTORY_SCHEMA
+from liverl.contracts import names
+from liverl.contracts.table_schema import DEAD_LETTER_SCHEMA, TRAJECTORY_SCHEMA
 from pipelines import table
 from pipelines.job import stamp_dead_letter
 

@@ -44,23 +44,23 @@ def test_frozen_subagent_tokens_are_observations():
 def test_rows_carry_graph_rewards_and_deterministic_ids():
     rows, dead = build_rows(_session(*orchestrator_session("o")), RewardsConfig(), "b-1", 5)
     assert dead == []
-    by_agent = {row["agent_id"]: row for row in rows}
-    assert by_agent["main"]["agent_role"] == "orchestrator" and by_agent["main"]["parent_agent_id"] is None
+    by_agent = {row.agent_id: row for row in rows}
+    assert by_agent["main"].agent_role == "orchestrator" and by_agent["main"].parent_agent_id is None
     sub = by_agent["sub-1"]
-    assert sub["agent_role"] == "subagent" and sub["parent_agent_id"] == "main"
-    assert sub["signals"]["spawn_stage"] == 1.0 and set(sub["loss_mask"]) == {0}
-    assert by_agent["main"]["reward_components"]["outcome"] == 0.5
-    assert by_agent["main"]["reward_config_version"] == RewardsConfig().version
-    assert by_agent["main"]["trajectory_id"] == trajectory_id("demo", "o", "main")
-    assert by_agent["main"]["batch_id"] == "b-1" and by_agent["main"]["distilled_at_ms"] == 5
+    assert sub.agent_role == "subagent" and sub.parent_agent_id == "main"
+    assert sub.signals["spawn_stage"] == 1.0 and set(sub.loss_mask) == {0}
+    assert by_agent["main"].reward_components["outcome"] == 0.5
+    assert by_agent["main"].reward_config_version == RewardsConfig().version
+    assert by_agent["main"].trajectory_id == trajectory_id("demo", "o", "main")
+    assert by_agent["main"].batch_id == "b-1" and by_agent["main"].distilled_at_ms == 5
 
 
 def test_self_summarised_session_is_one_trajectory_with_two_segments():
     rows, _ = build_rows(_session(*coding_session("c")), RewardsConfig(), "b", 0)
     (row,) = rows
-    assert row["segment_starts"] == [0, 8] and row["num_model_calls"] == 3
-    assert row["span_policy_versions"] == ["1", "2", "2"]
-    assert len(row["token_ids"]) == len(row["loss_mask"]) == len(row["behaviour_logprobs"])
+    assert row.segment_starts == [0, 8] and row.num_model_calls == 3
+    assert row.span_policy_versions == ["1", "2", "2"]
+    assert len(row.token_ids) == len(row.loss_mask) == len(row.behaviour_logprobs)
 
 
 def test_token_mismatch_and_missing_model_call_are_detected():
@@ -100,13 +100,13 @@ def test_chains_stay_aligned_and_mask_exactly_the_sampled_tokens(turns, trainabl
 
 def test_with_the_judge_enabled_trainable_trajectories_get_its_verdict():
     from liverl.rewards.judge import Judge
-    from liverl.rewards.judge_double import JudgeDouble, Reply
+    from demo.judge_double import JudgeDouble, Reply
 
     with JudgeDouble(lambda request: Reply(content="8")) as server:
         rewards = RewardsConfig.model_validate({"judge": {"enabled": True, "base_url": server.base_url}})
         with Judge(rewards.judge) as judge:
             rows, dead = build_rows(_session(*orchestrator_session("j")), rewards, "b", 0, judge=judge)
         assert server.requests  # one judge_many for the session's trainable agent
-    by_agent = {row["agent_id"]: row for row in rows}
-    assert dead == [] and "judge" in by_agent["main"]["reward_components"]
-    assert "judge" not in by_agent["sub-1"]["reward_components"]  # frozen sub-agents are not judged
+    by_agent = {row.agent_id: row for row in rows}
+    assert dead == [] and "judge" in by_agent["main"].reward_components
+    assert "judge" not in by_agent["sub-1"].reward_components  # frozen sub-agents are not judged

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from liverl import names
+from liverl.contracts import names
 from liverl.config import LiverlConfig
 from tests.conftest import with_topics
 
@@ -115,7 +115,7 @@ def serving_config(base: LiverlConfig, tmp_path: Path, model: str, **serving) ->
 @pytest.fixture(scope="session")
 def second_policy_dir(tmp_path_factory) -> Path:
     """Same architecture and tokenizer as tiny_policy_dir, different weights (seed)."""
-    from liverl.tiny_policy import build_policy
+    from demo.policy.tiny_policy import build_policy
 
     return build_policy(tmp_path_factory.mktemp("policy") / "second", WORDS, seed=1)
 

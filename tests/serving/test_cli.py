@@ -9,7 +9,7 @@ import time
 import grpc
 import httpx
 
-from liverl import names
+from liverl.contracts import names
 from liverl.v1 import serving_pb2, serving_pb2_grpc
 from tests.serving.conftest import register_version
 
@@ -19,7 +19,7 @@ def test_serve_prints_ready_serves_and_stops_on_sigterm(fresh_topics, tiny_polic
     model = f"cli-{tmp_path.name}"
     register_version(config.model_copy(update={"mlflow": config.mlflow.model_copy(
         update={"registered_model": model})}), tiny_policy_dir, (names.ALIAS_CHAMPION,))
-    from infra.embedded.processes import free_port
+    from liverl.io.processes import free_port
 
     metrics_port = free_port()
     argv = [sys.executable, "-m", "liverl.cli", "serve",

@@ -4,7 +4,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from liverl import names
+from liverl.contracts import names
 from liverl.v1 import common_pb2, model_call_pb2, serving_pb2, serving_pb2_grpc
 from tests.serving.conftest import read_topic
 

@@ -4,7 +4,7 @@ import httpx
 import openai
 import pytest
 
-from liverl import names
+from liverl.contracts import names
 from liverl.v1 import model_call_pb2
 from tests.serving.conftest import read_topic
 

@@ -2,7 +2,7 @@
 
 import time
 
-from liverl import names
+from liverl.contracts import names
 from liverl.v1 import model_call_pb2
 from serving.metrics import ServingMetrics
 from serving.recorder import Recorder
@@ -16,7 +16,7 @@ def _call(i: int) -> model_call_pb2.ModelCall:
 
 
 def test_kafka_down_spools_then_replays_in_order(fresh_topics, tmp_path):
-    from infra.embedded.processes import free_port
+    from liverl.io.processes import free_port
 
     down = fresh_topics.model_copy(deep=True)
     down.kafka.bootstrap_servers = f"127.0.0.1:{free_port()}"  # nothing listens there

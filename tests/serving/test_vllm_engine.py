@@ -8,7 +8,7 @@ import grpc
 import pytest
 import torch
 
-from liverl import names
+from liverl.contracts import names
 from liverl.v1 import common_pb2, model_call_pb2, serving_pb2, serving_pb2_grpc
 from tests.serving.conftest import ServerThread, module_topics, read_topic, register_version, serving_config
 

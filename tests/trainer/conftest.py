@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from liverl import names
+from liverl.contracts import names
 from liverl.config import LiverlConfig
 
 WORDS = ["edit", "search", "ask", "fix", "file", "done"]
@@ -58,7 +58,7 @@ def commit_batch(uri: str, rows: list[dict], batch_id: str, sequence: int, offse
     import pyarrow as pa
     from deltalake import CommitProperties, Transaction, write_deltalake
 
-    from liverl.table_schema import TABLE_SCHEMA_VERSION, TRAJECTORY_PARTITION_BY, TRAJECTORY_SCHEMA
+    from liverl.contracts.table_schema import TABLE_SCHEMA_VERSION, TRAJECTORY_PARTITION_BY, TRAJECTORY_SCHEMA
 
     table = pa.Table.from_pylist([{**row, "batch_id": batch_id} for row in rows], schema=TRAJECTORY_SCHEMA)
     metadata = {

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from liverl import names
+from liverl.contracts import names
 from tests.trainer.conftest import cli_overrides, commit_batch, subprocess_env, trainer_config
 from trainer.registry import Registry
 

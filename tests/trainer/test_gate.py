@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from liverl import names
+from liverl.contracts import names
 from liverl.config.trainer import GateConfig, LossConfig
 from tests.trainer.conftest import commit_batch, trainer_config
 from trainer.base_policy import register_base

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from liverl import names
+from liverl.contracts import names
 from tests.trainer.conftest import commit_batch, trainer_config
 from trainer.base_policy import register_base
 from trainer.loop import Trainer

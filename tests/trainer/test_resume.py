@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from liverl import names
+from liverl.contracts import names
 from tests.trainer.conftest import cli_overrides, commit_batch, subprocess_env, trainer_config
 from trainer.base_policy import register_base
 from trainer.registry import Registry

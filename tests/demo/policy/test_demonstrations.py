@@ -9,7 +9,7 @@ from demo.product.tasks import make_task
 
 def test_every_word_is_in_the_vocabulary():
     words = {w for d in make_demonstrations(60, seed=0) for w in f"{d.prompt} {d.completion}".split()}
-    from liverl.tiny_policy import BASE_SYMBOLS
+    from demo.policy.tiny_policy import BASE_SYMBOLS
 
     assert words <= set(VOCABULARY) | set(BASE_SYMBOLS)
 

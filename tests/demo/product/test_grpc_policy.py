@@ -10,8 +10,8 @@ import grpc
 import pytest
 
 from demo.product.grpc_policy import GrpcPolicy
-from infra.embedded.processes import free_port
-from liverl import names
+from liverl.io.processes import free_port
+from liverl.contracts import names
 from liverl.v1 import common_pb2, serving_pb2, serving_pb2_grpc
 
 

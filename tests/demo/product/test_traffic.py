@@ -71,9 +71,10 @@ def read_session_events(config, want: int, timeout_s: float = 30.0) -> list:
 
 
 def test_traffic_recorded_through_the_real_capture_service(demo_base_policy, capture_service, tmp_path):
+    from demo.config import DemoLiverlConfig
     from demo.product.configured import capture_client, run_configured_traffic
 
-    config = capture_service.model_copy(deep=True)
+    config = DemoLiverlConfig.model_validate(capture_service.model_dump())
     config.demo.run.feedback_delay_s = 0.2
     client = capture_client(config, tmp_path / "sdk-spool")
     try:

@@ -3,7 +3,7 @@ the service could not take waits on disk and arrives, in order, once it is back.
 
 from __future__ import annotations
 
-from infra.embedded import processes
+from liverl.io import processes
 from ingest.sdk import CaptureClient
 from tests.ingest.conftest import assert_sessions_complete, capture_config, events_of, read_topic
 
@@ -32,7 +32,7 @@ def test_unreachable_service_events_wait_on_disk_then_arrive_in_order(fresh_topi
 
 
 def test_a_full_queue_drops_the_newest_and_says_so(tmp_path):
-    from infra.embedded.processes import free_port
+    from liverl.io.processes import free_port
 
     client = CaptureClient(f"127.0.0.1:{free_port()}", "t", None, max_queue_events=5, batch_size=2,
                            request_timeout_s=1)
@@ -48,7 +48,7 @@ def test_a_full_queue_drops_the_newest_and_says_so(tmp_path):
 
 
 def test_what_is_unsent_at_close_is_sent_by_the_next_client_on_the_same_spool(capture, tmp_path):
-    from infra.embedded.processes import free_port
+    from liverl.io.processes import free_port
 
     away = CaptureClient(f"127.0.0.1:{free_port()}", "acme-token", tmp_path / "sdk", request_timeout_s=1)
     session = away.start_session(user_id="u1")

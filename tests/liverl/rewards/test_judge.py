@@ -11,7 +11,7 @@ import pytest
 from liverl.rewards.batch import label_batch
 from liverl.rewards.builder import SessionBuilder
 from liverl.rewards.judge import Judge
-from liverl.rewards.judge_double import JudgeDouble, Reply
+from demo.judge_double import JudgeDouble, Reply
 from liverl.rewards.judge_prompt import parse_score, render_transcript
 
 

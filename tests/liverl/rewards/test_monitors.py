@@ -10,7 +10,7 @@ import pytest
 from liverl.config.rewards import DriftThreshold
 from liverl.rewards import drift_report, label, version_monitors
 from liverl.rewards.builder import SessionBuilder
-from liverl.table_schema import TRAJECTORY_SCHEMA
+from liverl.contracts.table_schema import TRAJECTORY_SCHEMA
 
 
 def row(config, versions, broken=0, asks=False, family="coding"):

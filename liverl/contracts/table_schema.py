@@ -7,7 +7,8 @@ Bump TABLE_SCHEMA_VERSION on any change; readers refuse versions they do not kno
 
 import pyarrow as pa
 
-TABLE_SCHEMA_VERSION = 1
+# 1: the first table. 2: per-span sampling parameters (additive: version-1 rows read with them empty).
+TABLE_SCHEMA_VERSION = 2
 
 # Per-span policy versions: a trajectory chains several model calls, possibly served by different
 # versions across a hot-swap; span i covers tokens [span_starts[i], span_ends[i]).
@@ -44,6 +45,12 @@ TRAJECTORY_SCHEMA = pa.schema(
         # Token offsets where a segment starts (0 first): self-summarisation rewrote the context there, so
         # each segment is scored as its own sequence; the reward still covers every segment. Additive field.
         pa.field("segment_starts", pa.list_(pa.int32())),
+        # How each span's tokens were sampled (the call's SamplingParams), so the trainer scores them under the
+        # same processing: temperature 0 is greedy; top_p 1 and top_k 0 are no truncation. Empty: unknown
+        # (version-1 rows), scored as temperature 1 without truncation. Additive fields (version 2).
+        pa.field("span_temperature", pa.list_(pa.float32())),
+        pa.field("span_top_p", pa.list_(pa.float32())),
+        pa.field("span_top_k", pa.list_(pa.int32())),
     ]
 )
 

@@ -1,0 +1,64 @@
+"""The demo's config: the demo agent product and how `liverl demo` runs the whole loop.
+
+It lives with the demo, not in liverl/: no stage reads it. `liverl demo` loads `DemoLiverlConfig`, the shared
+tree plus a [demo] section; the stages it starts are handed only the shared sections.
+"""
+
+from typing import Literal
+
+from pydantic import Field
+
+from liverl.config.root import LiverlConfig
+from liverl.config.section import Section
+
+
+class DemoRunConfig(Section):
+    concurrency: int = 2
+    """Sessions the product runs at once."""
+    sessions_per_s: float = 3.0
+    """Arrival rate of new sessions (users); 0: back to back. On 2 cores, vLLM answers far faster than
+    Beam and DeepSpeed can learn from, so the demo paces its users like a real product's."""
+    feedback_delay_s: float = 3.0
+    """Simulated users judge an edit this long after the session (an hour in production)."""
+    stage_timeout_s: float = 300.0
+    """How long a stage may take to become ready (vLLM's first start is the slowest)."""
+    progress_every_s: float = 15.0
+    """Seconds between progress lines."""
+    min_sessions_per_version: int = 12
+    """A served version counts in the verdict only with at least this many sessions."""
+    keep_stack: bool = False
+    """Leave the broker and MLflow running after the demo (to browse the audit runs and lineage)."""
+    capture_token: str = "demo-token"
+    """The product's bearer token for the capture service (ingest.tenant_tokens holds the tenant's)."""
+    serving_api_key: str = ""
+    """The product's API key for serving, when serving requires keys."""
+
+
+TaskFamily = Literal["coding", "search", "orchestrator"]
+
+
+class DemoConfig(Section):
+    duration_s: float = Field(600.0, gt=0)
+    """How long `liverl demo` runs the loop."""
+    seed: int = 0
+    """Seeds the base policy's fit, the tasks and the simulated users."""
+    tenant_id: str = "demo"
+    """The tenant the demo product records as (its token is run.capture_token)."""
+    families: list[TaskFamily] = ["coding", "search", "orchestrator"]
+    """Task families the product serves, in turn: a coding edit, a budgeted search, an orchestrator."""
+    subagents_call_policy: bool = True
+    """Whether the orchestrator's frozen sub-agents call the policy (role "subagent") or are only scripted."""
+    temperature: float = Field(1.0, gt=0)
+    """Sampling temperature the product requests; 1.0 keeps behaviour logprobs equal to the model's."""
+    max_new_tokens: int = Field(8, ge=1)
+    """Longest tool call in tokens (the grammar's longest call plus <eos> is 8)."""
+    policy_timeout_s: float = Field(30.0, gt=0)
+    """Deadline of one Generate call to serving."""
+    run: DemoRunConfig = DemoRunConfig()
+    """How `liverl demo` runs the loop (load, feedback delay, timeouts, tokens)."""
+
+
+class DemoLiverlConfig(LiverlConfig):
+    """The shared config tree plus the demo's own section (what `liverl demo` and its product read)."""
+
+    demo: DemoConfig = DemoConfig()

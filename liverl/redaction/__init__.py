@@ -1,0 +1,25 @@
+"""Redaction of personal data and secrets, shared by every stage that stores what users sent.
+
+    from liverl.redaction import Redactor
+    redactor = Redactor(config.ingest.redaction, tenant="acme")   # a RedactionConfig; tenant overrides apply
+    clean = redactor.redact_text("mail bob@example.com")          # "mail [REDACTED:email]"
+    counts = redactor.redact_message(event)                       # in place; Counter({"email": 1, ...})
+    blob, counts = redactor.redact_bytes(raw)                     # best effort over bytes that did not parse
+
+Guarantees:
+- Linear time: every pattern is RE2 (google-re2), and each string is first cut to
+  `max_field_chars` (marker "[TRUNCATED:<n> chars]", counted as "truncated").
+- Validated detectors, so look-alikes stay: cards need a card network prefix and Luhn, IBANs their
+  mod-97 check, national ids their checksum (python-stdnum), phones must be valid numbers for their
+  region (phonenumbers); plus emails, private keys, JWTs, API keys, bearer tokens and NAME=secret pairs.
+- `redact_message` walks every string field, repeated field, map key and map value of a protobuf
+  message and discards unknown fields (they could carry anything). Id fields (ID_FIELDS: join keys)
+  that hold personal data are replaced by a keyed hash, the same in every stage, so joins still work.
+
+Config: liverl.config.redaction.RedactionConfig (re-exported by liverl.config.ingest).
+"""
+
+from liverl.config.redaction import DETECTORS, RedactionConfig
+from liverl.redaction.redactor import ID_FIELDS, Redactor
+
+__all__ = ["DETECTORS", "ID_FIELDS", "RedactionConfig", "Redactor"]

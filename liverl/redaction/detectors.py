@@ -1,0 +1,74 @@
+"""The built-in detectors: an RE2 pattern (linear time whatever the input) and, where a pattern alone
+would catch look-alikes, a check of the candidate (Luhn, mod-97, national checksums, phone metadata).
+
+Run in DETECTORS order (liverl.config.redaction): the most specific first, so a JWT is not half-eaten by
+the token rules and an IBAN's digits are not taken for a card or a phone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+
+from liverl.redaction import validators
+
+
+@dataclass(frozen=True)
+class Detector:
+    name: str
+    pattern: str  # RE2 syntax
+    check: Callable[[str, str], bool] | None = None  # (candidate, phone region) -> is it really one
+    ignore_case: bool = False
+
+
+def _national(kind: str) -> Callable[[str, str], bool]:
+    return lambda candidate, region: validators.national_check(kind)(candidate)
+
+
+BUILTIN: dict[str, list[Detector]] = {
+    "private_key": [Detector("private_key", r"-----BEGIN [A-Z ]{0,40}PRIVATE KEY-----[\s\S]*?"
+                                            r"-----END [A-Z ]{0,40}PRIVATE KEY-----")],
+    "jwt": [Detector("jwt", r"\beyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}")],
+    "api_key": [Detector("api_key", r"\b(?:sk-[A-Za-z0-9_-]{16,}|sk_(?:live|test)_[A-Za-z0-9]{16,}|AKIA[0-9A-Z]{16}"
+                                    r"|gh[pousr]_[A-Za-z0-9]{30,}|xox[abposr]-[A-Za-z0-9-]{10,}|AIza[0-9A-Za-z_-]{35})")],
+    # "[" is not in the token's class, so an already redacted token is never matched again.
+    "bearer_token": [Detector("bearer_token", r"(?i:\bbearer\s+)[A-Za-z0-9._~+/=-]{8,}")],
+    # NAME=value / NAME: value where NAME says secret; the name stays, the value goes (see redactor).
+    "env_secret": [Detector("env_secret", r"\b(?P<name>(?i:[A-Z0-9_]*(?:SECRET|TOKEN|PASSWORD|PASSWD|API_?KEY"
+                                          r"|PRIVATE_?KEY|CREDENTIALS?|ACCESS_?KEY)[A-Z0-9_]*))"
+                                          r"(?P<sep>[\"']?\s*[=:]\s*)(?P<quote>[\"']?)(?P<value>[^\s\"',;]+)")],
+    "email": [Detector("email", r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b")],
+    "iban": [Detector("iban", r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?\b",
+                      lambda candidate, region: validators.is_iban(candidate))],
+    "card": [Detector("card", r"\b\d(?:[ -]?\d){12,18}\b", lambda candidate, region: validators.is_card(candidate))],
+    "national_id": [
+        Detector("national_id", r"\b\d{3}-\d{2}-\d{4}\b", _national("us_ssn")),
+        Detector("national_id", r"\b\d{8}-?[A-Za-z]\b", _national("es_dni")),
+        Detector("national_id", r"\b[XYZxyz]-?\d{7}-?[A-Za-z]\b", _national("es_nie")),
+        Detector("national_id", r"\b[A-Za-z]{6}\d{2}[A-Za-z]\d{2}[A-Za-z]\d{3}[A-Za-z]\b",
+                 _national("it_codice_fiscale")),
+        Detector("national_id", r"\b\d{3}\.\d{3}\.\d{3}-\d{2}\b", _national("br_cpf")),
+        Detector("national_id", r"\b\d{4} \d{4} \d{4}\b", _national("in_aadhaar")),
+        Detector("national_id", r"\b[12] ?\d{2} ?\d{2} ?(?:\d{2}|2[ABab]) ?\d{3} ?\d{3} ?\d{2}\b", _national("fr_nir")),
+    ],
+    # A bounded span of digits with the separators people write; the check decides (phonenumbers).
+    "phone": [Detector("phone", r"(?:\+\d{1,3}[ .-]?)?(?:\(\d{1,4}\)[ .-]?)?\d(?:[ .-]?\d){5,14}",
+                       lambda candidate, region: validators.is_phone(candidate, region))],
+}
+
+# A cheap first pass over a whole string: no hit, no detector runs (most text has none of these).
+TRIGGER = r"(?i:\d\d|@|bearer|eyj|-----begin|sk[-_]|akia|xox|aiza|gh[pousr]_|secret|token|passw|key|credential)"
+
+
+@cache
+def compiled(pattern: str):
+    """An RE2 pattern compiled once; raises ValueError when RE2 cannot compile it."""
+    import re2
+
+    options = re2.Options()
+    options.log_errors = False
+    try:
+        return re2.compile(pattern, options)
+    except re2.error as error:
+        raise ValueError(f"{error}; redaction patterns use RE2 syntax (no lookaround or backreferences)") from None
