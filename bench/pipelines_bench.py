@@ -75,11 +75,10 @@ def run_beam(config, folder: Path) -> tuple[float, int, int]:
 
 def run_plain(config, folder: Path) -> tuple[float, int, int]:
     """The same work without Beam: one consumer, dicts, one Parquet file."""
-    import pyarrow as pa
     import pyarrow.parquet as pq
     from kafka import KafkaConsumer, TopicPartition
 
-    from liverl.contracts.table_schema import TRAJECTORY_SCHEMA
+    from liverl.contracts.trajectory_row import rows_to_table
     from pipelines.kafka_source import high_water_marks
     from pipelines.parse import Parsed, parse_record
     from pipelines.records import RawRecord
@@ -95,7 +94,7 @@ def run_plain(config, folder: Path) -> tuple[float, int, int]:
     consumer.assign(partitions)
     for tp in partitions:
         consumer.seek(tp, 0)
-    groups: dict[str, list[Parsed]] = {}
+    groups: dict[tuple[str, str], list[Parsed]] = {}
     records = 0
     while any(consumer.position(tp) < marks[(tp.topic, tp.partition)] for tp in partitions):
         for tp, batch in consumer.poll(timeout_ms=500).items():
@@ -106,19 +105,19 @@ def run_plain(config, folder: Path) -> tuple[float, int, int]:
                 raw = RawRecord(m.topic, m.partition, m.offset, m.timestamp, m.key, m.value, tuple(m.headers or ()))
                 parsed = parse_record(raw, *topics)
                 if isinstance(parsed, Parsed):
-                    groups.setdefault(parsed.message.session_id, []).append(parsed)
+                    groups.setdefault(parsed.session_key, []).append(parsed)
     consumer.close()
     timing = Timing(T0 + 10 * 24 * 3600_000, 0, 10**12, 10**12)
     rows = []
     sessions = 0
-    for session_id, items in groups.items():
-        decision = decide(session_id, items, [], timing)
+    for key, items in groups.items():
+        decision = decide(key, items, [], timing)
         if decision.status == READY:
             built, _ = build_rows(decision.session, config.rewards, "plain", timing.as_of_ms)
             rows += built
             sessions += bool(built)
     folder.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.Table.from_pylist(rows, schema=TRAJECTORY_SCHEMA), folder / "plain.parquet")
+    pq.write_table(rows_to_table(rows), folder / "plain.parquet")
     return time.perf_counter() - began, sessions, records
 
 

@@ -103,22 +103,21 @@ class PlainLoop:
         import torch
 
         from trainer.advantages import compute_advantages
-        from trainer.batching import collate, pack, token_logprobs
-        from trainer.losses import token_losses
+        from trainer.batching import collate, pack, trajectory_samples
         from trainer.rewarding import mixed_rewards
-        from trainer.step_builder import to_samples
+        from trainer.training_step import batch_loss, step_objective
 
         tc = self.config.trainer
         started = time.perf_counter()
         rewards = mixed_rewards(plan.trajectories, step, self.config.rewards)
         advantages = compute_advantages(plan.trajectories, rewards, self.baselines, tc.advantages)
-        samples = [s for t, a in zip(plan.trajectories, advantages) for s in to_samples(t, 1.0, tc.max_seq_len, a)]
+        samples = [s for t, a in zip(plan.trajectories, advantages)
+                   for s in trajectory_samples(t, 1.0, tc.max_seq_len, a)]
         batches = [collate(group) for group in pack(samples, tc.deepspeed.micro_batch_tokens)]
-        total = sum(batch.masked_tokens for batch in batches)
+        total = sum(batch.trained_tokens for batch in batches)
         for batch in batches:
-            logp = token_logprobs(self.model, batch.token_ids, batch.attention_mask)
-            loss = token_losses(logp, batch.behaviour_logprobs, batch.advantages, tc.loss).loss
-            ((loss * batch.loss_mask).sum() / total).backward()
+            weights, losses, _ = batch_loss(self.model, batch, tc.loss)
+            step_objective(losses, weights, total).backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.deepspeed.gradient_clipping)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)

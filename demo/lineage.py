@@ -7,19 +7,21 @@ everything its parent was trained on.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
-from liverl.contracts import names
+from liverl.io import lineage as codec
+from liverl.io.lineage import KafkaOffsets
+from liverl.io.registry import ModelRegistry
+from liverl.io.table_history import TableHistory
 
 
 @dataclass
 class VersionLineage:
     version: str
-    parent: str
+    parent: str  # "" for a base policy
     created_ms: int
     table_versions: list[int]
-    kafka_offsets: dict
+    kafka_offsets: KafkaOffsets
     tags: dict[str, str]
     own_sessions: set[str] = field(default_factory=set)  # sessions in the table versions it trained on itself
     all_sessions: set[str] = field(default_factory=set)  # its own and every ancestor's
@@ -27,21 +29,14 @@ class VersionLineage:
 
 def read_lineage(tracking_uri: str, model_name: str, table_uri: str) -> dict[str, VersionLineage]:
     """Every registered version with the session ids it (and its ancestors) trained on."""
-    from mlflow import MlflowClient
-
-    client = MlflowClient(tracking_uri=tracking_uri)
     lineages: dict[str, VersionLineage] = {}
-    for mv in client.search_model_versions(f"name='{model_name}'"):
-        tags = dict(mv.tags or {})
-        lineages[str(mv.version)] = VersionLineage(
-            version=str(mv.version),
-            parent=tags.get(names.TAG_PARENT_VERSION, ""),
-            created_ms=int(mv.creation_timestamp or 0),
-            table_versions=[int(v) for v in json.loads(tags.get(names.TAG_TABLE_VERSIONS, "[]") or "[]")],
-            kafka_offsets=json.loads(tags.get(names.TAG_KAFKA_OFFSETS, "{}") or "{}"),
-            tags=tags,
+    for mv in ModelRegistry(tracking_uri, model_name).versions():
+        decoded = codec.decode(mv.tags)
+        lineages[mv.version] = VersionLineage(
+            version=mv.version, parent=decoded.parent_version or "", created_ms=mv.created_ms,
+            table_versions=list(decoded.table_versions), kafka_offsets=decoded.kafka_offsets, tags=mv.tags,
         )
-    sessions_by_table_version = _sessions_by_table_version(table_uri)
+    sessions_by_table_version = _sessions_by_table_version(TableHistory(table_uri))
     for lineage in lineages.values():
         for table_version in lineage.table_versions:
             lineage.own_sessions |= sessions_by_table_version.get(table_version, set())
@@ -54,22 +49,10 @@ def read_lineage(tracking_uri: str, model_name: str, table_uri: str) -> dict[str
     return lineages
 
 
-def _sessions_by_table_version(table_uri: str) -> dict[int, set[str]]:
+def _sessions_by_table_version(table: TableHistory) -> dict[int, set[str]]:
     """table version -> session ids of the rows that commit added (one commit = one batch)."""
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
-
-    try:
-        table = DeltaTable(table_uri)
-    except TableNotFoundError:
-        return {}
-    batch_of_version: dict[int, str] = {}
-    for commit in table.history():
-        batch_id = commit.get(names.COMMIT_BATCH_ID)
-        if batch_id:
-            batch_of_version[int(commit["version"])] = batch_id
-    rows = table.to_pyarrow_table(columns=["batch_id", "session_id"]).to_pylist()
+    batch_of_version = {commit.version: commit.batch_id for commit in table.commits_after(-1) if commit.batch_id}
     sessions_by_batch: dict[str, set[str]] = {}
-    for row in rows:
+    for row in table.rows_up_to(columns=["batch_id", "session_id"]):
         sessions_by_batch.setdefault(row["batch_id"], set()).add(row["session_id"])
     return {version: sessions_by_batch.get(batch, set()) for version, batch in batch_of_version.items()}

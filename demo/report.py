@@ -42,15 +42,10 @@ def write_report(config: DemoLiverlConfig, traffic, verdict, fresh, lineage, say
 
 
 def _table_rows(uri: str) -> list[dict]:
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
+    from liverl.io.table_history import TableHistory
 
-    try:
-        return DeltaTable(uri).to_pyarrow_table(
-            columns=["policy_versions", "signals", "reward_components", "critical_steps", "task_family",
-                     "distilled_at_ms", "session_end_ms"]).to_pylist()
-    except TableNotFoundError:
-        return []
+    return TableHistory(uri).rows_up_to(columns=["policy_versions", "signals", "reward_components", "critical_steps",
+                                                 "task_family", "distilled_at_ms", "session_end_ms"])
 
 
 def _figure(title: str):
@@ -117,18 +112,13 @@ def _throughput(traffic, lineage, table_uri):
 
 
 def _commit_times(table_uri: str) -> list[tuple[float, int]]:
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
+    """(commit time in s, rows committed so far) per table version."""
+    from liverl.io.table_history import TableHistory
 
-    try:
-        history = DeltaTable(table_uri).history()
-    except TableNotFoundError:
-        return []
     total, points = 0, []
-    for commit in sorted(history, key=lambda c: c["version"]):
-        added = int((commit.get("operationMetrics") or {}).get("num_added_rows", 0) or 0)
-        total += added
-        points.append((commit["timestamp"] / 1000, total))
+    for commit in TableHistory(table_uri).commits_after(-1):
+        total += commit.added_rows
+        points.append((commit.timestamp_ms / 1000, total))
     return points
 
 
@@ -157,15 +147,13 @@ def _html(verdict, fresh, traffic, figures) -> str:
 
 
 def _log_to_mlflow(config: DemoLiverlConfig, out: Path, verdict, fresh, say) -> None:
-    import mlflow
+    from liverl.io.tracking import Tracking
 
-    mlflow.set_tracking_uri(config.mlflow.tracking_uri)
-    mlflow.set_experiment(config.mlflow.demo_experiment)
-    with mlflow.start_run(run_name="demo-report"):
-        mlflow.log_metrics({"swaps": verdict.swaps, "reward_slope": verdict.slope,
-                            "freshness_median_s": fresh.median() if fresh.seconds else -1,
-                            "freshness_p95_s": fresh.p95() if fresh.seconds else -1})
-        for version, mean in verdict.mean_reward.items():
-            mlflow.log_metric("served_reward", mean, step=int(version) if version.isdigit() else 0)
-        mlflow.set_tag("liverl.demo.verdict", verdict.describe())
-        mlflow.log_artifacts(str(out), artifact_path="report")
+    with Tracking(config.mlflow.tracking_uri).run(config.mlflow.demo_experiment, "demo-report") as run:
+        run.log_metrics({"swaps": verdict.swaps, "reward_slope": verdict.slope,
+                         "freshness_median_s": fresh.median() if fresh.seconds else -1,
+                         "freshness_p95_s": fresh.p95() if fresh.seconds else -1})
+        run.log_step_metrics([(int(version) if version.isdigit() else 0, {"served_reward": mean})
+                              for version, mean in verdict.mean_reward.items()])
+        run.set_tag("liverl.demo.verdict", verdict.describe())
+        run.log_artifacts(out, artifact_path="report")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from demo.freshness import Freshness, first_served_at, freshness
 from demo.lineage import VersionLineage, read_lineage
-from demo.services import StageProcess, run_stage, start_stage, wait_ready
+from demo.services import StageProcess, run_stage, start_stage
 from demo.stage_env import config_environment
 from demo.verdict import Verdict, judge_rise
 from demo.config import DemoLiverlConfig
@@ -88,9 +88,9 @@ def _start_stages(config: DemoLiverlConfig, logs: Path, say, stages: list[StageP
     stages.append(capture)
     serving = start_stage("serve", ["serve"], logs, env)
     stages.append(serving)
-    wait_ready(capture, lambda: port_open(config.ingest.host, config.ingest.grpc_port), timeout)
+    capture.wait_ready(lambda: port_open(config.ingest.host, config.ingest.grpc_port), timeout)
     say(f"      capture ready on {config.ingest.host}:{config.ingest.grpc_port} (pid {capture.pid})")
-    wait_ready(serving, lambda: bool(_served_version(config)), timeout)
+    serving.wait_ready(lambda: bool(_served_version(config)), timeout)
     say(f"      serving ready on {config.serving.host}:{config.serving.grpc_port}, "
         f"version {_served_version(config)} (pid {serving.pid})")
     stages.append(start_stage("distill", ["distill", "--follow"], logs, env))
@@ -148,23 +148,25 @@ class _Progress:
                  f"| reward(last {len(recent)}) {sum(recent) / len(recent):.3f} | {_registry_line(self.config)}")
 
 
-def _registry_line(config: DemoLiverlConfig) -> str:
-    from mlflow import MlflowClient
+def _registry(config: DemoLiverlConfig):
+    from liverl.io.registry import ModelRegistry
 
+    return ModelRegistry(config.mlflow.tracking_uri, config.mlflow.registered_model)
+
+
+def _registry_line(config: DemoLiverlConfig) -> str:
     from liverl.contracts import names
+    from liverl.io.registry import RegistryUnavailable
 
     try:
-        client = MlflowClient(tracking_uri=config.mlflow.tracking_uri)
-        versions = client.search_model_versions(f"name='{config.mlflow.registered_model}'")
-        champion = client.get_model_version_by_alias(config.mlflow.registered_model, names.ALIAS_CHAMPION).version
-        return f"registered {len(versions)} | champion v{champion}"
-    except Exception as error:  # progress must never stop the demo
-        return f"registry unavailable ({type(error).__name__})"
+        registry = _registry(config)
+        champion = registry.alias_version(names.ALIAS_CHAMPION) or "-"
+        return f"registered {len(registry.versions())} | champion v{champion}"
+    except RegistryUnavailable as error:  # progress must never stop the demo
+        return f"registry unavailable ({error.error_code or 'no answer'})"
 
 
 def _summarise(config: DemoLiverlConfig, traffic, say) -> DemoResult:
-    from mlflow import MlflowClient
-
     from demo.report import write_report
     from liverl.contracts import names
 
@@ -173,8 +175,7 @@ def _summarise(config: DemoLiverlConfig, traffic, say) -> DemoResult:
     verdict = judge_rise(traffic.by_version(), min_sessions=demo.run.min_sessions_per_version)
     served_at = first_served_at(traffic.sessions)
     fresh = freshness(traffic.sessions, {v: l.all_sessions for v, l in lineage.items()}, served_at)
-    champion = MlflowClient(tracking_uri=config.mlflow.tracking_uri).get_model_version_by_alias(
-        config.mlflow.registered_model, names.ALIAS_CHAMPION).version
+    champion = _registry(config).alias_version(names.ALIAS_CHAMPION)
     served = traffic.sessions[-1].served_version if traffic.sessions else "?"
     trained_on = lineage.get(served)
     say(f"      sessions {len(traffic.sessions)} ({len(traffic.errors)} failed) | "

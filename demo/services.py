@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +30,10 @@ class StageProcess:
         if not self.log.exists():
             return "(no log yet)"
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+    def wait_ready(self, ready: Callable[[], bool], timeout_s: float) -> None:
+        """Poll ready() until true; fail early, with the stage's log, if the stage died."""
+        processes.wait_until(ready, timeout_s, self.name, self.process, self.log, interval_s=0.5)
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """SIGTERM (stages drain and exit cleanly), then SIGKILL after timeout_s."""
@@ -61,18 +64,3 @@ def run_stage(name: str, command: Sequence[str], log_dir: Path, timeout_s: float
             stage.stop()
     if code != 0:
         raise RuntimeError(f"`liverl {' '.join(command[:2])}` exited {code}; log:\n{stage.log_tail()}")
-
-
-def wait_ready(stage: StageProcess, ready: Callable[[], bool], timeout_s: float) -> None:
-    """Poll ready() until true; fail early, with the stage's log, if the stage died."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if not stage.running():
-            raise RuntimeError(f"{stage.name} exited with code {stage.process.returncode}; log:\n{stage.log_tail()}")
-        try:
-            if ready():
-                return
-        except Exception:  # not up yet
-            pass
-        time.sleep(0.5)
-    raise TimeoutError(f"{stage.name} was not ready after {timeout_s:.0f} s; log:\n{stage.log_tail()}")

@@ -20,6 +20,12 @@ class TokenAuth:
         empty = [tenant for tenant, token in tenant_tokens.items() if not token]
         if empty:
             raise ValueError(f"tenants {empty} have an empty token in ingest.tenant_tokens; give each a secret")
+        slashed = [tenant for tenant in tenant_tokens if not tenant or "/" in tenant]
+        if slashed:
+            raise ValueError(f"tenant ids {slashed} are empty or hold '/', which separates tenant and session in "
+                             "Kafka keys; rename them in ingest.tenant_tokens")
+        if len(set(tenant_tokens.values())) < len(tenant_tokens):
+            raise ValueError("two tenants share a token in ingest.tenant_tokens; a token must name one tenant")
         self._tokens = [(tenant, token.encode()) for tenant, token in tenant_tokens.items()]
 
     def tenant_of(self, authorization: str | None, claimed_tenant: str | None = None) -> str:

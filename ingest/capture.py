@@ -1,8 +1,11 @@
 """The capture core shared by the gRPC and HTTP front ends: parse, check, drop, redact, make durable.
 
-Per event: parse -> opt-out -> validate -> session rules -> redact. Good events become Kafka records
-keyed by session id; bad ones become dead letters with their reason; both are made durable in one
-delivery before the caller gets its answer, so an acknowledgement always means "stored".
+Per event: parse -> opt-out -> validate -> dedupe -> session rules -> redact. Good events become Kafka
+records keyed by (tenant, session) (DESIGN.md contract 1); bad ones become dead letters with their
+reason; both are made durable in one delivery before the caller gets its answer, so an acknowledgement
+always means "stored". The tenant is always the token's, never the payload's. An event already stored
+(same tenant and event id, within ingest.dedupe_window_events) is acknowledged again, not stored twice.
+Events not reached within the request's deadline are answered "deadline_exceeded": not stored, resend them.
 """
 
 from __future__ import annotations
@@ -14,18 +17,26 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 
+from ingest.admission import RecentEvents, TenantRateLimiter
 from ingest.delivery import KafkaDelivery, Record
 from ingest.metrics import CaptureMetrics
-from ingest.redaction import Redactor
 from ingest.sessions import SessionRegistry
 from ingest.validation import Limits, Rejected, SessionEvent, validate
 from liverl.contracts import names
 from liverl.config import LiverlConfig
+from liverl.redaction import Redactor
 from liverl.v1 import capture_pb2
 
 log = logging.getLogger("liverl.ingest.capture")
 DEAD_LETTER_PAYLOAD_LIMIT = 64 * 1024
 PRUNE_EVERY_S = 600.0
+DEADLINE_EXCEEDED = "deadline_exceeded"  # the one rejection that means "not looked at: resend"
+
+
+def session_key(tenant: str, session_id: str) -> bytes:
+    """The Kafka key: a session's identity is (tenant, session), so equal session ids of two tenants
+    never share a key (tenant ids cannot hold "/", ingest.auth checks it)."""
+    return f"{tenant}/{session_id}".encode("utf-8")
 
 
 class CaptureCore:
@@ -37,27 +48,45 @@ class CaptureCore:
         self.sessions = sessions
         self.metrics = metrics
         self.clock = clock
-        self.redactor = Redactor(ingest.redaction.builtin, ingest.redaction.custom_patterns, ingest.redaction.enabled)
+        self.redaction = ingest.redaction
+        self.redactor = Redactor(ingest.redaction)  # the global settings: log lines and tenant-less text
+        self._tenant_redactors: dict[str, Redactor] = {}
+        self.recent = RecentEvents(ingest.dedupe_window_events)
+        self.rate_limiter = TenantRateLimiter(ingest.rate_limit_events_per_s, ingest.rate_limit_burst_events)
+        self.handler_timeout_s = ingest.handler_timeout_s
         self.limits = Limits(ingest.max_event_bytes, int(ingest.max_future_skew_s * 1000),
                              int(ingest.max_event_age_s * 1000))
         self.opt_out_tenants = set(ingest.opt_out_tenants)
         self.opt_out_users = {tenant: set(users) for tenant, users in ingest.opt_out_users.items()}
         self._last_prune = 0.0
 
+    def redactor_for(self, tenant: str) -> Redactor:
+        if tenant not in self._tenant_redactors:
+            self._tenant_redactors[tenant] = Redactor(self.redaction, tenant)
+        return self._tenant_redactors[tenant]
+
     def capture(self, tenant: str, items: Sequence, parse: Callable[[object], SessionEvent],
-                api: str) -> capture_pb2.CaptureResponse:
-        """Handle one request's events; raises SpoolFull when nothing could be made durable."""
+                api: str, time_left_s: float | None = None) -> capture_pb2.CaptureResponse:
+        """Handle one request's events; raises SpoolFull when nothing could be made durable.
+        time_left_s: the caller's own deadline, when it has one (the handler timeout applies anyway)."""
         started = time.perf_counter()
+        deadline = time.monotonic() + min(self.handler_timeout_s, float("inf") if time_left_s is None else time_left_s)
         now_ms = int(self.clock() * 1000)
         response = capture_pb2.CaptureResponse()
         if tenant in self.opt_out_tenants:
             response.dropped_opt_out = len(items)
             self.metrics.dropped.labels("opt_out").inc(len(items))
             return response
+        redactor = self.redactor_for(tenant)
         records: list[Record] = []
         dead: list[Record] = []
+        stored: set[tuple[str, str]] = set()
+        duplicates = 0
         redacted: Counter = Counter()
         for index, item in enumerate(items):
+            if time.monotonic() > deadline:
+                self._out_of_time(response, index, len(items))
+                break
             event = None
             try:
                 event = parse(item)
@@ -65,8 +94,13 @@ class CaptureCore:
                     response.dropped_opt_out += 1
                     continue
                 validate(event, tenant, now_ms, self.limits)
+                identity = (tenant, event.event_id)
+                if identity in stored or identity in self.recent:
+                    duplicates += 1  # stored before: acknowledged again, never stored twice
+                    continue
                 self.sessions.admit(event, now_ms)
-                redacted += self.redactor.redact_event(event)
+                redacted += redactor.redact_message(event)
+                stored.add(identity)
                 records.append(self._event_record(event))
             except Exception as error:  # noqa: BLE001 - one event's failure must never fail its batch
                 rejected = error if isinstance(error, Rejected) else _internal(error)
@@ -75,9 +109,18 @@ class CaptureCore:
                 dead.append(self.dead_letter(rejected.reason, rejected.message, tenant, item, event, now_ms))
         self.sessions.commit()
         self.delivery.deliver(records + dead)
-        self._count(tenant, response, redacted, len(records), api, time.perf_counter() - started)
+        self.recent.add(stored)
+        if duplicates:
+            self.metrics.duplicates.labels(tenant).inc(duplicates)
+        self._count(tenant, response, redacted, len(records), duplicates, api, time.perf_counter() - started)
         self._maybe_prune(now_ms)
         return response
+
+    def _out_of_time(self, response, first: int, total: int) -> None:
+        for index in range(first, total):
+            response.rejected.add(index=index, reason=DEADLINE_EXCEEDED,
+                                  message=f"not stored: the request ran past its deadline (ingest.handler_timeout_s="
+                                          f"{self.handler_timeout_s:g}); resend this event, in a smaller batch")
 
     def dead_letter(self, reason: str, message: str, tenant: str, raw: object, event: SessionEvent | None,
                     now_ms: int) -> Record:
@@ -86,11 +129,11 @@ class CaptureCore:
             if event is not None:
                 copy = SessionEvent()
                 copy.CopyFrom(event)
-                self.redactor.redact_event(copy)
+                self.redactor_for(tenant).redact_message(copy)
                 payload = copy.SerializeToString()
             else:
                 blob = raw if isinstance(raw, bytes) else json.dumps(raw, default=str).encode("utf-8", "replace")
-                payload, _ = self.redactor.redact_bytes(blob[:DEAD_LETTER_PAYLOAD_LIMIT])
+                payload, _ = self.redactor_for(tenant).redact_bytes(blob[:DEAD_LETTER_PAYLOAD_LIMIT])
         except Exception:  # noqa: BLE001 - an unprintable payload still gets its dead letter, without it
             log.exception("could not encode a dead letter's payload")
             payload = b""
@@ -100,7 +143,7 @@ class CaptureCore:
                             "session_id": session_id, "payload_b64": base64.b64encode(payload).decode(),
                             "at_ms": now_ms}).encode()
         self.metrics.dead_letters.labels(reason).inc()
-        return Record(self.topics.dead_letters_topic, session_id.encode("utf-8"), value,
+        return Record(self.topics.dead_letters_topic, session_key(tenant, session_id), value,
                       _headers(tenant, b"dead-letter"))
 
     def reject_request(self, reason: str, message: str, tenant: str, raw: bytes, api: str) -> None:
@@ -110,14 +153,16 @@ class CaptureCore:
         log.warning(json.dumps({"msg": "capture request rejected", "api": api, "tenant": tenant, "reason": reason,
                                 "detail": self._scrub(message)}))
 
-    def refuse_caller(self, status: str, message: str, api: str) -> None:
-        """Missing or wrong credentials: counted and logged, never dead-lettered (unauthenticated bytes
-        do not reach Kafka)."""
+    def refuse_caller(self, status: str, message: str, api: str, tenant: str = "") -> None:
+        """Missing or wrong credentials, or over the rate limit: counted and logged, never dead-lettered
+        (unauthenticated bytes do not reach Kafka; a rate-limited caller is told to retry)."""
         self.metrics.requests_rejected.labels(status).inc()
+        if status == "permission_denied":
+            self.metrics.cross_tenant.labels(tenant or "unknown").inc()
         log.warning(json.dumps({"msg": "capture request refused", "api": api, "reason": status, "detail": message}))
 
     def _scrub(self, text: str) -> str:
-        return self.redactor.redact_text(text, Counter()) if self.redactor.enabled else text
+        return self.redactor.redact_text(text)
 
     def _opted_out(self, tenant: str, event: SessionEvent) -> bool:
         users = self.opt_out_users.get(tenant)
@@ -130,12 +175,14 @@ class CaptureCore:
         return False
 
     def _event_record(self, event: SessionEvent) -> Record:
-        return Record(self.topics.session_events_topic, event.session_id.encode("utf-8"), event.SerializeToString(),
+        return Record(self.topics.session_events_topic, session_key(event.tenant_id, event.session_id),
+                      event.SerializeToString(),
                       _headers(event.tenant_id, b"session-event"), event.event_time_ms)
 
-    def _count(self, tenant: str, response, redacted: Counter, accepted: int, api: str, seconds: float) -> None:
-        response.accepted = accepted
-        self.metrics.accepted.labels(tenant).inc(accepted)
+    def _count(self, tenant: str, response, redacted: Counter, stored: int, duplicates: int, api: str,
+               seconds: float) -> None:
+        response.accepted = stored + duplicates
+        self.metrics.accepted.labels(tenant).inc(stored)
         for kind, count in redacted.items():
             self.metrics.redacted.labels(kind).inc(count)
         self.metrics.request_seconds.labels(api).observe(seconds)
@@ -143,8 +190,10 @@ class CaptureCore:
             reasons = Counter(r.reason for r in response.rejected)
             for reason, count in reasons.items():
                 self.metrics.rejected.labels(reason).inc(count)
+            if reasons["tenant_mismatch"]:
+                self.metrics.cross_tenant.labels(tenant).inc(reasons["tenant_mismatch"])
             log.warning(json.dumps({"msg": "capture batch had rejections", "api": api, "tenant": tenant,
-                                    "accepted": accepted, "rejected": len(response.rejected),
+                                    "accepted": stored + duplicates, "rejected": len(response.rejected),
                                     "reasons": dict(reasons),
                                     "first": {"index": response.rejected[0].index,
                                               "message": self._scrub(response.rejected[0].message)}}))

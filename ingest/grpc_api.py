@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import grpc
 
+from ingest.admission import RateLimited
 from ingest.auth import AuthError, TokenAuth
 from ingest.capture import CaptureCore
 from ingest.spool import SpoolFull
@@ -15,6 +16,7 @@ from liverl.contracts import names
 from liverl.v1 import capture_pb2
 
 SERVICE_NAME = "liverl.v1.CaptureService"
+RETRY_AFTER_KEY = "retry-after-s"  # trailing metadata of a rate-limited call
 AUTH_STATUS = {"unauthenticated": grpc.StatusCode.UNAUTHENTICATED,
                "permission_denied": grpc.StatusCode.PERMISSION_DENIED}
 
@@ -30,7 +32,7 @@ class CaptureHandler:
         try:
             tenant = self.auth.tenant_of(metadata.get("authorization"), metadata.get(names.META_TENANT))
         except AuthError as error:
-            self.core.refuse_caller(error.status, error.message, api="grpc")
+            self.core.refuse_caller(error.status, error.message, api="grpc", tenant=_token_tenant(self.auth, metadata))
             context.abort(AUTH_STATUS[error.status], error.message)
         try:
             events = split_events(request)
@@ -41,7 +43,14 @@ class CaptureHandler:
                                                      f"{self.max_batch_events} (ingest.max_batch_events)", tenant,
                          request)
         try:
-            return self.core.capture(tenant, events, parse_binary, api="grpc")
+            self.core.rate_limiter.take(tenant, len(events))
+        except RateLimited as error:
+            self.core.refuse_caller("rate_limited", str(error), api="grpc", tenant=tenant)
+            # the SDK reads this to tell "slow down" from "the message is too big" (same status code)
+            context.set_trailing_metadata(((RETRY_AFTER_KEY, f"{error.retry_after_s:.3f}"),))
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(error))
+        try:
+            return self.core.capture(tenant, events, parse_binary, api="grpc", time_left_s=context.time_remaining())
         except SpoolFull as error:
             context.abort(grpc.StatusCode.UNAVAILABLE, f"not stored, retry later: {error}")
 
@@ -57,3 +66,11 @@ class CaptureHandler:
             self.capture, request_deserializer=None,  # raw bytes: split and parse per event
             response_serializer=capture_pb2.CaptureResponse.SerializeToString)
         return grpc.method_handlers_generic_handler(SERVICE_NAME, {"Capture": method})
+
+
+def _token_tenant(auth: TokenAuth, metadata: dict) -> str:
+    """The token's own tenant, for counting a cross-tenant attempt ("" when the token is no tenant's)."""
+    try:
+        return auth.tenant_of(metadata.get("authorization"))
+    except AuthError:
+        return ""

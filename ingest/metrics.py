@@ -18,6 +18,11 @@ class CaptureMetrics:
         self.requests_rejected = Counter("liverl_ingest_requests_rejected",
                                          "Whole requests refused (auth, size, framing), by reason.", ["reason"],
                                          registry=r)
+        self.duplicates = Counter("liverl_ingest_events_duplicate", "Events resent after being stored: acknowledged "
+                                  "again, not stored twice.", ["tenant"], registry=r)
+        self.cross_tenant = Counter("liverl_ingest_cross_tenant_attempts", "Requests or events naming another "
+                                    "tenant than the caller's token (refused), by the caller's tenant.", ["tenant"],
+                                    registry=r)
         self.redacted = Counter("liverl_ingest_redactions", "Redacted matches, by detector.", ["kind"], registry=r)
         self.spooled = Counter("liverl_ingest_records_spooled", "Records written to the local spool (Kafka down).",
                                registry=r)

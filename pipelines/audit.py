@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import json
 
-from liverl.contracts import names
 from liverl.config import LiverlConfig
+from liverl.contracts import names
+from liverl.io.lineage import decode_offsets
+from liverl.io.table_history import TableHistory
+from liverl.io.tracking import Tracking
 from pipelines import table
 
 BATCH_TAG = names.COMMIT_BATCH_ID
@@ -21,34 +24,25 @@ BATCH_TAG = names.COMMIT_BATCH_ID
 
 def ensure_audited(config: LiverlConfig, committed: table.Committed) -> str | None:
     """The audit run id of the last committed batch, logging the run first if it is missing."""
-    import mlflow
-
     batch_id = committed.metadata.get(names.COMMIT_BATCH_ID)
     if not batch_id:
         return None
-    mlflow.set_tracking_uri(config.mlflow.tracking_uri)
-    experiment = mlflow.set_experiment(config.mlflow.audit_experiment)
-    found = mlflow.search_runs([experiment.experiment_id], filter_string=f"tags.`{BATCH_TAG}` = '{batch_id}'",
-                               output_format="list", max_results=1)
-    if found:
-        return found[0].info.run_id
-    return log_batch(config, committed, batch_id)
+    tracking = Tracking(config.mlflow.tracking_uri)
+    found = tracking.find_run(config.mlflow.audit_experiment, BATCH_TAG, batch_id)
+    return found or log_batch(config, committed, batch_id, tracking)
 
 
-def log_batch(config: LiverlConfig, committed: table.Committed, batch_id: str) -> str:
-    import mlflow
-    import pyarrow.compute as pc
-    from deltalake import DeltaTable
-
+def log_batch(config: LiverlConfig, committed: table.Committed, batch_id: str,
+              tracking: Tracking | None = None) -> str:
+    tracking = tracking or Tracking(config.mlflow.tracking_uri)
     metadata = committed.metadata
-    rows = DeltaTable(config.table.trajectories_uri).to_pyarrow_dataset().to_table(
-        filter=pc.field("batch_id") == batch_id).to_pylist()
+    rows = TableHistory(config.table.trajectories_uri).batch_rows(batch_id)
     summary = json.loads(metadata.get(table.COMMIT_DISTILL_SUMMARY, "{}"))
-    offsets = json.loads(metadata.get(names.COMMIT_KAFKA_OFFSETS, "{}"))
-    with mlflow.start_run(run_name=batch_id, tags={BATCH_TAG: batch_id}) as run:
-        mlflow.log_params({"batch_id": batch_id, "batch_seq": committed.seq, "table_version": committed.table_version,
-                           "reward_config_version": metadata.get(table.COMMIT_REWARD_CONFIG_VERSION, ""),
-                           "kafka_offsets": json.dumps(offsets, sort_keys=True)[:6000]})
+    offsets = decode_offsets(metadata.get(names.COMMIT_KAFKA_OFFSETS), f"commit metadata of batch {batch_id}")
+    with tracking.run(config.mlflow.audit_experiment, batch_id, tags={BATCH_TAG: batch_id}) as run:
+        run.log_params({"batch_id": batch_id, "batch_seq": committed.seq, "table_version": committed.table_version,
+                        "reward_config_version": metadata.get(table.COMMIT_REWARD_CONFIG_VERSION, ""),
+                        "kafka_offsets": json.dumps(offsets, sort_keys=True)[:6000]})
         metrics = {"sessions": summary.get("sessions", 0), "trajectories": len(rows),
                    "trainable_tokens": sum(sum(r["loss_mask"]) for r in rows),
                    "tokens": sum(len(r["token_ids"]) for r in rows)}
@@ -56,14 +50,14 @@ def log_batch(config: LiverlConfig, committed: table.Committed, batch_id: str) -
         metrics |= {f"dead_letters.{reason}": n for reason, n in summary.get("dead_letters", {}).items()}
         metrics["dead_letters"] = sum(summary.get("dead_letters", {}).values())
         metrics |= reward_statistics(rows)
-        mlflow.log_metrics({k: float(v) for k, v in metrics.items()})
-        mlflow.log_dict({"offsets": offsets, "summary": summary}, "batch.json")
+        run.log_metrics({k: float(v) for k, v in metrics.items()})
+        run.log_dict({"offsets": offsets, "summary": summary}, "batch.json")
         figure = reward_histograms(rows)
         if figure is not None:
-            mlflow.log_figure(figure, "reward_components.png")
+            run.log_figure(figure, "reward_components.png")
         if rows:
-            mlflow.log_table(sample_table(rows, config.pipelines.audit_sample_size), "trajectories_sample.json")
-        return run.info.run_id
+            run.log_table(sample_table(rows, config.pipelines.audit_sample_size), "trajectories_sample.json")
+        return run.run_id
 
 
 def _components(rows: list[dict]) -> dict[str, list[float]]:

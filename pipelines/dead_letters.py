@@ -51,6 +51,13 @@ def session_dead_letter(reason: str, message: str, tenant_id: str, session_id: s
             "source_partition": None, "source_offset": None, "payload": json.dumps(summary, sort_keys=True).encode()}
 
 
+def partition_dead_letter(reason: str, message: str, topic: str, partition: int, offset: int, summary: dict) -> dict:
+    """A dead letter for a stretch of a partition, e.g. records retention deleted (payload = a JSON summary)."""
+    return {"dead_letter_id": _digest(reason, topic, partition, offset), "reason": reason, "message": message,
+            "tenant_id": None, "session_id": None, "source_topic": topic, "source_partition": partition,
+            "source_offset": offset, "payload": json.dumps(summary, sort_keys=True).encode()}
+
+
 def _digest(*parts) -> str:
     """A JSON list, not a joined string: ids with separators in them ("a|b") can never collide."""
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:32]

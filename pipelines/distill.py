@@ -19,11 +19,13 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import pyarrow as pa
+
 from liverl.contracts import names
 from liverl.config import LiverlConfig
 from liverl.contracts.table_schema import DEAD_LETTER_SCHEMA, TRAJECTORY_SCHEMA
 from pipelines import table
-from pipelines.kafka_source import high_water_marks, plan_ranges
+from pipelines.kafka_source import earliest_offsets, find_retention_gaps, high_water_marks, plan_ranges, record_gaps
 from pipelines.sessionize import Timing
 from pipelines.state import BatchPlan, StateStore
 
@@ -80,7 +82,7 @@ def distill_once(config: LiverlConfig, now_ms: int | None = None,
     on_phase("planned")
     report = BatchReport(seq, plan.batch_id, committed=False, offsets=plan.offsets(),
                          table_version=committed.table_version)
-    if plan.new_records() == 0 and not store.count_staged(plan.carried_state, "pending"):
+    if not plan.has_news() and not store.count_staged(plan.carried_state, "pending"):
         store.drop_plan(seq)  # nothing new and nothing waiting: a fresh plan next time, with a fresh clock
         report.seconds = time.monotonic() - began
         return report
@@ -88,11 +90,14 @@ def distill_once(config: LiverlConfig, now_ms: int | None = None,
     report.counters = run_pipeline(config, plan, store.batch_dir(seq))
     on_phase("distilled")
     rows = store.read_staged(store.batch_dir(seq), "trajectories", TRAJECTORY_SCHEMA)
-    dead = store.read_staged(store.batch_dir(seq), "dead_letters", DEAD_LETTER_SCHEMA)
+    dead = pa.concat_tables([store.read_staged(store.batch_dir(seq), "dead_letters", DEAD_LETTER_SCHEMA),
+                             gap_dead_letters(plan)])
+    report.counters["retention_gap_records"] = (report.counters.get("retention_gap_records", 0)
+                                                + sum(gap.records_lost for gap in plan.gaps))
     report.trajectories = rows.num_rows
     report.sessions = len(set(zip(rows.column("tenant_id").to_pylist(), rows.column("session_id").to_pylist())))
     report.dead_letters = dict(Counter(dead.column("reason").to_pylist()))
-    if plan.new_records() == 0 and rows.num_rows == 0 and dead.num_rows == 0:
+    if not plan.has_news() and rows.num_rows == 0 and dead.num_rows == 0:
         store.drop_plan(seq)  # pending sessions are still pending: committing would only churn versions
         report.seconds = time.monotonic() - began
         return report
@@ -124,13 +129,26 @@ def commit_batch(config: LiverlConfig, store: StateStore, plan: BatchPlan, rows,
 
 
 def make_plan(config: LiverlConfig, committed: table.Committed, seq: int, now_ms: int | None) -> BatchPlan:
+    """Ranges from the committed offsets to the high-water marks; retention gaps handled by on_retention_gap."""
     kafka = config.kafka
     starts = committed.next_starts()
     marks = high_water_marks(kafka.client_kwargs(), [kafka.session_events_topic, kafka.model_calls_topic], starts,
                              config.pipelines.read_timeout_s)
+    earliest = earliest_offsets(kafka.client_kwargs(), list(marks))
+    gaps = find_retention_gaps(starts, earliest, marks)
+    record_gaps(gaps, config.pipelines.on_retention_gap)  # "fail": raises RetentionGapError, nothing planned
     return BatchPlan(seq=seq, batch_id=f"{config.pipelines.consumer_group}-{seq:08d}",
                      as_of_ms=int(time.time() * 1000) if now_ms is None else now_ms,
-                     ranges=tuple(plan_ranges(marks, starts)), carried_state=committed.state_uri)
+                     ranges=tuple(plan_ranges(marks, starts, earliest)), carried_state=committed.state_uri,
+                     gaps=tuple(gaps))
+
+
+def gap_dead_letters(plan: BatchPlan) -> pa.Table:
+    """The plan's retention gaps as stamped dead-letter rows (a plan holds them, so a re-run records the same)."""
+    from pipelines.job import stamp_dead_letter
+
+    return pa.Table.from_pylist([stamp_dead_letter(gap.dead_letter(), plan.batch_id, plan.as_of_ms)
+                                 for gap in plan.gaps], schema=DEAD_LETTER_SCHEMA)
 
 
 def run_pipeline(config: LiverlConfig, plan: BatchPlan, staging_uri: str) -> dict[str, int]:
@@ -149,7 +167,8 @@ def run_pipeline(config: LiverlConfig, plan: BatchPlan, staging_uri: str) -> dic
     pipeline = beam.Pipeline(options=options)
     outputs = pipeline | "DistillBatch" >> DistillBatch(
         chunks, plan.carried_state, config.kafka.session_events_topic, config.kafka.model_calls_topic,
-        config.kafka.client_kwargs(), settings.read_timeout_s, timing, config.rewards, plan.batch_id)
+        config.kafka.client_kwargs(), settings.read_timeout_s, timing, config.rewards, plan.batch_id,
+        settings.on_retention_gap)
     stage_outputs(outputs, staging_uri)
     result = pipeline.run()
     result.wait_until_finish()

@@ -1,6 +1,6 @@
 """The Beam graph of one distillation batch: read ranges -> parse -> sessionize -> trajectories -> staged Parquet.
 
-    PlanRanges -> Spread -> ReadOffsetRanges ──┐
+    PlanRanges -> Spread -> ReadOffsetRanges ──┐        (retention gaps met while reading -> dead letters)
     CarriedPending (last batch's pending files) ┴> AllRecords -> ParseRecords ──┐
     ClosedSessions (last batch's closed files) ──────────────────────────────┴> GroupBySession
       -> DecideReadiness -> BuildTrajectories -> StageTrajectories
@@ -19,7 +19,7 @@ from liverl.config.rewards import RewardsConfig
 from liverl.contracts.table_schema import DEAD_LETTER_SCHEMA, TRAJECTORY_SCHEMA
 from liverl.contracts.trajectory_row import rows_to_table
 from pipelines import dead_letters, parse, sessionize, trajectories
-from pipelines.kafka_source import OffsetRange, ReadOffsetRange
+from pipelines.kafka_source import GAP, SKIP, OffsetRange, ReadOffsetRange
 from pipelines.records import CLOSED_SESSION_SCHEMA, RAW_RECORD_SCHEMA, RawRecord
 
 # Staged outputs: name -> schema. The driver reads `<staging>/<name>-*.parquet`.
@@ -32,8 +32,9 @@ class DistillBatch(beam.PTransform):
 
     def __init__(self, ranges: list[OffsetRange], carried_state: str | None,
                  events_topic: str, calls_topic: str, client_kwargs: dict, read_timeout_s: float,
-                 timing: sessionize.Timing, rewards: RewardsConfig, batch_id: str):
+                 timing: sessionize.Timing, rewards: RewardsConfig, batch_id: str, on_retention_gap: str = SKIP):
         super().__init__()
+        self._on_retention_gap = on_retention_gap
         self._ranges, self._carried_state = ranges, carried_state
         self._topics = (events_topic, calls_topic)
         self._client_kwargs, self._read_timeout_s = client_kwargs, read_timeout_s
@@ -43,10 +44,11 @@ class DistillBatch(beam.PTransform):
         read = (pbegin
                 | "PlanRanges" >> beam.Create(self._ranges)
                 | "Spread" >> beam.Reshuffle()
-                | "ReadOffsetRanges" >> beam.ParDo(ReadOffsetRange(self._client_kwargs, self._read_timeout_s)))
+                | "ReadOffsetRanges" >> beam.ParDo(ReadOffsetRange(
+                    self._client_kwargs, self._read_timeout_s, self._on_retention_gap)).with_outputs(GAP, main="records"))
         carried = (self._read_state(pbegin, "pending", "CarriedPending")
                    | "AsRawRecords" >> beam.Map(RawRecord.from_row))
-        parsed = ((read, carried)
+        parsed = ((read.records, carried)
                   | "AllRecords" >> beam.Flatten()
                   | "ParseRecords" >> beam.ParDo(parse.ParseRecord(*self._topics)).with_outputs(
                       parse.DEAD, main="records"))
@@ -58,7 +60,7 @@ class DistillBatch(beam.PTransform):
                        sessionize.PENDING, sessionize.CLOSED, sessionize.DEAD, main="ready"))
         built = decided.ready | "BuildTrajectories" >> beam.ParDo(trajectories.BuildTrajectories(
             self._rewards, self._batch_id, self._timing.as_of_ms)).with_outputs(trajectories.DEAD, main="rows")
-        dead = ((parsed[parse.DEAD], decided[sessionize.DEAD], built[trajectories.DEAD])
+        dead = ((read[GAP], parsed[parse.DEAD], decided[sessionize.DEAD], built[trajectories.DEAD])
                 | "AllDeadLetters" >> beam.Flatten()
                 | "StampDeadLetters" >> beam.Map(stamp_dead_letter, self._batch_id, self._timing.as_of_ms))
         return {"trajectories": built.rows, "dead_letters": dead, "pending": decided[sessionize.PENDING],

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from pipelines.kafka_source import OffsetRange
+from pipelines.kafka_source import OffsetRange, RetentionGap
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,7 @@ class BatchPlan:
     as_of_ms: int  # the batch's clock: readiness and distilled_at_ms use it, never the wall clock
     ranges: tuple[OffsetRange, ...]
     carried_state: str | None  # staged folder of the last committed batch (its pending + closed files)
+    gaps: tuple[RetentionGap, ...] = ()  # retention gaps found when planning: dead letters of this batch
 
     def offsets(self) -> dict[str, dict[str, list[int]]]:
         """{topic: {partition: [first, end_exclusive]}} (names.COMMIT_KAFKA_OFFSETS)."""
@@ -41,13 +42,19 @@ class BatchPlan:
     def new_records(self) -> int:
         return sum(r.end - r.start for r in self.ranges)
 
+    def has_news(self) -> bool:
+        """New records to read, or a retention gap to record (the offsets must advance past it)."""
+        return self.new_records() > 0 or bool(self.gaps)
+
     def to_json(self) -> str:
-        return json.dumps(asdict(self) | {"ranges": [list(r) for r in self.ranges]}, indent=1)
+        return json.dumps(asdict(self) | {"ranges": [list(r) for r in self.ranges],
+                                          "gaps": [list(g) for g in self.gaps]}, indent=1)
 
     @classmethod
     def from_json(cls, text: str) -> "BatchPlan":
         data = json.loads(text)
-        return cls(**(data | {"ranges": tuple(OffsetRange(*r) for r in data["ranges"])}))
+        return cls(**(data | {"ranges": tuple(OffsetRange(*r) for r in data["ranges"]),
+                              "gaps": tuple(RetentionGap(*g) for g in data.get("gaps", ()))}))
 
 
 class StateStore:

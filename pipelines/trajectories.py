@@ -29,7 +29,7 @@ from liverl.contracts.table_schema import TABLE_SCHEMA_VERSION
 from liverl.contracts.trajectory_row import TrajectoryRow
 from liverl.rewards.session import SessionRecord
 from pipelines import dead_letters
-from pipelines.roles import TRAINABLE_ROLES, UNKNOWN, agent_of, infer_roles, spawn_graph
+from pipelines.roles import TRAINABLE_ROLES, UNKNOWN, Spawn, agent_of, infer_roles, spawn_graph
 from pipelines.sessionize import summarize
 
 DEAD = "dead"
@@ -159,6 +159,7 @@ def build_rows(session: SessionRecord, rewards: RewardsConfig, batch_id: str, di
         for agent_id, role in roles.items() if role is UNKNOWN]
     known = [agent_id for agent_id in by_agent if roles[agent_id] is not UNKNOWN]
     labels = label_agents(session, known, rewards, judge, label_fn)
+    graph = spawn_graph(session)
     rows = []
     for agent_id in known:
         label = labels[agent_id]
@@ -168,8 +169,8 @@ def build_rows(session: SessionRecord, rewards: RewardsConfig, batch_id: str, di
                 session.tenant_id, session.session_id, summarize(session) | {"agent_id": agent_id}, agent_id))
             continue
         try:
-            rows.append(trajectory_row(session, agent_id, roles[agent_id], by_agent[agent_id], label, rewards,
-                                       batch_id, distilled_at_ms).validate())
+            rows.append(trajectory_row(session, agent_id, roles[agent_id], graph.get(agent_id), by_agent[agent_id],
+                                       label, rewards, batch_id, distilled_at_ms).validate())
         except ValueError as error:  # e.g. a non-finite reward component: never committed, kept for replay
             dead.append(dead_letters.session_dead_letter(
                 dead_letters.INVALID_ROW, str(error), session.tenant_id, session.session_id,
@@ -177,12 +178,11 @@ def build_rows(session: SessionRecord, rewards: RewardsConfig, batch_id: str, di
     return rows, dead
 
 
-def trajectory_row(session: SessionRecord, agent_id: str, role: str, calls: list, label, rewards: RewardsConfig,
-                   batch_id: str, distilled_at_ms: int) -> TrajectoryRow:
+def trajectory_row(session: SessionRecord, agent_id: str, role: str, spawn: Spawn | None, calls: list, label,
+                   rewards: RewardsConfig, batch_id: str, distilled_at_ms: int) -> TrajectoryRow:
     """One agent's trajectory; times the producers left unset (proto3 0) are None, never 0."""
     start_event = next(e for e in session.events if e.WhichOneof("body") == "session_start")
     end_event = next((e for e in session.events if e.WhichOneof("body") == "session_end"), None)
-    spawn = spawn_graph(session).get(agent_id)
     signals = {k: float(v) for k, v in label.signals.items()}
     if spawn is not None and spawn.stage is not None:
         signals["spawn_stage"] = float(spawn.stage)

@@ -8,13 +8,19 @@ and one per swap, rollback or canary change.
 
 from __future__ import annotations
 
+import argparse
+from typing import TYPE_CHECKING
 
-def add_arguments(parser) -> None:
+if TYPE_CHECKING:
+    from liverl.config import LiverlConfig
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy-dir", metavar="DIR",
                         help="serve this policy folder instead of the registry alias (no hot-swap)")
 
 
-def run(config, args) -> int:
+def run(config: LiverlConfig, args: argparse.Namespace) -> int:
     import asyncio
 
     if getattr(args, "policy_dir", None):
@@ -22,7 +28,7 @@ def run(config, args) -> int:
     return asyncio.run(_serve(config))
 
 
-async def _serve(config) -> int:
+async def _serve(config: LiverlConfig) -> int:
     import asyncio
     import logging
     import signal

@@ -3,21 +3,39 @@
 Both APIs call `Completions.begin()` (which fixes the version, so a response header can carry it
 before the first token) and then iterate `Call.stream()`. The ModelCall is handed to the recorder
 after the last token, as an O(1) queue put: recording never delays or fails a response.
+
+The input contract both APIs share lives here too: `sampling()` checks every sampling value against
+its real range and refuses (BadRequest) what it cannot serve exactly as asked, never coercing it, and
+`begin()` bounds the prompt and tokenizes it off the event loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+from liverl.config.redaction import RedactionConfig
 from liverl.contracts import names
 from liverl.v1 import common_pb2, model_call_pb2
 from serving.engine import Delta, Sampling
 from serving.metrics import ServingMetrics
 from serving.router import Router, Slot
+
+if TYPE_CHECKING:
+    from liverl.redaction import Redactor
+    from serving.recorder import Recorder
+
+GREEDY_BELOW = 1e-5  # vLLM samples greedily below this temperature (and then ignores top_p and top_k)
+INT32_MAX = 2**31 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+MAX_STOP_SEQUENCES = 4
+MAX_STOP_CHARS = 256
+MAX_ID_CHARS = 256  # session, agent and request ids
 
 ROLES = {"single": common_pb2.AGENT_ROLE_SINGLE, "orchestrator": common_pb2.AGENT_ROLE_ORCHESTRATOR,
          "subagent": common_pb2.AGENT_ROLE_SUBAGENT, "": common_pb2.AGENT_ROLE_UNSPECIFIED}
@@ -26,9 +44,14 @@ ROLES = {"single": common_pb2.AGENT_ROLE_SINGLE, "orchestrator": common_pb2.AGEN
 class BadRequest(ValueError):
     """The request cannot be served as sent; the message says what to change."""
 
-    def __init__(self, reason: str, message: str):
+    def __init__(self, reason: str, message: str, param: str | None = None):
         super().__init__(message)
-        self.reason = reason
+        self.reason = reason  # a stable label: metrics, dead letters, the error body's "code"
+        self.param = param  # the request field at fault, when one is
+
+
+class DeadlineExceeded(TimeoutError):
+    """A completion ran past serving.request_timeout_s."""
 
 
 @dataclass
@@ -47,7 +70,23 @@ def parse_role(value: str) -> int:
     try:
         return ROLES[value.strip().lower()]
     except KeyError:
-        raise BadRequest("bad-agent-role", f"agent role {value!r} is not one of single, orchestrator, subagent")
+        raise BadRequest("bad-agent-role", f"agent role {value[:40]!r} is not one of single, orchestrator, "
+                         "subagent", names.META_AGENT_ROLE) from None
+
+
+def role_name(role: int) -> str:
+    """The name of an AgentRole value ("" for unspecified); BadRequest for a value the contract lacks."""
+    for name, value in ROLES.items():
+        if value == role:
+            return name
+    raise BadRequest("bad-agent-role", f"agent_role {role} is not an AgentRole value", "agent_role")
+
+
+def check_id(value: str, param: str) -> str:
+    """A session, agent or request id as sent, if it is short printable text."""
+    if len(value) > MAX_ID_CHARS or not value.isprintable():
+        raise BadRequest("bad-id", f"{param} must be printable text of at most {MAX_ID_CHARS} characters", param)
+    return value
 
 
 @dataclass
@@ -83,7 +122,8 @@ class Call:
     async def stream(self) -> AsyncIterator[StreamPiece]:
         ok = False
         try:
-            async for delta in self.slot.engine.generate(self.prompt_token_ids, self.sampling, self.request_id):
+            deltas = self.slot.engine.generate(self.prompt_token_ids, self.sampling, self.request_id)
+            async for delta in _within(self.started + self.completions.request_timeout_s, deltas):
                 if delta.token_ids and not self.first_token_time:
                     self.first_token_time = time.time()
                 self.token_ids.extend(delta.token_ids)
@@ -117,56 +157,111 @@ class Call:
         self.completions.finish(self, ok)
 
 
+async def _within(deadline: float, deltas: AsyncIterator[Delta]) -> AsyncIterator[Delta]:
+    """deltas until the wall-clock deadline; then the engine's generation is cancelled (its finally runs)."""
+    iterator = aiter(deltas)
+    try:
+        while True:
+            try:
+                yield await asyncio.wait_for(anext(iterator), max(0.0, deadline - time.time()))
+            except StopAsyncIteration:
+                return
+            except TimeoutError:
+                raise DeadlineExceeded("the completion ran past serving.request_timeout_s: ask for fewer "
+                                       "max_tokens or retry later") from None
+    finally:
+        await iterator.aclose()
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The bounds of one completion (from ServingConfig)."""
+
+    max_model_len: int
+    default_max_tokens: int
+    max_prompt_chars: int
+    request_timeout_s: float
+
+
 class Completions:
-    def __init__(self, router: Router, recorder, metrics: ServingMetrics, model_name: str, max_model_len: int,
-                 default_max_tokens: int, default_tenant: str):
+    def __init__(self, router: Router, recorder: Recorder | None, metrics: ServingMetrics, model_name: str,
+                 limits: Limits, default_tenant: str, redaction: RedactionConfig | None = None):
         self.router = router
         self.recorder = recorder
         self.metrics = metrics
         self.model_name = model_name
-        self.max_model_len = max_model_len
-        self.default_max_tokens = default_max_tokens
+        self.limits = limits
+        self.max_model_len = limits.max_model_len
+        self.request_timeout_s = limits.request_timeout_s
         self.default_tenant = default_tenant
+        self._redaction = redaction
+        self._redactors: dict[str, Redactor] = {}  # the default one ("") and one per tenant override
 
     def sampling(self, temperature: float | None = None, top_p: float | None = None, top_k: int | None = None,
-                 max_tokens: int | None = None, seed: int | None = None, stop=None) -> Sampling:
-        """Apply defaults and check ranges; unset values (None) take the server's defaults."""
-        if isinstance(stop, str):
-            stop = [stop]
-        sampling = Sampling(
-            temperature=1.0 if temperature is None else float(temperature),
-            top_p=1.0 if not top_p else float(top_p),
-            top_k=int(top_k or 0),
-            max_tokens=self.default_max_tokens if not max_tokens else int(max_tokens),
-            seed=int(seed or 0),
-            stop=tuple(stop or ()),
-        )
-        if not (0.0 <= sampling.temperature <= 100.0) or math.isnan(sampling.temperature):
-            raise BadRequest("bad-sampling", f"temperature {sampling.temperature} is out of range: use 0 (greedy) to 2")
-        if not (0.0 < sampling.top_p <= 1.0):
-            raise BadRequest("bad-sampling", f"top_p {sampling.top_p} is out of range: use a value in (0, 1]")
-        if sampling.top_k < 0:
-            raise BadRequest("bad-sampling", f"top_k {sampling.top_k} is negative: use 0 to disable it")
-        if sampling.max_tokens < 0:
-            raise BadRequest("bad-sampling", f"max_tokens {sampling.max_tokens} is negative")
-        return sampling
+                 max_tokens: int | None = None, seed: int | None = None,
+                 stop: str | Sequence[str] | None = None) -> Sampling:
+        """The sampling to apply and record. None takes the default; anything else must lie in its range.
+        Greedy (temperature below 1e-5) is recorded as temperature 0 with top_p 1 and top_k 0, as applied."""
+        temperature = 1.0 if temperature is None else temperature
+        if not (math.isfinite(temperature) and 0.0 <= temperature <= 2.0):
+            raise BadRequest("bad-sampling", f"temperature {temperature} is out of range: use 0 (greedy) to 2",
+                             "temperature")
+        top_p = 1.0 if top_p is None else top_p
+        if not (math.isfinite(top_p) and 0.0 < top_p <= 1.0):
+            raise BadRequest("bad-sampling", f"top_p {top_p} is out of range: use a value in (0, 1]", "top_p")
+        top_k = 0 if top_k in (None, -1) else top_k  # -1 and 0 both mean "disabled"
+        if not 0 <= top_k <= INT32_MAX:
+            raise BadRequest("bad-sampling", f"top_k {top_k} is out of range: use -1 or 0 (disabled) or a "
+                             "positive count", "top_k")
+        max_tokens = self.limits.default_max_tokens if max_tokens is None else max_tokens
+        if not 1 <= max_tokens <= self.max_model_len:
+            raise BadRequest("bad-sampling", f"max_tokens {max_tokens} is out of range: use 1 to "
+                             f"{self.max_model_len}", "max_tokens")
+        seed = 0 if seed is None else seed
+        if not INT64_MIN <= seed <= INT64_MAX:
+            raise BadRequest("bad-sampling", f"seed {seed} does not fit a signed 64-bit integer", "seed")
+        stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
+        if len(stops) > MAX_STOP_SEQUENCES or not all(0 < len(s) <= MAX_STOP_CHARS for s in stops):
+            raise BadRequest("bad-sampling", f"stop takes up to {MAX_STOP_SEQUENCES} sequences of 1 to "
+                             f"{MAX_STOP_CHARS} characters", "stop")
+        if temperature < GREEDY_BELOW:
+            temperature, top_p, top_k = 0.0, 1.0, 0
+        return Sampling(temperature=float(temperature), top_p=float(top_p), top_k=top_k, max_tokens=max_tokens,
+                        seed=seed, stop=stops)
 
-    def begin(self, caller: Caller, prompt: str | None, prompt_token_ids: list[int] | None,
-              sampling: Sampling) -> Call:
-        """Lease the version that will serve this request and tokenize the prompt with its tokenizer."""
+    def check_prompt(self, prompt: str | None, prompt_token_ids: Sequence[int] | None) -> None:
+        """Refuse a prompt that is missing, doubled or too long, before any work is spent on it."""
+        if prompt and prompt_token_ids:
+            raise BadRequest("bad-prompt", "send prompt text or prompt_token_ids, not both", "prompt")
+        if not prompt and not prompt_token_ids:
+            raise BadRequest("empty-prompt", "the prompt is empty: send prompt text or prompt_token_ids", "prompt")
+        if prompt and len(prompt) > self.limits.max_prompt_chars:
+            raise BadRequest("too-long", f"the prompt has {len(prompt)} characters, more than the "
+                             f"{self.limits.max_prompt_chars} served here: shorten it", "prompt")
+        if prompt_token_ids and len(prompt_token_ids) >= self.max_model_len:
+            raise BadRequest("too-long", f"the prompt has {len(prompt_token_ids)} tokens; the model length is "
+                             f"{self.max_model_len}: shorten it", "prompt")
+
+    async def begin(self, caller: Caller, prompt: str | None, prompt_token_ids: Sequence[int] | None,
+                    sampling: Sampling) -> Call:
+        """Lease the version that will serve this request and tokenize the prompt with its tokenizer
+        (on a worker thread: a megabyte prompt must not stall the loop that answers health checks)."""
+        self.check_prompt(prompt, prompt_token_ids)
         slot = self.router.acquire()
         try:
             ids = list(prompt_token_ids or [])
             if not ids:
-                if not prompt:
-                    raise BadRequest("empty-prompt", "the prompt is empty: send prompt text or prompt_token_ids")
-                ids = list(slot.tokenizer(prompt, add_special_tokens=True)["input_ids"])
+                ids = await asyncio.to_thread(_tokenize, slot.tokenizer, prompt)
             vocab = len(slot.tokenizer)
             if any(i < 0 or i >= vocab for i in ids):
-                raise BadRequest("bad-token-id", f"prompt_token_ids must lie in [0, {vocab}) for this policy")
+                raise BadRequest("bad-token-id", f"prompt_token_ids must lie in [0, {vocab}) for this policy",
+                                 "prompt")
+            if not ids:
+                raise BadRequest("empty-prompt", "the prompt has no tokens: send some text", "prompt")
             if len(ids) + sampling.max_tokens > self.max_model_len:
                 raise BadRequest("too-long", f"prompt ({len(ids)} tokens) + max_tokens ({sampling.max_tokens}) "
-                                 f"exceeds the model length {self.max_model_len}: shorten the prompt or max_tokens")
+                                 f"exceeds the model length {self.max_model_len}: shorten the prompt or max_tokens",
+                                 "max_tokens")
         except BaseException:
             slot.release(True, 0.0)
             raise
@@ -185,7 +280,22 @@ class Completions:
         self.metrics.prompt_tokens.labels(version).inc(len(call.prompt_token_ids))
         self.metrics.completion_tokens.labels(version).inc(len(call.token_ids))
         if call.token_ids and self.recorder is not None:
-            self.recorder.record(self.model_call(call, ok))
+            record = self.model_call(call, ok)
+            redactor = self.redactor(record.tenant_id)
+            if redactor is not None:  # ids and stop strings are the only text a ModelCall carries
+                redactor.redact_message(record)
+            self.recorder.record(record)
+
+    def redactor(self, tenant: str) -> Redactor | None:
+        """The redactor of a tenant (its overrides applied), or None when redaction is off."""
+        if self._redaction is None or not self._redaction.enabled:
+            return None
+        key = tenant if tenant in self._redaction.tenants else ""
+        if key not in self._redactors:
+            from liverl.redaction import Redactor
+
+            self._redactors[key] = Redactor(self._redaction, tenant=key or None)
+        return self._redactors[key]
 
     def model_call(self, call: Call, ok: bool) -> model_call_pb2.ModelCall:
         caller, s = call.caller, call.sampling
@@ -211,3 +321,7 @@ class Completions:
             finish_reason=call.finish_reason if ok else (call.finish_reason or "abort"),
             api=caller.api,
         )
+
+
+def _tokenize(tokenizer, prompt: str) -> list[int]:
+    return list(tokenizer(prompt, add_special_tokens=True)["input_ids"])

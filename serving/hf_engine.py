@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from serving.engine import Delta, Sampling
+
+Emit = Callable[[Delta | BaseException], None]  # hands a delta (or the error) to the awaiting request
 
 
 class HfEngine:
@@ -43,7 +45,7 @@ class HfEngine:
         deltas: asyncio.Queue = asyncio.Queue()
         cancelled = threading.Event()
 
-        def emit(item) -> None:
+        def emit(item: Delta | BaseException) -> None:
             loop.call_soon_threadsafe(deltas.put_nowait, item)
 
         job = loop.run_in_executor(self._worker, self._sample, list(prompt_token_ids), sampling, emit, cancelled)
@@ -59,13 +61,13 @@ class HfEngine:
         finally:
             cancelled.set()
 
-    def _sample(self, prompt_ids: list[int], sampling: Sampling, emit, cancelled: threading.Event) -> None:
+    def _sample(self, prompt_ids: list[int], sampling: Sampling, emit: Emit, cancelled: threading.Event) -> None:
         try:
             self._sample_tokens(prompt_ids, sampling, emit, cancelled)
         except BaseException as error:  # handed to the awaiting request, never lost on the worker
             emit(error)
 
-    def _sample_tokens(self, prompt_ids: list[int], sampling: Sampling, emit, cancelled: threading.Event) -> None:
+    def _sample_tokens(self, prompt_ids: list[int], sampling: Sampling, emit: Emit, cancelled: threading.Event) -> None:
         import torch
 
         generator = torch.Generator().manual_seed(sampling.seed) if sampling.seed else None

@@ -26,6 +26,8 @@ class ServingMetrics:
                                      ["version", "role"], registry=r)
         self.rejected = Counter("liverl_serving_rejected_requests", "Requests refused, by reason", ["reason"],
                                 registry=r)
+        self.cross_tenant = Counter("liverl_serving_cross_tenant_refusals", "Requests refused for naming another "
+                                    "tenant than their API key's, by the key's tenant", ["tenant"], registry=r)
         self.records = Counter("liverl_serving_records", "ModelCall records, by outcome "
                                "(sent, spooled, replayed, dropped, failed)", ["outcome"], registry=r)
         self.recording_lag = Histogram("liverl_serving_recording_lag_seconds",

@@ -14,7 +14,12 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from serving.engine import Engine
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 @dataclass(eq=False)
@@ -23,7 +28,7 @@ class Slot:
 
     version: str
     engine: Engine
-    tokenizer: object  # the version's own tokenizer (transformers)
+    tokenizer: PreTrainedTokenizerBase  # the version's own tokenizer
     policy_dir: Path
     source_uri: str
     loaded_at_ms: int = field(default_factory=lambda: int(time.time() * 1000))

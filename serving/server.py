@@ -13,14 +13,23 @@ import contextlib
 import logging
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
+from liverl.config import LiverlConfig
 from liverl.v1 import serving_pb2
-from serving.auth import Keys
-from serving.generation import Completions
+from serving.auth import Keys, refuse_open_exposure
+from serving.generation import Completions, Limits
 from serving.metrics import ServingMetrics
+from serving.rate_limit import RateLimiter
 from serving.router import Router
 from serving.swapper import HotSwapper
+
+if TYPE_CHECKING:
+    from serving.recorder import Recorder
+    from serving.registry import Registry
 
 log = logging.getLogger("liverl.serving")
 
@@ -28,15 +37,17 @@ WAIT_FOR_ALIAS_LOG_EVERY_S = 30.0
 
 
 class PolicyServer:
-    def __init__(self, config, say=print):
-        self.config = config  # LiverlConfig
+    def __init__(self, config: LiverlConfig, say: Callable[[str], None] = print):
+        self.config = config
         self.say = say
         c = config.serving
         self.work_dir = Path(c.work_dir or Path(config.stack.data_dir) / "serving")
         self.metrics = ServingMetrics()
         self.router = Router(canary_fraction=c.canary_fraction)
-        self.registry = None
-        self.recorder = None
+        self.keys = Keys(c.api_keys, c.admin_api_keys, c.tenant_id)
+        self.limiter = RateLimiter(c.rate_limit_per_s, c.rate_limit_burst)
+        self.registry: Registry | None = None
+        self.recorder: Recorder | None = None
         self.swapper: HotSwapper | None = None
         self.completions: Completions | None = None
         self.grpc_port = 0
@@ -50,6 +61,7 @@ class PolicyServer:
 
     async def start(self) -> None:
         c = self.config.serving
+        refuse_open_exposure(c.host, self.keys, c.allow_open)  # before anything is loaded or bound
         if c.policy_dir is None:
             from serving.registry import Registry
 
@@ -64,11 +76,11 @@ class PolicyServer:
             await self.swapper.start_with(c.policy_dir_version, Path(c.policy_dir))
         else:
             await self.swapper.start_with(await self._wait_for_alias())
+        limits = Limits(c.max_model_len, c.default_max_tokens, c.max_prompt_chars, c.request_timeout_s)
         self.completions = Completions(self.router, self.recorder, self.metrics, self.config.mlflow.registered_model,
-                                       c.max_model_len, c.default_max_tokens, c.tenant_id)
-        keys = Keys(c.api_keys, c.admin_api_keys)
-        await self._start_grpc(keys)
-        await self._start_http(keys)
+                                       limits, c.tenant_id, self.config.ingest.redaction)
+        await self._start_grpc()
+        await self._start_http()
         if c.metrics_port:
             self._metrics_server = self.metrics.serve(c.host, c.metrics_port)
         if self.registry is not None:
@@ -94,25 +106,28 @@ class PolicyServer:
                          f"registry={self.config.mlflow.tracking_uri} problem={problem!r}")
             await asyncio.sleep(c.watch_interval_s)
 
-    async def _start_grpc(self, keys: Keys) -> None:
+    async def _start_grpc(self) -> None:
         from grpc_health.v1 import health_pb2
 
         from serving.grpc_api import POLICY_SERVICE, build_grpc_server
 
         c = self.config.serving
         self._grpc, self.grpc_port, self._health = build_grpc_server(
-            c.host, c.grpc_port, self.completions, self.model_info, self.swapper, keys, self.metrics)
+            c.host, c.grpc_port, self.completions, self.model_info, self.swapper, self.keys, self.limiter,
+            c.max_request_bytes)
         await self._grpc.start()
         for service in ("", POLICY_SERVICE):
             await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
 
-    async def _start_http(self, keys: Keys) -> None:
+    async def _start_http(self) -> None:
         import uvicorn
 
         from serving.http_api import build_http_app
+        from serving.http_guard import HttpContext
 
         c = self.config.serving
-        app = build_http_app(self.completions, self.model_info, self.swapper, keys)
+        app = build_http_app(HttpContext(self.completions, self.model_info, self.swapper, self.keys, self.limiter,
+                                         c.max_request_bytes, c.body_timeout_s))
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((c.host, c.http_port))

@@ -13,13 +13,22 @@ import asyncio
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
+from liverl.config.serving import ServingConfig
 from serving.engine import Sampling
 from serving.engine_factory import make_engine
 from serving.metrics import ServingMetrics
 from serving.router import Router, Slot
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from serving.registry import Registry
 
 log = logging.getLogger("liverl.serving.swap")
 
@@ -37,12 +46,12 @@ class SwapResult:
 
 
 class HotSwapper:
-    def __init__(self, config, router: Router, metrics: ServingMetrics, registry, versions_dir: Path,
-                 say=print):
-        self.config = config  # ServingConfig
+    def __init__(self, config: ServingConfig, router: Router, metrics: ServingMetrics, registry: Registry | None,
+                 versions_dir: Path, say: Callable[[str], None] = print):
+        self.config = config
         self.router = router
         self.metrics = metrics
-        self.registry = registry  # serving.registry.Registry, or None when serving a fixed folder
+        self.registry = registry  # None when serving a fixed folder
         self.versions_dir = Path(versions_dir)
         self.say = say  # one structured line per event (stdout of `liverl serve`)
         self.previous: Slot | None = None  # the replaced champion, kept loaded during probation
@@ -270,7 +279,7 @@ class HotSwapper:
             await slot.engine.shutdown()
 
 
-def _load_tokenizer(policy_dir: Path):
+def _load_tokenizer(policy_dir: Path) -> PreTrainedTokenizerBase:
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(policy_dir)

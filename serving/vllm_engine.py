@@ -14,6 +14,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from liverl.config.serving import ServingConfig
 from serving.engine import Delta, Sampling
 
 
@@ -31,7 +32,7 @@ def model_positions(policy_dir: Path) -> int:
 class VllmEngine:
     name = "vllm"
 
-    def __init__(self, policy_dir: Path, serving_config):
+    def __init__(self, policy_dir: Path, serving_config: ServingConfig):
         self.policy_dir = Path(policy_dir)
         self._config = serving_config
         self._llm = None

@@ -1,1 +1,19 @@
-"""Trainer: continuous off-policy-corrected RL on DeepSpeed, registration with lineage, promotion gate."""
+"""Trainer: continuous off-policy-corrected RL on DeepSpeed, registration with lineage, promotion gate.
+
+The stage's rule: the trainer imports only `liverl.*` (contracts, config, liverl.io, liverl.rewards) and
+its own modules, never another stage; it meets them through the trajectory table and the MLflow registry.
+
+`liverl train --follow`, from the command line to the registry, in four files:
+
+    trainer/cli.py       parse, build a Trainer, trainer.start(), trainer.run(follow=True)
+    trainer/loop.py      Trainer.run: load_batch -> step -> maybe_checkpoint -> maybe_publish
+                         (maybe_checkpoint exports the weights and gathers the gate's evidence into a
+                         CheckpointToPublish)
+    trainer/publish.py   Publisher.publish(CheckpointToPublish) -> PublishResult: register the candidate with
+                         its lineage, judge it (gate.evaluate), move `champion` on a pass, record the verdict
+    trainer/registry.py  Registry: versions, tags, aliases, downloads (MLflow)
+
+Beside that path: step_builder (which rows make a step, with staleness counted on served_lineage's champion
+timeline), training_step (one optimizer step), holdout (the gate's evidence), gate (the verdict), state
+(what survives a crash).
+"""

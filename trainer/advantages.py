@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from liverl.config.trainer import AdvantageConfig
 from trainer.trajectory import Trajectory
 
+MIN_STD = 1e-6  # below it the advantages are treated as equal
+
 
 @dataclass
 class Baselines:
@@ -53,9 +55,17 @@ def compute_advantages(
             # A family seen for the first time has no history: its batch mean is the best guess.
             baseline = running if running is not None else sum(family) / len(family)
         advantages.append(rewards[index] - baseline)
-    if config.normalize == "batch" and len(advantages) > 1:
-        mean = sum(advantages) / len(advantages)
-        std = math.sqrt(sum((a - mean) ** 2 for a in advantages) / len(advantages))
-        advantages = [a / (std + 1e-6) for a in advantages]
+    if config.normalize == "batch" and advantages:
+        advantages = _standardised(advantages)
     baselines.update(by_family, config.baseline_momentum)
     return advantages
+
+
+def _standardised(values: list[float]) -> list[float]:
+    """(a - mean) / std; a batch whose advantages are all equal carries no signal: all 0 (not a / 1e-6)."""
+    mean = sum(values) / len(values)
+    centred = [v - mean for v in values]
+    std = math.sqrt(sum(c * c for c in centred) / len(values))
+    if std < MIN_STD:
+        return [0.0] * len(values)
+    return [c / std for c in centred]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from liverl.contracts import names
@@ -14,7 +15,7 @@ from trainer.registry import TAG_BASE_DIGEST, Registry
 REQUIRED_FILES = ("config.json", "tokenizer.json")
 
 
-def register_base(config: LiverlConfig, folder: Path, say=print) -> str:
+def register_base(config: LiverlConfig, folder: Path, say: Callable[[str], None] = print) -> str:
     """Idempotent: the same weights registered again return the existing version and leave champion alone."""
     folder = Path(folder)
     missing = [name for name in REQUIRED_FILES if not (folder / name).is_file()]

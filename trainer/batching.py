@@ -1,21 +1,29 @@
-"""Token-budget micro-batches: trajectories packed so that (count × longest) stays within the budget."""
+"""Samples (one per trained window of a trajectory) and token-budget micro-batches of them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 
 import torch
+
+from trainer.scoring import DEFAULT_CHUNK_TOKENS, ScoredTokens, TokenSampling, score_tokens
+from trainer.trajectory import Trajectory
 
 
 @dataclass(frozen=True)
 class Sample:
-    """One trajectory ready for the model, produced by the step builder."""
+    """One window of a trajectory ready for the model (trajectory_samples builds them)."""
 
-    token_ids: list[int]  # (T,) cut to max_seq_len
-    loss_mask: list[int]  # (T,) 0 on token 0 (nothing predicts it)
+    token_ids: list[int]  # (T,) at most max_seq_len
+    loss_mask: list[int]  # (T,) 0 on context-only tokens; token 0 never carries a loss (nothing predicts it)
     behaviour_logprobs: list[float]  # (T,)
     advantage: float
     weight: float  # staleness weight (1.0 fresh)
+    # How each token was sampled, (T,) each; empty: temperature 1, untruncated (rows without the columns).
+    temperature: list[float] = field(default_factory=list)
+    top_p: list[float] = field(default_factory=list)
+    top_k: list[int] = field(default_factory=list)
+    position_offset: int = 0  # position of token 0 within its segment (windows after the first)
 
 
 @dataclass(frozen=True)
@@ -26,14 +34,47 @@ class MicroBatch:
     behaviour_logprobs: torch.Tensor  # (B, T) float
     advantages: torch.Tensor  # (B,) float
     real_tokens: int  # unpadded tokens, for tokens/s
+    temperature: torch.Tensor  # (B, T) float, 1 on padding
+    top_p: torch.Tensor  # (B, T) float, 1 on padding
+    top_k: torch.Tensor  # (B, T) long, 0 on padding
+    position_ids: torch.Tensor | None = None  # (B, T) long; None: every row starts at position 0
 
     @property
     def masked_tokens(self) -> float:
+        """Σ loss mask × weight (weighted)."""
         return float(self.loss_mask.sum())
 
+    @property
+    def trained_tokens(self) -> int:
+        """Tokens with a loss term, unweighted: the step's loss is a mean over these, so staleness weights
+        scale a trajectory's gradient instead of cancelling out of a weighted mean."""
+        return int((self.loss_mask > 0).sum())
+
+    @property
+    def sampling(self) -> TokenSampling:
+        return TokenSampling(self.temperature, self.top_p, self.top_k)
+
     def to(self, device) -> "MicroBatch":
-        return MicroBatch(self.token_ids.to(device), self.attention_mask.to(device), self.loss_mask.to(device),
-                          self.behaviour_logprobs.to(device), self.advantages.to(device), self.real_tokens)
+        moved = {f.name: getattr(self, f.name) for f in fields(self)}
+        return MicroBatch(**{name: value.to(device) if isinstance(value, torch.Tensor) else value
+                             for name, value in moved.items()})
+
+
+def trajectory_samples(trajectory: Trajectory, weight: float, max_seq_len: int, advantage: float = 0.0) -> list[Sample]:
+    """One sample per window (Trajectory.windows): every segment is its own sequence, as serving sampled it,
+    and a segment longer than max_seq_len is split into windows that are all trained. Every window shares
+    the trajectory's advantage and staleness weight (the final reward covers the whole chain); windows
+    with nothing to train are left out."""
+    t = trajectory
+    samples = []
+    for w in t.windows(max_seq_len):
+        mask = [0] * (w.trained_from - w.start) + list(t.loss_mask[w.trained_from:w.end])
+        if not any(mask[1:]):
+            continue
+        temperature, top_p, top_k = t.token_sampling(w.start, w.end)
+        samples.append(Sample(list(t.token_ids[w.start:w.end]), mask, list(t.behaviour_logprobs[w.start:w.end]),
+                              advantage, weight, temperature, top_p, top_k, w.position_offset))
+    return samples
 
 
 def pack(samples: list[Sample], token_budget: int) -> list[list[Sample]]:
@@ -60,12 +101,20 @@ def collate(samples: list[Sample]) -> MicroBatch:
     attention = torch.zeros(rows, width, dtype=torch.long)
     mask = torch.zeros(rows, width)
     behaviour = torch.zeros(rows, width)
+    temperature, top_p = torch.ones(rows, width), torch.ones(rows, width)
+    top_k = torch.zeros(rows, width, dtype=torch.long)
+    positions = torch.arange(width).repeat(rows, 1)
     for row, sample in enumerate(samples):
         length = len(sample.token_ids)
         token_ids[row, :length] = torch.tensor(sample.token_ids)
         attention[row, :length] = 1
         mask[row, :length] = torch.tensor(sample.loss_mask, dtype=torch.float) * sample.weight
         behaviour[row, :length] = torch.tensor(sample.behaviour_logprobs)
+        if sample.temperature:
+            temperature[row, :length] = torch.tensor(sample.temperature)
+            top_p[row, :length] = torch.tensor(sample.top_p)
+            top_k[row, :length] = torch.tensor(sample.top_k)
+        positions[row] += sample.position_offset
     mask[:, 0] = 0.0
     return MicroBatch(
         token_ids=token_ids,
@@ -74,11 +123,21 @@ def collate(samples: list[Sample]) -> MicroBatch:
         behaviour_logprobs=behaviour,
         advantages=torch.tensor([sample.advantage for sample in samples]),
         real_tokens=int(attention.sum()),
+        temperature=temperature,
+        top_p=top_p,
+        top_k=top_k,
+        position_ids=positions if any(sample.position_offset for sample in samples) else None,
     )
 
 
-def token_logprobs(model, token_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """(B, T) log π(token_t | tokens_<t); column 0 is 0 (token 0 has no prefix)."""
-    logits = model(input_ids=token_ids, attention_mask=attention_mask).logits  # (B, T, V)
-    logp = torch.log_softmax(logits[:, :-1].float(), dim=-1).gather(-1, token_ids[:, 1:, None]).squeeze(-1)
-    return torch.nn.functional.pad(logp, (1, 0))
+def score_batch(model, batch: MicroBatch, chunk_tokens: int = DEFAULT_CHUNK_TOKENS) -> ScoredTokens:
+    """The batch's tokens scored under the processing each was sampled with (trainer/scoring.py)."""
+    return score_tokens(model, batch.token_ids, batch.attention_mask, batch.sampling, batch.position_ids,
+                        chunk_tokens)
+
+
+def token_logprobs(model, token_ids: torch.Tensor, attention_mask: torch.Tensor,
+                   sampling: TokenSampling | None = None) -> torch.Tensor:
+    """(B, T) log π(token_t | tokens_<t); column 0 is 0 (token 0 has no prefix). sampling None: temperature 1
+    without truncation; otherwise the processed distribution (see score_batch for the unscorable flags)."""
+    return score_tokens(model, token_ids, attention_mask, sampling).logp

@@ -8,6 +8,10 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from liverl.config import LiverlConfig
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -16,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     mode.add_argument("--follow", action="store_true", help="keep following the table (stop with Ctrl-C / SIGTERM)")
 
 
-def run(config, args) -> int:
+def run(config: LiverlConfig, args: argparse.Namespace) -> int:
     from pathlib import Path
 
     _quiet_libraries()
@@ -31,7 +35,7 @@ def run(config, args) -> int:
 
     trainer = Trainer(config, say=_say)
 
-    def request_stop(signum, _frame):
+    def request_stop(signum: int, _frame: object) -> None:
         _say(f"signal {signum}: stopping after this step")
         trainer.stop_requested = True
 

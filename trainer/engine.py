@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from liverl.config.trainer import TrainerConfig
+
+if TYPE_CHECKING:
+    import torch
+    from deepspeed import DeepSpeedEngine
 
 
 def prepare_environment(config: TrainerConfig) -> None:
@@ -38,7 +43,7 @@ def deepspeed_config(config: TrainerConfig) -> dict:
     }
 
 
-def build_engine(model, config: TrainerConfig):
+def build_engine(model: torch.nn.Module, config: TrainerConfig) -> DeepSpeedEngine:
     """deepspeed.initialize with a torch AdamW (no fused/CPU Adam op build)."""
     import deepspeed
     import torch
@@ -55,14 +60,14 @@ def build_engine(model, config: TrainerConfig):
     return engine
 
 
-def full_state_dict(engine) -> dict:
+def full_state_dict(engine: DeepSpeedEngine) -> dict[str, torch.Tensor]:
     """Consolidated fp32 weights on CPU (ZeRO-3 partitions parameters, so gather them first)."""
     import deepspeed
     import torch
 
     module = engine.module
 
-    def copy() -> dict:
+    def copy() -> dict[str, torch.Tensor]:
         return {name: tensor.detach().to("cpu", torch.float32).clone() for name, tensor in module.state_dict().items()}
 
     if engine.zero_optimization_stage() == 3:

@@ -1,29 +1,59 @@
-"""The promotion gate: judge a candidate against the champion offline, on held-out trajectories.
+"""The promotion gate: judge the candidate itself against the champion, offline, on held-out sessions.
 
-Figures: RL loss of each model on the held-out trajectories (same loss and advantages as training),
-mean per-token KL(candidate || champion), NLL of the served tokens (a regression check: a policy that
-forgot how to produce what users got is broken), finite weights, and the reward-hacking drift report.
-Only a pass moves `champion`; the decision and its figures are recorded on the version either way.
+Evidence (holdout.GateEvidence): sessions no version was trained on (a fixed hash split), the reward
+library's rewards for them, their advantages, and the serving drift report. Figures, each computed per
+held-out trajectory so that it has a standard error:
+
+- kl: mean per-token KL(candidate || champion), full vocabulary, on the loss-masked tokens;
+- nll_increase: NLL of the served tokens, candidate minus champion (a policy that forgot what users got
+  is broken);
+- loss_increase: the training loss (same loss kind and advantages), candidate minus champion; reported, and
+  judged only when max_loss_increase is set (a clipped surrogate is pessimistic for moves past its clip range);
+- reward_change: the candidate's expected reward minus the champion's, each estimated on the held-out rows
+  by self-normalised importance sampling of the reward library's labels, w_i = π(traj_i) / π_behaviour(traj_i)
+  from the served tokens' logprobs, truncated at exp(±max_log_weight); effective_fraction is the Kish
+  effective sample size of the candidate's weights over the held-out count (too small: cannot be judged);
+- monitor.*: the reward-hacking figures of liverl.rewards (clarifying, broken calls, edits, ...) estimated
+  for the candidate's own outputs the same importance-weighted way, judged by `drift_report` against the
+  champion's with the library's thresholds; plus the drift report of the traffic served so far.
+
+Fail-closed: a NaN figure, a missing drift report, evidence whose parts disagree, fewer than two (or
+min_holdout) held-out trajectories, or too small an effective sample all fail. Only a pass moves `champion`.
+
+Thresholds from observed noise: every figure is judged at its confidence bound in the direction that hurts,
+estimate ± z·SE (upper for KL, NLL, loss and hack rates; lower for reward), where SE is the standard error
+over the held-out trajectories of this very evaluation (paired candidate-minus-champion differences; the
+delta method for ratios and importance-weighted means). So the gate widens by itself when the held-out set
+is small or noisy, and `confidence_z` (2: about 97.5 % one-sided) says how much of that noise it tolerates.
+The absolute tolerances (max_kl, max_nll_increase, max_reward_drop, max_loss_increase) are for what healthy
+training moves beyond noise: every verdict records its figures and their SEs on the version (TAG_GATE_REPORT);
+set each tolerance to the 95th percentile of that figure's bound over the recent versions of a healthy run.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
 
+from liverl.config.rewards import MonitorsConfig
 from liverl.config.trainer import GateConfig, LossConfig
 from trainer.batching import collate, pack
+from trainer.holdout import GateEvidence
 from trainer.losses import token_losses
 from trainer.step_builder import to_samples
-from trainer.trajectory import Trajectory
 
-EVAL_TOKEN_BUDGET = 8192
+EVAL_TOKEN_BUDGET = 8192  # padded tokens per forward pass
+VOCAB_CHUNK_POSITIONS = 1024  # positions per fp32 (positions x vocab) log-softmax: bounds the gate's memory
+MODELS = ("candidate", "champion")
 
 
 @dataclass(frozen=True)
 class GateReport:
+    """Produced by evaluate; the publisher records it on the candidate's version (TAG_GATE_REPORT)."""
+
     decision: str  # "pass" | "fail"
     reasons: list[str]
     figures: dict[str, float | int | str] = field(default_factory=dict)
@@ -33,83 +63,198 @@ class GateReport:
         return self.decision == "pass"
 
 
-@dataclass
-class _Totals:
-    tokens: float = 0.0
-    kl: float = 0.0
-    loss: dict[str, float] = field(default_factory=lambda: {"candidate": 0.0, "champion": 0.0})
-    nll: dict[str, float] = field(default_factory=lambda: {"candidate": 0.0, "champion": 0.0})
+@dataclass(frozen=True)
+class _Scores:
+    """Sums per held-out trajectory, (n,) float64 each."""
+
+    tokens: torch.Tensor
+    kl: torch.Tensor
+    nll: dict[str, torch.Tensor]
+    loss: dict[str, torch.Tensor]
+    log_ratio: dict[str, torch.Tensor]  # Σ (log π - log π_behaviour) over its loss-masked tokens
 
 
 @torch.no_grad()
 def evaluate(
-    candidate,
-    champion,
-    holdout: list[Trajectory],
-    advantages: list[float],
-    loss_config: LossConfig,
+    candidate: torch.nn.Module,
+    champion: torch.nn.Module,
+    evidence: GateEvidence,
     config: GateConfig,
+    loss_config: LossConfig,
+    monitors: MonitorsConfig,
     max_seq_len: int,
-    drift: dict | None,
 ) -> GateReport:
-    """drift: a liverl.rewards DriftReport as a dict ({"ok", "flags", ...}), or None when that input is missing."""
     reasons: list[str] = []
-    figures: dict = {"holdout_trajectories": len(holdout)}
-    finite = all(torch.isfinite(p).all() for p in candidate.parameters())
+    n = len(evidence.holdout)
+    figures: dict = {"holdout_trajectories": n}
+    finite = all(bool(torch.isfinite(p).all()) for p in candidate.parameters())
     figures["finite_weights"] = int(finite)
     if not finite:
         reasons.append("candidate has non-finite weights")
-    if len(holdout) < config.min_holdout:
-        reasons.append(f"only {len(holdout)} held-out trajectories (min_holdout {config.min_holdout})")
+    if not len(evidence.rows) == len(evidence.rewards) == len(evidence.advantages) == n:
+        reasons.append(f"partial evidence: {n} held-out trajectories but {len(evidence.rows)} rows, "
+                       f"{len(evidence.rewards)} rewards and {len(evidence.advantages)} advantages")
+    elif n < max(config.min_holdout, 2):
+        reasons.append(f"only {n} held-out trajectories (need min_holdout {config.min_holdout} and 2 for an error)")
     elif finite:
-        totals = _score(candidate, champion, holdout, advantages, loss_config, max_seq_len)
-        tokens = max(totals.tokens, 1.0)
-        figures.update(
-            holdout_tokens=int(totals.tokens),
-            kl=totals.kl / tokens,
-            candidate_loss=totals.loss["candidate"] / tokens,
-            champion_loss=totals.loss["champion"] / tokens,
-            candidate_nll=totals.nll["candidate"] / tokens,
-            champion_nll=totals.nll["champion"] / tokens,
-        )
-        figures["loss_increase"] = figures["candidate_loss"] - figures["champion_loss"]
-        figures["nll_increase"] = figures["candidate_nll"] - figures["champion_nll"]
-        if not math.isfinite(figures["kl"]) or figures["kl"] > config.max_kl:
-            reasons.append(f"KL to champion {figures['kl']:.4f} > max_kl {config.max_kl}")
-        if figures["loss_increase"] > config.max_loss_increase:
-            reasons.append(f"held-out loss up {figures['loss_increase']:.4f} > {config.max_loss_increase}")
-        if figures["nll_increase"] > config.max_nll_increase:
-            reasons.append(f"served-token NLL up {figures['nll_increase']:.4f} > {config.max_nll_increase}")
-    if drift is None:
-        figures["drift"] = "missing: no drift report was given"
-    else:
-        flags = list(drift.get("flags", []))
-        figures["drift_flags"] = len(flags)
-        if len(flags) > config.max_drift_alerts:
-            reasons.append("reward-hacking drift: " + "; ".join(f"{f['figure']} {f['reason']}" for f in flags))
+        scores = _score(candidate, champion, evidence, loss_config, max_seq_len)
+        reasons += _judge_scores(scores, evidence, config, monitors, figures)
+    reasons += _judge_drift(evidence.drift, config, figures)
+    not_finite = sorted(k for k, v in figures.items() if isinstance(v, float) and not math.isfinite(v))
+    if not_finite:
+        reasons.append(f"non-finite figures {not_finite}: a comparison that cannot be made fails")
     return GateReport(decision="fail" if reasons else "pass", reasons=reasons, figures=figures)
 
 
-def _score(candidate, champion, holdout, advantages, loss_config, max_seq_len) -> _Totals:
-    totals = _Totals()
-    samples = [  # one per segment, scored as its own sequence exactly as in training
-        sample for t, advantage in zip(holdout, advantages) for sample in to_samples(t, 1.0, max_seq_len, advantage)
-    ]
-    for group in pack(samples, EVAL_TOKEN_BUDGET):
-        batch = collate(group)
-        mask = batch.loss_mask[:, 1:]  # (B, T-1) positions t >= 1, predicted from t-1
-        logits = {}
-        for name, model in (("candidate", candidate), ("champion", champion)):
-            logits[name] = model(input_ids=batch.token_ids, attention_mask=batch.attention_mask).logits[:, :-1].float()
-            logp = torch.nn.functional.pad(
-                torch.log_softmax(logits[name], -1).gather(-1, batch.token_ids[:, 1:, None]).squeeze(-1), (1, 0)
-            )
-            losses = token_losses(logp, batch.behaviour_logprobs, batch.advantages, loss_config).loss
-            totals.loss[name] += float((losses * batch.loss_mask).sum())
-            totals.nll[name] += float((-logp * batch.loss_mask).sum())
-        cand, champ = torch.log_softmax(logits["candidate"], -1), torch.log_softmax(logits["champion"], -1)
-        kl = (cand.exp() * (cand - champ)).sum(-1)  # (B, T-1) full-vocabulary KL per position
-        totals.kl += float((kl * mask).sum())
-        totals.tokens += float(mask.sum())
-    return totals
+def _judge_scores(scores: _Scores, evidence: GateEvidence, config: GateConfig, monitors: MonitorsConfig,
+                  figures: dict) -> list[str]:
+    reasons = []
+    z = config.confidence_z
+    figures["holdout_tokens"] = int(scores.tokens.sum())
+    if figures["holdout_tokens"] == 0:
+        return ["held-out trajectories have no loss-masked tokens to score"]
+    for name in MODELS:
+        figures[f"{name}_nll"] = float(scores.nll[name].sum() / scores.tokens.sum())
+        figures[f"{name}_loss"] = float(scores.loss[name].sum() / scores.tokens.sum())
+    per_token = {
+        "kl": (scores.kl, config.max_kl),
+        "nll_increase": (scores.nll["candidate"] - scores.nll["champion"], config.max_nll_increase),
+        "loss_increase": (scores.loss["candidate"] - scores.loss["champion"], config.max_loss_increase),
+    }
+    for name, (sums, limit) in per_token.items():
+        mean, se = _ratio_mean(sums, scores.tokens)
+        figures[name], figures[f"{name}_se"] = mean, se
+        if limit is not None and not mean + z * se <= limit:  # written so that NaN fails
+            reasons.append(f"{name} {mean:.4f} ± {z:g}·{se:.4f} exceeds {limit}")
 
+    rewards = torch.tensor(evidence.rewards, dtype=torch.float64)
+    weights = {name: _truncated_weights(scores.log_ratio[name], config.max_log_weight) for name in MODELS}
+    estimates = {name: _weighted_mean(weights[name], rewards) for name in MODELS}
+    change = estimates["candidate"][0] - estimates["champion"][0]
+    se = _se(estimates["candidate"][1] - estimates["champion"][1])
+    effective = float(weights["candidate"].sum() ** 2 / (weights["candidate"] ** 2).sum()) / len(rewards)
+    figures.update(candidate_reward=estimates["candidate"][0], champion_reward=estimates["champion"][0],
+                   reward_change=change, reward_change_se=se, effective_fraction=effective)
+    if not effective >= config.min_effective_fraction:
+        reasons.append(f"effective sample {effective:.3f} of the held-out set < {config.min_effective_fraction}: "
+                       "the candidate is too far from the served traffic to estimate its reward")
+    if not change - z * se >= -config.max_reward_drop:
+        reasons.append(f"expected reward {change:+.4f} ± {z:g}·{se:.4f} vs champion: may drop more than "
+                       f"{config.max_reward_drop}")
+    reasons += _judge_monitors(evidence.rows, weights, z, monitors, figures)
+    return reasons
+
+
+def _judge_monitors(rows: Sequence[dict], weights: dict[str, torch.Tensor], z: float, monitors: MonitorsConfig,
+                    figures: dict) -> list[str]:
+    """The hacking figures for the candidate's own outputs, importance-weighted, each moved by z·SE the way
+    its threshold calls suspicious before the reward library judges the move."""
+    from liverl.rewards import drift_report, version_monitors
+
+    per_row = [next(iter(version_monitors([row]).values())) for row in rows]  # the library's figure definitions
+    candidate = {"n": float(weights["candidate"].sum() ** 2 / (weights["candidate"] ** 2).sum())}
+    champion = {"n": float(weights["champion"].sum() ** 2 / (weights["champion"] ** 2).sum())}
+    for name, threshold in sorted(monitors.thresholds.items()):
+        have = [i for i, figs in enumerate(per_row) if name in figs]
+        if not have:
+            continue
+        values = torch.tensor([per_row[i][name] for i in have], dtype=torch.float64)
+        cand, cand_influence = _weighted_mean(weights["candidate"][have], values)
+        champ, champ_influence = _weighted_mean(weights["champion"][have], values)
+        se = _se(cand_influence - champ_influence) if len(have) > 1 else 0.0
+        move = cand - champ
+        bound = {"up": move + z * se, "down": move - z * se}.get(
+            threshold.direction, math.copysign(abs(move) + z * se, move or 1.0))
+        candidate[name], champion[name] = champ + bound, champ
+        figures[f"monitor.{name}"] = move
+    report = drift_report(candidate, champion, monitors)
+    return [f"hacking monitor on the candidate's outputs: {flag['figure']} {flag['reason']}" for flag in report.flags]
+
+
+def _judge_drift(drift: dict | None, config: GateConfig, figures: dict) -> list[str]:
+    if drift is None:
+        figures["drift"] = "missing"
+        return ["no drift report of the served traffic: the gate cannot rule out reward hacking"]
+    flags = list(drift.get("flags", []))
+    figures["drift_flags"] = len(flags)
+    if len(flags) > config.max_drift_alerts:
+        return ["reward-hacking drift in served traffic: " + "; ".join(f"{f['figure']} {f['reason']}" for f in flags)]
+    return []
+
+
+def _ratio_mean(sums: torch.Tensor, tokens: torch.Tensor) -> tuple[float, float]:
+    """Σ sums / Σ tokens and its standard error by the delta method for a ratio of means."""
+    mean = float(sums.sum() / tokens.sum())
+    return mean, _se(sums - mean * tokens) / float(tokens.mean())
+
+
+def _truncated_weights(log_ratio: torch.Tensor, cap: float) -> torch.Tensor:
+    """Trajectory importance weights, truncated (bounded variance) and scaled to mean 1 (self-normalised)."""
+    weights = torch.exp(log_ratio.clamp(-cap, cap))
+    return weights / weights.mean()
+
+
+def _weighted_mean(weights: torch.Tensor, values: torch.Tensor) -> tuple[float, torch.Tensor]:
+    """Self-normalised estimate Σ w v / Σ w and each trajectory's influence on it (for the standard error)."""
+    scaled = weights / weights.mean()
+    estimate = float((scaled * values).sum() / scaled.sum())
+    return estimate, scaled * (values - estimate)
+
+
+def _se(values: torch.Tensor) -> float:
+    """Standard error of the mean of per-trajectory values (inf with fewer than two)."""
+    if len(values) < 2:
+        return math.inf
+    return float(values.std(unbiased=True) / math.sqrt(len(values)))
+
+
+def _score(candidate: torch.nn.Module, champion: torch.nn.Module, evidence: GateEvidence, loss_config: LossConfig,
+           max_seq_len: int) -> _Scores:
+    n = len(evidence.holdout)
+    zeros = lambda: torch.zeros(n, dtype=torch.float64)  # noqa: E731
+    tokens, kl = zeros(), zeros()
+    nll, loss, log_ratio = ({name: zeros() for name in MODELS} for _ in range(3))
+    samples, owners = [], []
+    for index, (trajectory, advantage) in enumerate(zip(evidence.holdout, evidence.advantages)):
+        for sample in to_samples(trajectory, 1.0, max_seq_len, advantage):  # each segment its own sequence
+            samples.append(sample)
+            owners.append(index)
+    start = 0
+    for group in pack(samples, EVAL_TOKEN_BUDGET):
+        owner = torch.tensor(owners[start:start + len(group)])
+        start += len(group)
+        batch = collate(group)
+        mask = batch.loss_mask  # (B, T); column 0 is 0
+        logits = {name: model(input_ids=batch.token_ids, attention_mask=batch.attention_mask).logits[:, :-1]
+                  for name, model in zip(MODELS, (candidate, champion))}  # (B, T-1, V)
+        logp, position_kl = _token_logprobs_and_kl(logits["candidate"], logits["champion"], batch.token_ids[:, 1:],
+                                                   mask[:, 1:] > 0)
+        tokens.index_add_(0, owner, mask.sum(1).double())
+        kl.index_add_(0, owner, (position_kl * mask).sum(1).double())
+        for name in MODELS:
+            token_loss = token_losses(logp[name], batch.behaviour_logprobs, batch.advantages, loss_config).loss
+            loss[name].index_add_(0, owner, (token_loss * mask).sum(1).double())
+            nll[name].index_add_(0, owner, (-logp[name] * mask).sum(1).double())
+            log_ratio[name].index_add_(0, owner, ((logp[name] - batch.behaviour_logprobs) * mask).sum(1).double())
+    return _Scores(tokens=tokens, kl=kl, nll=nll, loss=loss, log_ratio=log_ratio)
+
+
+def _token_logprobs_and_kl(candidate_logits: torch.Tensor, champion_logits: torch.Tensor, targets: torch.Tensor,
+                           scored: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """Per-position log π(target) of both models and full-vocabulary KL(candidate || champion), both (B, T) with
+    column 0 zero, computed only where `scored` (B, T-1) and in chunks of positions: a fp32 log-softmax of every
+    position at once would hold several (tokens x vocab) copies."""
+    rows, width = targets.shape
+    where = scored.reshape(-1).nonzero().squeeze(-1)  # (N,) flat indices of the scored positions
+    flat = {"candidate": candidate_logits.reshape(rows * width, -1), "champion": champion_logits.reshape(rows * width, -1)}
+    flat_targets = targets.reshape(-1)
+    logp = {name: torch.zeros(rows * width) for name in MODELS}
+    kl = torch.zeros(rows * width)
+    for chunk in where.split(VOCAB_CHUNK_POSITIONS):
+        log_softmax = {name: torch.log_softmax(flat[name][chunk].float(), -1) for name in MODELS}  # (n, V)
+        for name in MODELS:
+            logp[name][chunk] = log_softmax[name].gather(-1, flat_targets[chunk, None]).squeeze(-1)
+        cand, champ = log_softmax["candidate"], log_softmax["champion"]
+        kl[chunk] = (cand.exp() * (cand - champ)).sum(-1)
+    pad = lambda values: torch.nn.functional.pad(values.reshape(rows, width), (1, 0))  # noqa: E731
+    return {name: pad(values) for name, values in logp.items()}, pad(kl)

@@ -1,4 +1,4 @@
-"""Lineage tags of a registered version: what it was trained on, from what, by which code (contract 2)."""
+"""Lineage tags of a version the trainer registers: the shared codec's, plus the trainer's private ones."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from liverl.contracts import names
+from liverl.io.lineage import Lineage, encode
 from trainer.registry import TAG_CHECKPOINT, TAG_METRICS
 from trainer.state import PendingPublish
 
@@ -29,14 +29,18 @@ def code_version() -> str:
 def lineage_tags(
     pending: PendingPublish, parent_version: str, step: int, reward_config_version: str, run_key: str
 ) -> dict[str, str]:
+    """The shared lineage tags (liverl.io.lineage) plus the trainer's own: its metrics and idempotency key."""
+    lineage = Lineage(
+        table_versions=tuple(pending.table_versions),
+        kafka_offsets=pending.kafka_offsets,
+        reward_config_version=reward_config_version,
+        parent_version=parent_version,
+        code_version=code_version(),
+        trajectories=pending.trajectories,
+        step=step,
+    )
     return {
-        names.TAG_TABLE_VERSIONS: json.dumps(sorted(pending.table_versions)),
-        names.TAG_KAFKA_OFFSETS: json.dumps(pending.kafka_offsets, sort_keys=True),
-        names.TAG_REWARD_CONFIG_VERSION: reward_config_version,
-        names.TAG_PARENT_VERSION: parent_version,
-        names.TAG_CODE_VERSION: code_version(),
-        names.TAG_TRAJECTORIES: str(pending.trajectories),
-        names.TAG_TRAINER_STEP: str(step),
+        **encode(lineage),
         TAG_METRICS: json.dumps(
             {**pending.metrics, "label_reward_config_versions": sorted(pending.reward_config_versions)}, sort_keys=True
         ),

@@ -1,50 +1,71 @@
-"""The trainer: follow the table, take off-policy-corrected steps, checkpoint, register, gate.
+"""The trainer: follow the table, take off-policy-corrected steps, checkpoint, publish (register + gate).
 
-    load_batch -> step -> maybe_checkpoint (DeepSpeed checkpoint, state, export, register, gate)
+    run: load_batch -> step -> maybe_checkpoint -> maybe_publish, again and again
 
-Every checkpoint is a registered candidate version; the state file written right after the
-DeepSpeed checkpoint holds the table position, so a crash at any point resumes without gap or repeat.
+Every checkpoint becomes a registered candidate (publish.Publisher); the state file written right after
+the DeepSpeed checkpoint holds the table position, so a crash at any point resumes without gap or repeat.
+The trainer keeps making candidates however many the gate refuses: staleness counts promotions since a
+row was served (served_lineage), so a champion that stays put never starves training, and the progress
+line says when promotion is blocked and why.
 """
 
 from __future__ import annotations
 
+import shutil
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from liverl.contracts import names
 from liverl.config import LiverlConfig
+from liverl.contracts import names
 from trainer.advantages import Baselines
+from trainer.holdout import gate_evidence
+from trainer.publish import CheckpointToPublish, Publisher, PublishResult
+from trainer.registry import Registry
 from trainer.row_stream import Position, RowStream
+from trainer.served_lineage import ServedLineage, promoted_versions
 from trainer.state import PendingPublish, TrainerState
-from trainer.table_follower import TableFollower, merge_offsets
+from trainer.table_follower import TableCommit, TableFollower, merge_offsets
+
+if TYPE_CHECKING:
+    from deepspeed import DeepSpeedEngine
+
+    from trainer.step_builder import StepPlan
 
 
 @dataclass
 class Window:
     """What was trained since the last registered version (its lineage and metrics)."""
 
-    commits: dict = field(default_factory=dict)  # table version -> TableCommit
+    commits: dict[int, TableCommit] = field(default_factory=dict)  # table version -> its commit
     trajectories: int = 0
     steps: int = 0
-    reward_config_versions: set = field(default_factory=set)
-    step_metrics: list = field(default_factory=list)  # (step, {name: value})
+    reward_config_versions: set[str] = field(default_factory=set)
+    step_metrics: list[tuple[int, dict[str, float]]] = field(default_factory=list)
     started: float = field(default_factory=time.monotonic)
 
 
 class Trainer:
-    def __init__(self, config: LiverlConfig, say=print):
-        from trainer.registry import Registry
-
+    def __init__(self, config: LiverlConfig, say: Callable[[str], None] = print):
         self.config = config
         self.tc = config.trainer
         self.dir = Path(self.tc.checkpoint_dir)
         self.say = say
         self.registry = Registry(config.mlflow)
         self.follower = TableFollower(config.table.trajectories_uri)
+        self.publisher = Publisher(
+            self.registry, self.tc.gate, self.tc.loss, config.rewards.monitors, self.tc.max_seq_len,
+            config.rewards.version, self.dir / "registry", say,
+        )
         self.stop_requested = False
         self.window = Window()
+        self.state: TrainerState
+        self.engine: DeepSpeedEngine
+        self.parent_folder: Path  # the policy folder the current weights' export copies tokenizer files from
+        self.served: ServedLineage  # the champion timeline staleness counts on
 
     # ---- start: fresh from the champion, or resume from the last checkpoint -------------------------
     def start(self) -> None:
@@ -75,62 +96,71 @@ class Trainer:
             self.follower, Position(state.table_version, state.cursor, state.version_done),
             self.tc.passes_per_trajectory,
         )
+        self.served = promoted_versions(self.registry)
         where = f"step {state.step}, table v{state.table_version} row {state.cursor}"
         self.say(f"trainer ready | parent v{state.parent_version} | {where} | checkpoint {state.checkpoint_tag or '-'}")
         if state.pending:  # crashed between checkpoint and registration: finish it first
-            self.publish(state.pending)
+            self.maybe_publish(self._to_publish(state.pending))
 
     # ---- the loop ---------------------------------------------------------------------------------------
     def run(self, follow: bool) -> int:
         """Train on everything new; with follow, keep waiting for more. Returns the versions registered."""
         registered = 0
         while not self.stop_requested:
-            trained = self.train_step()
-            if self.should_checkpoint():
-                registered += self.checkpoint_and_publish()
-            if not trained:
+            plan = self.load_batch()
+            if plan is not None:
+                self.step(plan)
+            registered += self.maybe_publish(self.maybe_checkpoint())
+            if plan is None:
                 if not follow:
                     break
                 time.sleep(self.tc.follow_interval_s)
-        if self.window.steps:
-            registered += self.checkpoint_and_publish()
+        registered += self.maybe_publish(self.maybe_checkpoint(force=True))
         return registered
 
-    def should_checkpoint(self) -> bool:
-        if not self.window.steps:
-            return False
-        if self.window.steps >= self.tc.steps_per_version:
-            return True
-        minutes = (time.monotonic() - self.window.started) / 60
-        return self.tc.minutes_per_version > 0 and minutes >= self.tc.minutes_per_version
-
-    def train_step(self) -> bool:
-        """One optimizer step on the next trajectories; False when the table had nothing trainable."""
+    def load_batch(self) -> StepPlan | None:
+        """The next step's trajectories, or None when the table has nothing new to train on."""
         from trainer.step_builder import build_step
-        from trainer.training_step import run_step
 
         while True:
             plan = build_step(
-                self.stream, self.trained, self.state.parent_version, int(time.time() * 1000), self.tc, self.say
+                self.stream, self.trained, self.served, int(time.time() * 1000), self.tc, self.say
             )
             self.window.commits.update(plan.commits)
             if not plan.empty:
-                break
+                return plan
             if plan.consumed == 0:
-                return False  # nothing new in the table
-            self.say(f"skipped {plan.consumed} rows of table v{self.stream.version}: {dict(plan.skipped)}")
+                return None  # nothing new in the table
+            stale = plan.skipped.get("stale", 0)
+            why = f" | blocked: {stale} rows stale (champion v{self.served.promoted[-1]})" if stale else ""
+            self.say(f"skipped {plan.consumed} rows of table v{self.stream.version}: {dict(plan.skipped)}{why}")
+
+    def step(self, plan: StepPlan) -> None:
+        """One optimizer step on the plan's trajectories, with one progress line."""
+        from trainer.training_step import run_step
+
         result = run_step(self.engine, plan, self.state.step, self.baselines, self.config)
         self.state.step += 1
         self.state.trajectories_trained += len(plan.trajectories)
         self.window.steps += 1
         self.window.trajectories += len(plan.trajectories)
         self.window.reward_config_versions.update(t.reward_config_version for t in plan.trajectories)
-        self.window.step_metrics.append((self.state.step, result.metrics))
-        self.say(result.line(self.state.step, sorted(plan.commits)))
-        return True
+        metrics = {**result.metrics, "gate_refusals_in_a_row": float(self.state.gate_refusals)}
+        self.window.step_metrics.append((self.state.step, metrics))
+        self.say(result.line(self.state.step, sorted(plan.commits)) + self.blocked())
 
-    # ---- checkpoint, register, gate ------------------------------------------------------------------
-    def checkpoint_and_publish(self) -> int:
+    def blocked(self) -> str:
+        """The progress line's note while the gate keeps refusing: how long, and the last reasons."""
+        if not self.state.gate_refusals:
+            return ""
+        return (f" | blocked: gate refused {self.state.gate_refusals} candidates in a row, champion "
+                f"v{self.served.promoted[-1]} ({self.state.last_refusal[:200]})")
+
+    # ---- checkpoint, publish -----------------------------------------------------------------------------
+    def maybe_checkpoint(self, force: bool = False) -> CheckpointToPublish | None:
+        """Save a DeepSpeed checkpoint and export it when the window is due (or forced and not empty)."""
+        if not self.window.steps or not (force or self._window_due()):
+            return None
         tag = f"step-{self.state.step}"
         self.engine.save_checkpoint(str(self.dir / "deepspeed"), tag=tag)
         position = self.stream.position
@@ -148,23 +178,55 @@ class Trainer:
             metrics=_summary(self.window.step_metrics),
         )
         state.save(self.dir)  # from here a crash resumes at this checkpoint and finishes its registration
-        self.publish(state.pending, self.window.step_metrics)
+        checkpoint = self._to_publish(state.pending, self.window.step_metrics)
         self.window = Window()
+        return checkpoint
+
+    def maybe_publish(self, checkpoint: CheckpointToPublish | None) -> int:
+        """Register and gate a checkpoint; returns the versions registered (0 or 1)."""
+        if checkpoint is None:
+            return 0
+        result = self.publisher.publish(checkpoint)
+        self._record(result)
+        self.state.parent_version = result.version
+        self.state.pending = None
+        self.state.save(self.dir)
+        self.parent_folder = checkpoint.folder
+        self.served = promoted_versions(self.registry)  # a promotion moves the staleness timeline
         self._prune_checkpoints()
         return 1
 
-    def publish(self, pending: PendingPublish, step_metrics=()) -> None:
-        from trainer.publish import publish_checkpoint
+    def _record(self, result: PublishResult) -> None:
+        if result.decision == "pass":
+            self.state.gate_refusals, self.state.last_refusal = 0, ""
+        else:
+            self.state.gate_refusals += 1
+            self.state.last_refusal = "; ".join(result.reasons)
+            self.say(f"training goes on from v{result.version}{self.blocked()}")
 
-        version, folder = publish_checkpoint(self, pending, step_metrics)
-        self.state.parent_version = version
-        self.state.pending = None
-        self.state.save(self.dir)
-        self.parent_folder = folder
+    def _window_due(self) -> bool:
+        if self.window.steps >= self.tc.steps_per_version:
+            return True
+        minutes = (time.monotonic() - self.window.started) / 60
+        return self.tc.minutes_per_version > 0 and minutes >= self.tc.minutes_per_version
+
+    def _to_publish(self, pending: PendingPublish,
+                    step_metrics: list[tuple[int, dict[str, float]]] = ()) -> CheckpointToPublish:
+        """Export the engine's weights (they are the checkpoint's) and gather the gate's evidence."""
+        from trainer.engine import full_state_dict
+        from trainer.policy_io import export_policy
+
+        folder = self.dir / "exports" / pending.checkpoint_tag
+        if not folder.exists():  # the export is atomic: present means complete
+            export_policy(self.engine.module, full_state_dict(self.engine), folder, self.parent_folder)
+        evidence = gate_evidence(self.follower.rows_up_to(self.stream.version), self.state.step, self.baselines,
+                                 self.config)
+        return CheckpointToPublish(
+            pending=pending, run_key=self.state.run_key, parent_version=self.state.parent_version,
+            step=self.state.step, folder=folder, evidence=evidence, step_metrics=step_metrics,
+        )
 
     def _prune_checkpoints(self) -> None:
-        import shutil
-
         root = self.dir / "deepspeed"
         tags = sorted((p for p in root.glob("step-*") if p.is_dir()), key=lambda p: int(p.name.split("-")[1]))
         for old in tags[: -self.tc.keep_checkpoints]:
@@ -172,10 +234,11 @@ class Trainer:
                 shutil.rmtree(old, ignore_errors=True)
         exports = sorted(self.dir.glob("exports/step-*"), key=lambda p: int(p.name.split("-")[1]))
         for old in exports[: -self.tc.keep_checkpoints]:
-            shutil.rmtree(old, ignore_errors=True)  # registered: the registry holds a copy
+            if old != self.parent_folder:  # the next export copies its tokenizer files
+                shutil.rmtree(old, ignore_errors=True)  # registered: the registry holds a copy
 
 
-def _summary(step_metrics: list) -> dict[str, float]:
+def _summary(step_metrics: list[tuple[int, dict[str, float]]]) -> dict[str, float]:
     """Mean of each metric over the window's steps (recorded on the version)."""
     if not step_metrics:
         return {}

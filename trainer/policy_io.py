@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedModel
 
 # Files the export writes itself; everything else in the parent folder (tokenizer, templates) is copied.
 MODEL_FILES = {"config.json", "generation_config.json", "model.safetensors", "model.safetensors.index.json"}
 
 
-def load_policy(folder: Path):
+def load_policy(folder: Path) -> PreTrainedModel:
     """fp32 weights (DeepSpeed casts for bf16/fp16), dropout off: logprobs must match what serving sampled."""
     import torch
     from transformers import AutoModelForCausalLM
@@ -18,7 +23,8 @@ def load_policy(folder: Path):
     return model.eval()
 
 
-def export_policy(model, state_dict: dict, out_dir: Path, parent_folder: Path) -> Path:
+def export_policy(model: PreTrainedModel, state_dict: dict[str, torch.Tensor], out_dir: Path, parent_folder: Path
+                  ) -> Path:
     """Write safetensors weights + config, and the parent's tokenizer files, to out_dir (replaced if present)."""
     staging = out_dir.with_name(out_dir.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)

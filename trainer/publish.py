@@ -1,90 +1,127 @@
-"""Turn a DeepSpeed checkpoint into a registered candidate, then let the gate decide about champion.
+"""Publish a checkpoint: register its exported policy as the candidate, then let the gate decide about champion.
 
-Idempotent, because a crash may land anywhere in here: the version is found again by its
-checkpoint tag, and a version that already carries a gate decision is not judged twice.
+    Publisher(registry, gate config, ...).publish(CheckpointToPublish) -> PublishResult
+
+Idempotent, because a crash may land anywhere in here: the version is found again by its checkpoint key,
+and a version that already carries a gate decision is not judged twice. The gate's verdict (decision and
+report) is recorded on the candidate's version either way; only a pass moves `champion`.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from liverl.config.rewards import MonitorsConfig
+from liverl.config.trainer import GateConfig, LossConfig
 from liverl.contracts import names
+from trainer.gate import GateReport, evaluate
+from trainer.holdout import GateEvidence
 from trainer.lineage import lineage_tags
-from trainer.registry import TAG_CHECKPOINT
+from trainer.registry import TAG_CHECKPOINT, Registry
 from trainer.state import PendingPublish
 
-if TYPE_CHECKING:
-    from trainer.loop import Trainer
+
+@dataclass(frozen=True)
+class CheckpointToPublish:
+    """Produced by the loop right after a DeepSpeed checkpoint and its export; consumed by Publisher.publish."""
+
+    pending: PendingPublish  # lineage of the window (also in the state file, so a restart can finish it)
+    run_key: str  # with pending.checkpoint_tag: the version's idempotency key
+    parent_version: str  # the version the window's training started from
+    step: int  # trainer step of the checkpoint
+    folder: Path  # the exported HF policy folder of the checkpoint's weights
+    evidence: GateEvidence  # the gate's inputs, from the table snapshot the checkpoint was trained up to
+    step_metrics: Sequence[tuple[int, dict[str, float]]] = ()  # (step, figures) logged on the version's run
 
 
-def publish_checkpoint(trainer: "Trainer", pending: PendingPublish, step_metrics=()) -> tuple[str, Path]:
-    from trainer.engine import full_state_dict
-    from trainer.policy_io import export_policy
+@dataclass(frozen=True)
+class PublishResult:
+    version: str  # the registered candidate
+    decision: str  # the gate's decision recorded on it: "pass" | "fail"
+    reasons: tuple[str, ...]  # why it failed (empty on pass)
+    champion: str | None  # the champion after publishing
 
-    started = time.perf_counter()
-    registry, state = trainer.registry, trainer.state
-    key = f"{state.run_key}/{pending.checkpoint_tag}"
-    folder = trainer.dir / "exports" / pending.checkpoint_tag
-    version = registry.find_by_tag(TAG_CHECKPOINT, key)
-    if version is None:
-        export_policy(trainer.engine.module, full_state_dict(trainer.engine), folder, trainer.parent_folder)
-        tags = lineage_tags(
-            pending, state.parent_version, state.step, trainer.config.rewards.version, state.run_key
+    @property
+    def promoted(self) -> bool:
+        return self.decision == "pass" and self.champion == self.version
+
+
+class Publisher:
+    def __init__(self, registry: Registry, gate: GateConfig, loss: LossConfig, monitors: MonitorsConfig,
+                 max_seq_len: int, reward_config_version: str, download_dir: Path,
+                 say: Callable[[str], None] = print):
+        self.registry = registry
+        self.gate, self.loss, self.monitors, self.max_seq_len = gate, loss, monitors, max_seq_len
+        self.reward_config_version = reward_config_version
+        self.download_dir = download_dir  # the champion's folder is downloaded here to be judged against
+        self.say = say
+
+    def publish(self, checkpoint: CheckpointToPublish) -> PublishResult:
+        version = self.register(checkpoint)
+        tags = self.registry.tags(version)
+        if names.TAG_GATE_DECISION in tags:  # judged before a crash: never twice
+            report = json.loads(tags.get(names.TAG_GATE_REPORT) or "{}")
+            return PublishResult(version, tags[names.TAG_GATE_DECISION], tuple(report.get("reasons", ())),
+                                 self.registry.alias_version(names.ALIAS_CHAMPION))
+        champion = self.registry.alias_version(names.ALIAS_CHAMPION)
+        if names.TAG_GATE_REPORT in tags and champion == version:  # crashed after promoting: just record it
+            self.registry.set_tag(version, names.TAG_GATE_DECISION, "pass")
+            return PublishResult(version, "pass", (), champion)
+        return self.judge(version, checkpoint)
+
+    def register(self, checkpoint: CheckpointToPublish) -> str:
+        """The candidate version of this checkpoint, registered once, with its lineage; `candidate` points at it."""
+        started = time.perf_counter()
+        pending = checkpoint.pending
+        key = f"{checkpoint.run_key}/{pending.checkpoint_tag}"
+        version = self.registry.find_by_tag(TAG_CHECKPOINT, key)
+        if version is None:
+            tags = lineage_tags(pending, checkpoint.parent_version, checkpoint.step, self.reward_config_version,
+                                checkpoint.run_key)
+            version = self.registry.register(checkpoint.folder, tags, run_name=f"train {pending.checkpoint_tag}",
+                                             step_metrics=list(checkpoint.step_metrics))
+        self.registry.set_alias(names.ALIAS_CANDIDATE, version)
+        self.say(
+            f"version {version} registered | parent v{checkpoint.parent_version} | step {checkpoint.step} "
+            f"| table versions {pending.table_versions} | trajectories {pending.trajectories} "
+            f"| {time.perf_counter() - started:.1f}s"
         )
-        version = registry.register(folder, tags, run_name=f"train {pending.checkpoint_tag}", step_metrics=step_metrics)
-    elif not folder.exists():
-        folder = registry.download(version, trainer.dir / "registry")
-    registry.set_alias(names.ALIAS_CANDIDATE, version)
-    trainer.say(
-        f"version {version} registered | parent v{state.parent_version} | step {state.step} "
-        f"| table versions {pending.table_versions} | trajectories {pending.trajectories} "
-        f"| {time.perf_counter() - started:.1f}s"
-    )
-    tags = registry.tags(version)
-    if names.TAG_GATE_DECISION not in tags:
-        if names.TAG_GATE_REPORT in tags and registry.alias_version(names.ALIAS_CHAMPION) == version:
-            registry.set_tag(version, names.TAG_GATE_DECISION, "pass")  # crashed after promoting: just record it
-        else:
-            run_gate(trainer, version, folder)
-    return version, folder
+        return version
 
+    def judge(self, version: str, checkpoint: CheckpointToPublish) -> PublishResult:
+        started = time.perf_counter()
+        champion = self.registry.alias_version(names.ALIAS_CHAMPION)
+        report = self.report(version, champion, checkpoint)
+        body = {"decision": report.decision, "champion": champion, "reasons": report.reasons,
+                "figures": report.figures}
+        # Report, then champion, then decision: the decision tag last marks the gate as done for a restart.
+        self.registry.set_tag(version, names.TAG_GATE_REPORT, json.dumps(body, sort_keys=True)[:5000])
+        if report.passed:
+            self.registry.set_alias(names.ALIAS_CHAMPION, version)
+        self.registry.set_tag(version, names.TAG_GATE_DECISION, report.decision)
+        figures = " | ".join(f"{key} {value:.4f}" if isinstance(value, float) else f"{key} {value}"
+                             for key, value in report.figures.items() if not key.startswith("monitor."))
+        why = f" ({'; '.join(report.reasons)})" if report.reasons else ""
+        outcome = "champion" if report.passed else f"champion stays v{champion}"
+        self.say(f"gate v{version} vs v{champion}: {report.decision}{why} -> {outcome} | {figures} "
+                 f"| {time.perf_counter() - started:.1f}s")
+        return PublishResult(version, report.decision, tuple(report.reasons),
+                             version if report.passed else champion)
 
-def run_gate(trainer: "Trainer", version: str, folder: Path) -> None:
-    from trainer.gate import GateReport, evaluate
-    from trainer.holdout import holdout_inputs
-    from trainer.policy_io import load_policy
+    def report(self, version: str, champion: str | None, checkpoint: CheckpointToPublish) -> GateReport:
+        from trainer.policy_io import load_policy
 
-    started = time.perf_counter()
-    registry, tc = trainer.registry, trainer.tc
-    champion = registry.alias_version(names.ALIAS_CHAMPION)
-    if not tc.gate.enabled:
-        report = GateReport("fail", ["gate disabled (trainer.gate.enabled=false): champion stays"], {})
-    elif champion is None or champion == version:
-        report = GateReport("fail", [f"no champion to compare with (champion: {champion})"], {})
-    else:
-        holdout, advantages, drift = holdout_inputs(trainer)
-        report = evaluate(
-            candidate=load_policy(folder),  # loading the export is itself a check that serving can load it
-            champion=load_policy(registry.download(champion, trainer.dir / "registry")),
-            holdout=holdout, advantages=advantages, loss_config=tc.loss, config=tc.gate,
-            max_seq_len=tc.max_seq_len, drift=drift,
+        if not self.gate.enabled:
+            return GateReport("fail", ["gate disabled (trainer.gate.enabled=false): champion stays"], {})
+        if champion is None or champion == version:
+            return GateReport("fail", [f"no champion to compare with (champion: {champion})"], {})
+        return evaluate(
+            candidate=load_policy(checkpoint.folder),  # loading the export also checks that serving can
+            champion=load_policy(self.registry.download(champion, self.download_dir)),
+            evidence=checkpoint.evidence, config=self.gate, loss_config=self.loss, monitors=self.monitors,
+            max_seq_len=self.max_seq_len,
         )
-    body = {"decision": report.decision, "champion": champion, "reasons": report.reasons, "figures": report.figures}
-    # Report, then champion, then decision: the decision tag last marks the gate as done for a restart.
-    registry.set_tag(version, names.TAG_GATE_REPORT, json.dumps(body, sort_keys=True)[:5000])
-    if report.passed:
-        registry.set_alias(names.ALIAS_CHAMPION, version)
-    registry.set_tag(version, names.TAG_GATE_DECISION, report.decision)
-    figures = " | ".join(
-        f"{key} {value:.4f}" if isinstance(value, float) else f"{key} {value}"
-        for key, value in report.figures.items()
-    )
-    why = f" ({'; '.join(report.reasons)})" if report.reasons else ""
-    outcome = "champion" if report.passed else f"champion stays v{champion}"
-    trainer.say(
-        f"gate v{version} vs v{champion}: {report.decision}{why} -> {outcome} | {figures} "
-        f"| {time.perf_counter() - started:.1f}s"
-    )

@@ -14,7 +14,7 @@ UNKNOWN_LAG = -1  # the trajectory names no registry version we can order (e.g. 
 @dataclass(frozen=True)
 class Staleness:
     version_lag: int  # trainer's current version minus the oldest version that served the trajectory
-    age_hours: float
+    age_hours: float | None  # None: the first-served time is unknown (counted as older than H)
     weight: float  # 1.0 fresh, 0.0 dropped, in between down-weighted
 
 
@@ -28,9 +28,11 @@ def version_lag(trajectory: Trajectory, current_version: str) -> int:
 
 def assess(trajectory: Trajectory, current_version: str, now_ms: int, config: StalenessConfig) -> Staleness:
     lag = version_lag(trajectory, current_version)
-    age_hours = max(now_ms - trajectory.first_served_ms, 0) / 3_600_000 if trajectory.first_served_ms else 0.0
+    served = trajectory.first_served_ms
+    age_hours = None if served is None else max(now_ms - served, 0) / 3_600_000
     versions_beyond = max(lag - config.max_version_lag, 0) if lag != UNKNOWN_LAG else None
-    too_old = age_hours > config.max_age_hours
+    # An unknown age cannot be shown to be within H: it is treated as beyond H (dropped, or down-weighted once).
+    too_old = age_hours is None or age_hours > config.max_age_hours
     if versions_beyond is None:
         weight = 0.0  # cannot tell how off-policy it is: never train on it
     elif versions_beyond == 0 and not too_old:

@@ -1,17 +1,25 @@
-"""One optimizer step: rewards -> advantages -> token-budget micro-batches -> DeepSpeed backward/step."""
+"""One optimizer step: rewards -> advantages -> windows -> token-budget micro-batches -> DeepSpeed backward/step.
+
+Tokens are scored under the sampling processing serving used (trainer/scoring.py); unscorable ones (greedy
+calls, tokens outside the truncated set) get no loss term unless loss.exclude_unscorable is false.
+"""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
 
+import torch
+
 from liverl.config import LiverlConfig
+from liverl.config.trainer import LossConfig
 from trainer.advantages import Baselines, compute_advantages
-from trainer.batching import collate, pack, token_logprobs
-from trainer.losses import behaviour_kl, token_losses
+from trainer.batching import MicroBatch, collate, pack, score_batch, trajectory_samples
+from trainer.losses import TokenLoss, behaviour_kl, token_losses
 from trainer.rewarding import mixed_rewards
+from trainer.scoring import ScoredTokens
 from trainer.staleness import describe
-from trainer.step_builder import StepPlan, to_samples
+from trainer.step_builder import StepPlan
 
 
 @dataclass(frozen=True)
@@ -30,15 +38,20 @@ class StepResult:
         )
 
 
-def run_step(engine, plan: StepPlan, step: int, baselines: Baselines, config: LiverlConfig) -> StepResult:
+def run_step(engine, plan: StepPlan, step: int, baselines: Baselines, config: LiverlConfig,
+             reference=None) -> StepResult:
+    """reference: the frozen reference policy, needed only when trainer.loss.kl_to_reference > 0."""
     tc = config.trainer
+    if tc.loss.kl_to_reference > 0 and reference is None:
+        raise ValueError("trainer.loss.kl_to_reference > 0 needs run_step(..., reference=<frozen base policy>); "
+                         "load one, or set trainer.loss.kl_to_reference = 0")
     started = time.perf_counter()
     rewards = mixed_rewards(plan.trajectories, step, config.rewards)
     advantages = compute_advantages(plan.trajectories, rewards, baselines, tc.advantages)
-    samples = [  # one per segment of each trajectory
+    samples = [  # one per window of each segment of each trajectory
         sample
         for t, weight, advantage in zip(plan.trajectories, plan.weights, advantages)
-        for sample in to_samples(t, weight, tc.max_seq_len, advantage)
+        for sample in trajectory_samples(t, weight, tc.max_seq_len, advantage)
     ]
     groups = pack(samples, tc.deepspeed.micro_batch_tokens)
     accumulation = tc.deepspeed.gradient_accumulation_steps
@@ -47,25 +60,27 @@ def run_step(engine, plan: StepPlan, step: int, baselines: Baselines, config: Li
     # optimizer steps (padded to a multiple) rather than leaking gradients into the next trainer step.
     groups += [[replace(groups[-1][0], weight=0.0)]] * (-len(groups) % accumulation)
     batches = [collate(group).to(engine.device) for group in groups]
-    total_masked = sum(batch.masked_tokens for batch in batches)
-    sums = {"loss": 0.0, "kl": 0.0, "clip": 0.0}
+    tokens = max(sum(batch.trained_tokens for batch in batches), 1)
+    sums = {"loss": 0.0, "kl": 0.0, "clip": 0.0, "excluded": 0.0}
     for batch in batches:
-        logp = token_logprobs(engine, batch.token_ids, batch.attention_mask)
-        result = token_losses(logp, batch.behaviour_logprobs, batch.advantages, tc.loss)
-        masked_sum = (result.loss * batch.loss_mask).sum()
-        # Token-level mean over the whole step; DeepSpeed divides each micro-batch loss by `accumulation`.
-        engine.backward(masked_sum / total_masked * accumulation)
+        weights, losses, scored = batch_loss(engine, batch, tc.loss, reference)
+        # Token-level mean over the step's trained tokens (unweighted count, so staleness weights scale the
+        # gradient); DeepSpeed divides each micro-batch loss by `accumulation`.
+        engine.backward(step_objective(losses, weights, tokens) * accumulation)
         engine.step()
-        sums["loss"] += masked_sum.item()
-        sums["kl"] += float((behaviour_kl(logp, batch.behaviour_logprobs) * batch.loss_mask).sum())
-        sums["clip"] += float((result.clipped * batch.loss_mask).sum())
+        counted = (weights > 0).float()
+        sums["loss"] += float((losses.loss.detach() * weights).sum())
+        sums["kl"] += float((behaviour_kl(scored.logp, batch.behaviour_logprobs, counted) * counted).sum())
+        sums["clip"] += float((losses.clipped * counted).sum())
+        sums["excluded"] += float(((batch.loss_mask > 0) & (weights <= 0)).sum())
     elapsed = time.perf_counter() - started
     real_tokens = sum(len(s.token_ids) for s in samples)
     metrics = {
-        "loss": sums["loss"] / total_masked,
+        "loss": sums["loss"] / tokens,
         "reward": sum(rewards) / len(rewards),
-        "kl": sums["kl"] / total_masked,
-        "clip_fraction": sums["clip"] / total_masked,
+        "kl": sums["kl"] / tokens,
+        "clip_fraction": sums["clip"] / tokens,
+        "excluded_fraction": sums["excluded"] / tokens,
         "tokens_per_s": real_tokens / elapsed,
         "trajectories": float(len(plan.trajectories)),
         "segments": float(len(samples)),
@@ -76,3 +91,24 @@ def run_step(engine, plan: StepPlan, step: int, baselines: Baselines, config: Li
     }
     return StepResult(metrics=metrics, staleness=describe(plan.lags), skipped=dict(plan.skipped))
 
+
+def batch_loss(model, batch: MicroBatch, config: LossConfig,
+               reference=None) -> tuple[torch.Tensor, TokenLoss, ScoredTokens]:
+    """(weights, TokenLoss, ScoredTokens) of one micro-batch: tokens scored under their sampling processing;
+    weights are loss mask × staleness weight, 0 on unscorable tokens when config.exclude_unscorable."""
+    scored = score_batch(model, batch, config.scoring_chunk_tokens)
+    weights = batch.loss_mask
+    if config.exclude_unscorable:
+        weights = torch.where(scored.unscorable, torch.zeros_like(weights), weights)
+    reference_logp = None
+    if config.kl_to_reference > 0:
+        with torch.no_grad():
+            reference_logp = score_batch(reference, batch, config.scoring_chunk_tokens).logp
+    losses = token_losses(scored.logp, batch.behaviour_logprobs, batch.advantages, config, weights, reference_logp)
+    return weights, losses, scored
+
+
+def step_objective(losses: TokenLoss, weights: torch.Tensor, trained_tokens: int) -> torch.Tensor:
+    """Σ weight·loss / trained tokens: a token-level mean in which a down-weighted token counts fully in the
+    denominator, so its weight really scales its gradient (a weighted mean would cancel a common weight)."""
+    return (losses.loss * weights).sum() / max(trained_tokens, 1)

@@ -1,12 +1,36 @@
-"""The trainer's view of one trajectory-table row (liverl.contracts.table_schema.TRAJECTORY_SCHEMA)."""
+"""The trainer's view of one trajectory-table row, read through the typed `TrajectoryRow` contract.
+
+Long segments are never cut: `windows` splits a segment longer than max_seq_len into windows that are all
+trained, each scored with up to max_seq_len tokens of the segment's preceding context.
+"""
 
 from __future__ import annotations
 
 import hashlib
-import math
 from dataclasses import dataclass, field
 
-from liverl.contracts.table_schema import TABLE_SCHEMA_VERSION
+from liverl.contracts.trajectory_row import TrajectoryRow
+
+
+@dataclass(frozen=True)
+class SpanSampling:
+    """How the tokens [start, end) of one model call were sampled (its SamplingParams)."""
+
+    start: int
+    end: int
+    temperature: float = 1.0  # 0: greedy
+    top_p: float = 1.0  # 1: no nucleus truncation
+    top_k: int = 0  # <= 0: no top-k truncation
+
+
+@dataclass(frozen=True)
+class Window:
+    """Tokens [start, end) fed to the model as one sequence; only [trained_from, end) carry a loss."""
+
+    start: int
+    trained_from: int
+    end: int
+    position_offset: int  # position of `start` within its segment (what serving's positions were)
 
 
 @dataclass(frozen=True)
@@ -25,21 +49,53 @@ class Trajectory:
     reward_components: dict[str, float] = field(default_factory=dict)
     reward_config_version: str = ""
     signals: dict[str, float] = field(default_factory=dict)
-    first_served_ms: int = 0
+    first_served_ms: int | None = None  # None: unknown (staleness then treats it as older than H)
     # Where each segment begins (0 first); () is one segment. A segment is its own sequence: its completions
     # were sampled conditioned on its tokens only (the context was rewritten where the next one starts).
     segment_starts: tuple[int, ...] = ()
+    # The sampling parameters of each model call's span; tokens outside every span (or rows written before
+    # the columns existed) are scored at temperature 1 without truncation.
+    span_sampling: tuple[SpanSampling, ...] = ()
 
     def segments(self, max_seq_len: int | None = None) -> list[tuple[int, int]]:
-        """[start, end) of each non-empty segment, each cut to its first max_seq_len tokens (the context)."""
+        """[start, end) of each non-empty segment, each cut to its first max_seq_len tokens when given.
+        Training uses `windows` instead, which trains the whole segment."""
         starts = self.segment_starts or (0,)
         ends = (*starts[1:], len(self.token_ids))
         return [(start, min(end, start + max_seq_len) if max_seq_len else end)
                 for start, end in zip(starts, ends) if end > start]
 
+    def windows(self, max_seq_len: int) -> list[Window]:
+        """Each segment as windows of at most max_seq_len tokens that together train every token of it.
+
+        The first window is the segment's first max_seq_len tokens. Each later one trains the next
+        max_seq_len // 2 tokens (the stride) and is preceded by as much of the segment as fits in
+        max_seq_len, so every token is scored with at least max_seq_len - stride tokens of context."""
+        stride = max(max_seq_len // 2, 1)
+        windows = []
+        for start, end in self.segments():
+            first_end = min(end, start + max_seq_len)
+            windows.append(Window(start, start, first_end, 0))
+            trained_from = first_end
+            while trained_from < end:
+                window_end = min(trained_from + stride, end)
+                window_start = window_end - max_seq_len
+                windows.append(Window(window_start, trained_from, window_end, window_start - start))
+                trained_from = window_end
+        return windows
+
+    def token_sampling(self, start: int, end: int) -> tuple[list[float], list[float], list[int]]:
+        """Per-token (temperature, top_p, top_k) of tokens [start, end)."""
+        temperature, top_p, top_k = [1.0] * (end - start), [1.0] * (end - start), [0] * (end - start)
+        for span in self.span_sampling:
+            for i in range(max(span.start, start), min(span.end, end)):
+                temperature[i - start], top_p[i - start], top_k[i - start] = span.temperature, span.top_p, span.top_k
+        return temperature, top_p, top_k
+
     def trainable_within(self, max_seq_len: int | None = None) -> int:
-        # A segment's first token has no prefix to be predicted from, so it never carries a loss.
-        return sum(sum(self.loss_mask[start + 1:end]) for start, end in self.segments(max_seq_len))
+        """Loss-masked tokens that get trained; every one does (windows), except a segment's first token,
+        which has no prefix to be predicted from. max_seq_len is accepted for callers that still pass it."""
+        return sum(sum(self.loss_mask[start + 1:end]) for start, end in self.segments())
 
     @property
     def trainable_tokens(self) -> int:
@@ -47,52 +103,61 @@ class Trajectory:
 
 
 def from_row(row: dict, table_version: int) -> Trajectory:
-    """A row as pyarrow's to_pylist gives it; raises ValueError when its token columns disagree."""
-    if (row.get("schema_version") or TABLE_SCHEMA_VERSION) > TABLE_SCHEMA_VERSION:
-        raise ValueError(
-            f"trajectory {row['trajectory_id']}: table schema version {row['schema_version']} is newer than this "
-            f"trainer's {TABLE_SCHEMA_VERSION}; upgrade liverl to train on it"
-        )
-    tokens, mask, logprobs = row["token_ids"], row["loss_mask"], row["behaviour_logprobs"]
-    if not (len(tokens) == len(mask) == len(logprobs)):
-        raise ValueError(
-            f"trajectory {row['trajectory_id']}: token_ids ({len(tokens)}), loss_mask ({len(mask)}) and "
-            f"behaviour_logprobs ({len(logprobs)}) must have one entry per token"
-        )
-    segment_starts = _segment_starts(row, len(tokens))
-    components = dict(row.get("reward_components") or ())
-    if not all(math.isfinite(value) for value in components.values()):
-        raise ValueError(f"trajectory {row['trajectory_id']}: non-finite reward components {components}")
+    """A row as pyarrow's to_pylist gives it; raises ValueError (SchemaVersionError for a newer schema)
+    when its columns disagree."""
+    typed = TrajectoryRow.from_arrow(row).validate()
+    return from_typed_row(typed, table_version)
+
+
+def from_typed_row(row: TrajectoryRow, table_version: int) -> Trajectory:
     return Trajectory(
-        trajectory_id=row["trajectory_id"],
+        trajectory_id=row.trajectory_id,
         table_version=table_version,
-        task_family=row.get("task_family") or "",
-        task_id=row.get("task_id") or "",
-        agent_role=row["agent_role"],
-        policy_versions=tuple(row.get("policy_versions") or ()),
-        token_ids=tuple(tokens),
-        loss_mask=tuple(mask),
-        behaviour_logprobs=tuple(logprobs),
-        reward_components=components,
-        reward_config_version=row.get("reward_config_version") or "",
-        signals=dict(row.get("signals") or ()),
-        first_served_ms=row.get("first_served_ms") or 0,
-        segment_starts=segment_starts,
+        task_family=row.task_family or "",
+        task_id=row.task_id or "",
+        agent_role=row.agent_role,
+        policy_versions=tuple(row.policy_versions),
+        token_ids=tuple(row.token_ids),
+        loss_mask=tuple(row.loss_mask),
+        behaviour_logprobs=tuple(row.behaviour_logprobs),
+        reward_components=dict(row.reward_components),
+        reward_config_version=row.reward_config_version or "",
+        signals=dict(row.signals),
+        first_served_ms=row.first_served_ms,
+        segment_starts=_segment_starts(row),
+        span_sampling=_span_sampling(row),
     )
 
 
-def _segment_starts(row: dict, length: int) -> tuple[int, ...]:
+def _segment_starts(row: TrajectoryRow) -> tuple[int, ...]:
     """Rows written before the column existed (null or empty) are one segment."""
-    starts = list(row.get("segment_starts") or ())
+    starts, length = list(row.segment_starts), len(row.token_ids)
     if not starts:
         return ()
     if starts[0] != 0 or any(b < a for a, b in zip(starts, starts[1:])) or starts[-1] > length:
         raise ValueError(
-            f"trajectory {row['trajectory_id']}: segment_starts {starts} must begin at 0 and rise within its "
+            f"trajectory {row.trajectory_id}: segment_starts {starts} must begin at 0 and rise within its "
             f"{length} tokens"
         )
     # A call with no tokens leaves an empty segment (a repeated start, or one at the end): nothing to score.
     return tuple(sorted({start for start in starts if start < length}))
+
+
+def _span_sampling(row: TrajectoryRow) -> tuple[SpanSampling, ...]:
+    """Each column on its own: an empty one (unknown) leaves its no-op default for every span."""
+    if not (row.span_temperature or row.span_top_p or row.span_top_k):
+        return ()
+    if len(row.span_ends) != len(row.span_starts):
+        raise ValueError(f"trajectory {row.trajectory_id}: sampling columns need span_starts and span_ends")
+    spans = []
+    for i, (start, end) in enumerate(zip(row.span_starts, row.span_ends)):
+        spans.append(SpanSampling(
+            start, end,
+            temperature=float(row.span_temperature[i]) if row.span_temperature else 1.0,
+            top_p=float(row.span_top_p[i]) if row.span_top_p else 1.0,
+            top_k=int(row.span_top_k[i]) if row.span_top_k else 0,
+        ))
+    return tuple(spans)
 
 
 def is_held_out(trajectory_id: str, fraction: float) -> bool:

@@ -23,29 +23,28 @@ def run(config, args) -> int:
     console.print(table)
     healthy = all(row["healthy"] for row in rows)
     if healthy:
-        console.print(_loop_state(config))
+        from liverl.io.registry import RegistryUnavailable
+
+        try:
+            console.print(_loop_state(config))
+        except RegistryUnavailable as error:  # healthy a moment ago; say what failed rather than a traceback
+            console.print(str(error), style="red", markup=False, highlight=False)
+            return 1
     return 0 if healthy else 1
 
 
 def _loop_state(config) -> str:
     """The registry's versions and aliases, and the trajectory table's latest version."""
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
-    from mlflow import MlflowClient
+    from liverl.io.registry import ModelRegistry
+    from liverl.io.table_history import TableHistory
 
-    client = MlflowClient(tracking_uri=config.mlflow.tracking_uri)
-    name = config.mlflow.registered_model
-    versions = client.search_model_versions(f"name='{name}'")
-    aliases = {}
-    for version in versions:
-        for alias in version.aliases or []:
-            aliases[alias] = version.version
-    try:
-        table = f"table v{DeltaTable(config.table.trajectories_uri).version()}"
-    except TableNotFoundError:
-        table = "no trajectory table yet"
+    registry = ModelRegistry(config.mlflow.tracking_uri, config.mlflow.registered_model)
+    versions = registry.versions()
+    aliases = registry.aliases()
+    latest = TableHistory(config.table.trajectories_uri).latest_version()
+    table = "no trajectory table yet" if latest is None else f"table v{latest}"
     alias_text = ", ".join(f"{alias} v{v}" for alias, v in sorted(aliases.items())) or "no aliases"
-    return f"registry {name}: {len(versions)} versions ({alias_text}); {table}"
+    return f"registry {registry.name}: {len(versions)} versions ({alias_text}); {table}"
 
 
 def _mark(flag: bool) -> str:

@@ -28,13 +28,16 @@ LATE_SEQUENCE_BASE = 1 << 62
 class CaptureClient:
     def __init__(self, target: str, token: str, spool_dir: Path | None = None, *, max_queue_events: int = 10_000,
                  batch_size: int = 256, request_timeout_s: float = 10.0, max_spool_bytes: int = 256 << 20,
-                 tls: bool = False, root_certificates: bytes | None = None):
+                 tls: bool = False, root_certificates: bytes | None = None, max_attempts: int = 6):
         """target: the capture service's gRPC address. spool_dir: where events wait while it is
-        unreachable (None: in memory only, bounded by max_queue_events). tls/root_certificates: TLS."""
+        unreachable (None: in memory only, bounded by max_queue_events). tls/root_certificates: TLS.
+        max_attempts: tries of a batch the service fails on before it is dead-lettered locally
+        (<spool_dir>/dead-letters.capture); an unreachable service is waited on without limit."""
         credentials = grpc.ssl_channel_credentials(root_certificates) if tls or root_certificates else None
         self._sender = BackgroundSender(target, token, Path(spool_dir) if spool_dir else None, max_queue_events,
                                         batch_size, request_timeout_s=request_timeout_s,
-                                        max_spool_bytes=max_spool_bytes, credentials=credentials)
+                                        max_spool_bytes=max_spool_bytes, credentials=credentials,
+                                        max_attempts=max_attempts)
         self._sessions: weakref.WeakValueDictionary[str, SessionRecorder] = weakref.WeakValueDictionary()
 
     def start_session(self, task_family: str = "", task_id: str = "", user_id: str = "", token_budget: int = 0,
@@ -63,7 +66,8 @@ class CaptureClient:
         return self._sender.flush(timeout_s)
 
     def stats(self) -> dict:
-        """Counters: recorded, sent, rejected (+ by reason), dropped, dropped_opt_out, spooled, queued, ..."""
+        """Counters: recorded, sent, rejected (+ by reason), dropped, dropped_opt_out, spooled, queued,
+        retries, dead_lettered (given up on after max_attempts), last_error, ..."""
         return self._sender.stats()
 
     def close(self, timeout_s: float = 10.0) -> None:

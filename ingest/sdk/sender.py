@@ -5,12 +5,20 @@ The caller's thread only appends to the queue (no network, no disk). When the qu
 event is dropped (drop-newest) and counted: the queue keeps what was recorded first, so sessions
 already under way keep their beginnings, and `stats()["dropped"]` says how many were lost. Batches
 the service cannot take go to the spool (fsync'd) and are resent, in order, before anything newer.
+
+Retries are bounded: a batch the service keeps failing on (deadline exceeded, internal error) is tried
+`max_attempts` times with exponential backoff and jitter, then dead-lettered locally (counted, and kept in
+<spool_dir>/dead-letters.capture: framed events, replayable as CaptureRequests). Only the events the
+service did not settle are resent (its answer lists them: "deadline_exceeded"), never a whole batch that
+was partly stored. A batch too big for the service is split; a rate-limited one waits the delay the
+service asks for. Only an unreachable service (UNAVAILABLE) is waited on without limit: nothing is lost.
 """
 
 from __future__ import annotations
 
 import collections
 import logging
+import os
 import random
 import threading
 import time
@@ -25,10 +33,13 @@ from liverl.v1 import capture_pb2
 
 log = logging.getLogger("liverl.ingest.sdk")
 CAPTURE_METHOD = "/liverl.v1.CaptureService/Capture"
-RETRIABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED,
-             grpc.StatusCode.ABORTED, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN,
-             grpc.StatusCode.CANCELLED}
+# The service choked on this batch: retried a bounded number of times, then dead-lettered locally.
+BOUNDED = {grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.ABORTED, grpc.StatusCode.INTERNAL,
+           grpc.StatusCode.UNKNOWN, grpc.StatusCode.CANCELLED}
+RESEND_REASON = "deadline_exceeded"  # a per-event answer meaning "not looked at, resend it"
+RETRY_AFTER_KEY = "retry-after-s"  # trailing metadata of a rate-limited call (ingest.grpc_api)
 MAX_BACKOFF_S = 5.0
+DEAD_LETTER_FILE = "dead-letters.capture"
 
 
 @dataclass
@@ -41,6 +52,7 @@ class SenderStats:
     dropped_opt_out: int = 0
     spooled: int = 0
     retries: int = 0
+    dead_lettered: int = 0  # given up on after max_attempts (kept in the local dead-letter file)
     last_error: str = ""
 
 
@@ -48,8 +60,11 @@ class BackgroundSender:
     def __init__(self, target: str, token: str, spool_dir: Path | None, max_queue_events: int = 10_000,
                  batch_size: int = 256, linger_s: float = 0.02, request_timeout_s: float = 10.0,
                  max_spool_bytes: int = 256 << 20, credentials: grpc.ChannelCredentials | None = None,
-                 max_request_bytes: int = 4 << 20):
+                 max_request_bytes: int = 4 << 20, max_attempts: int = 6):
         self.batch_size = batch_size
+        self.max_attempts = max_attempts
+        self._dead_letter_path = spool_dir / DEAD_LETTER_FILE if spool_dir is not None else None
+        self._spool_remainder: tuple[object, int, list[bytes]] | None = None  # a spooled chunk partly settled
         self.max_request_bytes = max_request_bytes  # under the service's ingest.max_request_bytes
         self.linger_s = linger_s
         self.request_timeout_s = request_timeout_s
@@ -88,7 +103,7 @@ class BackgroundSender:
         deadline = time.monotonic() + timeout_s
         with self._cond:
             self._cond.notify_all()
-            while self._queue or self._in_flight or not self._spool_empty():
+            while self._queue or self._in_flight or self._spool_remainder or not self._spool_empty():
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or not self._thread.is_alive():
                     return False
@@ -102,7 +117,8 @@ class BackgroundSender:
                     "rejected_by_reason": dict(s.rejected_by_reason), "dropped": s.dropped,
                     "dropped_opt_out": s.dropped_opt_out, "spooled": s.spooled,
                     "spool_pending": self._spool.pending() if self._spool else 0, "queued": len(self._queue),
-                    "in_flight": self._in_flight, "retries": s.retries, "last_error": s.last_error}
+                    "in_flight": self._in_flight, "retries": s.retries, "dead_lettered": s.dead_lettered,
+                    "last_error": s.last_error}
 
     def close(self, timeout_s: float) -> None:
         """Flush, stop the thread, and keep what is left in the spool for the next client on this folder."""
@@ -130,7 +146,8 @@ class BackgroundSender:
             with self._cond:
                 if self._stopping:
                     return
-            ok = self._send_spooled() if not self._spool_empty() else self._send_queued()
+            spooled = self._spool_remainder is not None or not self._spool_empty()
+            ok = self._send_spooled() if spooled else self._send_queued()
             if ok:
                 backoff = 0.1
                 continue
@@ -156,53 +173,120 @@ class BackgroundSender:
                 size += batch[-1].ByteSize()
             self._in_flight = len(batch)
         blobs = [event.SerializeToString() for event in batch]
-        ok = self._send(blobs)
-        parked = not ok and self._park(blobs)  # disk work outside the lock: submit() never waits on it
+        unsettled = self._send(blobs)
+        # disk work outside the lock: submit() never waits on it
+        parked = bool(unsettled) and self._park([blobs[i] for i in unsettled])
         with self._cond:
             self._in_flight = 0
-            if not ok and not parked:
-                self._queue.extendleft(reversed(batch))  # no spool room: keep them in memory, in order
+            if unsettled and not parked:  # no spool room: keep them in memory, in order
+                self._queue.extendleft(reversed([batch[i] for i in unsettled]))
             self._cond.notify_all()
-        return ok
+        return not unsettled
 
     def _send_spooled(self) -> bool:
-        blobs, position = self._spool.read(self.batch_size, self.max_request_bytes)
-        if not blobs:
-            return True
-        ok = self._send(blobs)
-        if ok:
-            self._spool.commit(position, len(blobs))
-            with self._cond:
-                self._cond.notify_all()
-        return ok
+        if self._spool_remainder is not None:  # a chunk partly settled: only its rest is resent
+            position, count, blobs = self._spool_remainder
+        else:
+            blobs, position = self._spool.read(self.batch_size, self.max_request_bytes)
+            count = len(blobs)
+            if not blobs:
+                return True
+        unsettled = self._send(blobs)
+        with self._cond:
+            if unsettled:
+                self._spool_remainder = (position, count, [blobs[i] for i in unsettled])
+                return False
+            self._spool_remainder = None
+        self._spool.commit(position, count)
+        with self._cond:
+            self._cond.notify_all()
+        return True
 
-    def _send(self, blobs: list[bytes]) -> bool:
-        """One Capture call; True when the batch is settled (acknowledged or refused for good)."""
-        request = b"".join(_frame(blob) for blob in blobs)
+    def _send(self, blobs: list[bytes]) -> list[int]:
+        """Capture calls until each blob is settled (stored, refused, or dead-lettered here); returns the
+        indices still unsettled because the service is away (the caller parks them), [] when all are."""
+        pending = list(range(len(blobs)))
+        attempts = 0
+        while pending:
+            outcome, pending = self._attempt(blobs, pending)
+            if outcome in ("settled", "away"):
+                return pending
+            if outcome == "later":  # rate-limited: waited as asked, not the batch's fault
+                continue
+            attempts += 1  # outcome "again": the service failed on (part of) this batch
+            if attempts >= self.max_attempts:
+                self._dead_letter([blobs[i] for i in pending], f"gave up after {attempts} attempts")
+                return []
+            with self._cond:
+                self._stats.retries += 1
+            if not self._pause(min(MAX_BACKOFF_S, 0.1 * 2 ** attempts) * (0.5 + random.random())):
+                return pending
+        return []
+
+    def _attempt(self, blobs: list[bytes], pending: list[int]) -> tuple[str, list[int]]:
+        """One Capture call over blobs[pending]: ("settled", []), ("again", to resend), ("later", to resend
+        after a rate limit's delay) or ("away", pending)."""
+        request = b"".join(_frame(blobs[i]) for i in pending)
         try:
             response = self._capture(request, metadata=self._metadata, timeout=self.request_timeout_s)
         except grpc.RpcError as error:
-            code = error.code()
-            with self._cond:
-                self._stats.last_error = f"{code.name}: {error.details()}"
-                if code in RETRIABLE and not (code == grpc.StatusCode.RESOURCE_EXHAUSTED and len(blobs) == 1):
-                    return False
-                # Refused for good (bad token, wrong tenant, one event over the size limit): count it.
-                self._stats.rejected += len(blobs)
-                self._stats.rejected_by_reason[code.name.lower()] += len(blobs)
-            log.warning("capture service refused a batch of %d events: %s %s", len(blobs), code.name,
-                        error.details())
-            return True
+            return self._failed(error, blobs, pending)
+        resend = [pending[r.index] for r in response.rejected if r.reason == RESEND_REASON and r.index < len(pending)]
         with self._cond:
             self._stats.sent += response.accepted
             self._stats.dropped_opt_out += response.dropped_opt_out
-            self._stats.rejected += len(response.rejected)
             for rejection in response.rejected:
-                self._stats.rejected_by_reason[rejection.reason] += 1
+                if rejection.reason != RESEND_REASON:
+                    self._stats.rejected += 1
+                    self._stats.rejected_by_reason[rejection.reason] += 1
             if response.rejected:
                 first = response.rejected[0]
                 self._stats.last_error = f"{first.reason}: {first.message}"
-        return True
+        return ("again", resend) if resend else ("settled", [])
+
+    def _failed(self, error: grpc.RpcError, blobs: list[bytes], pending: list[int]) -> tuple[str, list[int]]:
+        code = error.code()
+        with self._cond:
+            self._stats.last_error = f"{code.name}: {error.details()}"
+        if code == grpc.StatusCode.UNAVAILABLE:
+            return "away", pending
+        if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+            retry_after = dict(error.trailing_metadata() or ()).get(RETRY_AFTER_KEY)
+            if retry_after is not None:  # rate-limited: wait as asked, then the same events again
+                with self._cond:
+                    self._stats.retries += 1
+                return ("later" if self._pause(min(float(retry_after), MAX_BACKOFF_S)) else "away"), pending
+            if len(pending) > 1:  # over the service's message size: halves, each on its own
+                half = len(pending) // 2
+                rest = self._send_part(blobs, pending[:half]) + self._send_part(blobs, pending[half:])
+                return ("away", rest) if rest else ("settled", [])
+        if code in BOUNDED:
+            return "again", pending
+        # Refused for good (bad token, wrong tenant, one event over the size limit): count it.
+        with self._cond:
+            self._stats.rejected += len(pending)
+            self._stats.rejected_by_reason[code.name.lower()] += len(pending)
+        log.warning("capture service refused a batch of %d events: %s %s", len(pending), code.name, error.details())
+        return "settled", []
+
+    def _send_part(self, blobs: list[bytes], part: list[int]) -> list[int]:
+        return [part[i] for i in self._send([blobs[i] for i in part])]
+
+    def _pause(self, seconds: float) -> bool:
+        """Sleep unless the sender is closing; False when it is."""
+        with self._cond:
+            return not self._cond.wait_for(lambda: self._stopping, timeout=seconds)
+
+    def _dead_letter(self, blobs: list[bytes], why: str) -> None:
+        if self._dead_letter_path is not None:
+            with self._dead_letter_path.open("ab") as sink:
+                sink.write(b"".join(_frame(blob) for blob in blobs))
+                sink.flush()
+                os.fsync(sink.fileno())
+        with self._cond:
+            self._stats.dead_lettered += len(blobs)
+            self._stats.last_error = f"dead-lettered {len(blobs)} events: {why} ({self._stats.last_error})"
+        log.warning("dead-lettered %d events locally (%s): %s", len(blobs), self._dead_letter_path, why)
 
     def _park_queue(self) -> None:
         if self._spool is None:

@@ -36,6 +36,17 @@ class IngestConfig(Section):
     """Most events in one request."""
     max_request_bytes: int = 16 * 1024 * 1024
     """Largest request body (gRPC message or HTTP body)."""
+    handler_timeout_s: float = 10.0
+    """Most time one request may take in the service (or the caller's gRPC deadline, if sooner); events
+    not reached by then are answered "deadline_exceeded" (not stored: resend just those)."""
+    rate_limit_events_per_s: float = 5000.0
+    """Events per second per tenant (token bucket); over it, gRPC RESOURCE_EXHAUSTED or HTTP 429 with a
+    retry delay. 0 disables."""
+    rate_limit_burst_events: int = 20000
+    """Events a tenant may send at once above its rate (the bucket's size)."""
+    dedupe_window_events: int = 100_000
+    """Event ids remembered per service (per tenant) so an event resent after a lost answer is
+    acknowledged again without being stored twice. 0 disables."""
     max_future_skew_s: float = 300.0
     """Events stamped further than this in the future are rejected (clock_skew)."""
     max_event_age_s: float = 7 * 24 * 3600.0

@@ -25,6 +25,9 @@ class KafkaConfig(Section):
     """Partitions per topic when liverl creates them."""
     replication_factor: int = 1
     """Replication per topic when liverl creates them (3 on a real cluster)."""
+    topic_retention_ms: int = 7 * 24 * 3600 * 1000
+    """retention.ms of the topics liverl creates: keep it above the longest time the distiller may be stopped,
+    or records are deleted before they are distilled (pipelines.on_retention_gap decides what happens then)."""
 
     def client_kwargs(self) -> dict:
         """Connection arguments shared by every kafka-python client."""

@@ -1,5 +1,7 @@
 """The distillation jobs: Kafka -> sessions -> trajectories -> table. Owned by the pipelines stage."""
 
+from typing import Literal
+
 from pydantic import Field
 
 from liverl.config.section import Section
@@ -25,6 +27,11 @@ class PipelinesConfig(Section):
     """How long emitted sessions are remembered, so events arriving after emission count as "late_event"."""
     read_chunk_records: int = Field(default=5000, gt=0)
     """Offset ranges are split into chunks of at most this many records: the unit of read parallelism."""
+    on_retention_gap: Literal["skip", "fail"] = "skip"
+    """When Kafka retention deleted records the table had not read yet (its next offset is below the partition's
+    earliest): "skip" records each gap as a `retention_gap` dead letter (topic, partition, expected offset,
+    earliest available, records lost) plus a warning line and continues from the earliest offset; "fail"
+    stops the batch with an error saying what to do. The records are lost either way."""
     read_timeout_s: float = 30.0
     """A worker reading a range fails the batch (nothing is committed) when no progress happens this long."""
     audit: bool = True

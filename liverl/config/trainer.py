@@ -29,6 +29,14 @@ class LossConfig(Section):
     """kimi: tokens whose log ratio is above β get no policy-gradient term."""
     kimi_tau: float = 0.01
     """kimi: weight of the τ·(log r)² penalty on every loss-masked token."""
+    exclude_unscorable: bool = True
+    """Tokens of greedy calls (temperature 0: the behaviour policy is a point mass) and tokens outside the
+    trainer's own top-k/top-p set get no loss term (trainer/scoring.py). false: greedy tokens are scored at
+    temperature 1 untruncated (what vLLM records for them), outside tokens at their untruncated probability."""
+    kl_to_reference: float = 0.0
+    """β of an optional β·KL(π_θ || π_ref) term per token (k3 estimator) against the frozen base policy; 0: off."""
+    scoring_chunk_tokens: int = Field(512, ge=1)
+    """Tokens projected to the vocabulary at once when scoring (memory O(chunk × vocab), not O(tokens × vocab))."""
 
 
 class StalenessConfig(Section):
@@ -52,7 +60,7 @@ class AdvantageConfig(Section):
     leave_one_out: bool = True
     """Where a step holds several trajectories of the same (task_family, task_id), use their leave-one-out mean."""
     normalize: Literal["none", "batch"] = "none"
-    """batch: divide the step's advantages by their standard deviation."""
+    """batch: centre the step's advantages and divide by their standard deviation (all equal: all 0)."""
 
 
 class DeepSpeedConfig(Section):
@@ -87,14 +95,16 @@ class GateConfig(Section):
     """Fewer held-out trajectories than this: the gate fails (nothing to judge the candidate on)."""
     max_kl: float = 0.5
     """Largest mean per-token KL(candidate || champion) on held-out loss-masked tokens (upper confidence bound)."""
-    max_loss_increase: float = 0.05
-    """Largest increase of the RL loss on held-out trajectories, candidate minus champion (upper bound)."""
+    max_loss_increase: float | None = None
+    """Largest increase of the RL loss on held-out trajectories, candidate minus champion (upper bound); None:
+    reported, not judged (the clipped surrogate is pessimistic for moves past the clip range; the expected
+    reward, max_reward_drop, judges the same question without that bias)."""
     max_nll_increase: float = 0.5
     """Regression check: largest increase of the mean NLL of the served tokens, candidate minus champion (upper
     bound)."""
-    max_reward_drop: float = 0.0
+    max_reward_drop: float = 0.01
     """Largest drop of the expected reward, candidate minus champion, each importance-weighted on the held-out
-    rows (lower confidence bound); 0: the candidate must be shown no worse."""
+    rows (lower confidence bound): the candidate must be shown no worse than this (in reward units)."""
     confidence_z: float = Field(2.0, ge=0.0)
     """Each figure is judged at its confidence bound: estimate ± z × its standard error over held-out trajectories."""
     max_log_weight: float = Field(3.0, gt=0.0)

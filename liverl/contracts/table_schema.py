@@ -7,7 +7,7 @@ Bump TABLE_SCHEMA_VERSION on any change; readers refuse versions they do not kno
 
 import pyarrow as pa
 
-# 1: the first table. 2: per-span sampling parameters (additive: version-1 rows read with them empty).
+# 1: the first table. 2: per-span sampling parameters and origin (additive: version-1 rows read with them empty).
 TABLE_SCHEMA_VERSION = 2
 
 # Per-span policy versions: a trajectory chains several model calls, possibly served by different
@@ -51,6 +51,9 @@ TRAJECTORY_SCHEMA = pa.schema(
         pa.field("span_temperature", pa.list_(pa.float32())),
         pa.field("span_top_p", pa.list_(pa.float32())),
         pa.field("span_top_k", pa.list_(pa.int32())),
+        # "" for trajectories served by liverl; "import:<format>" when built from imported traces (`liverl
+        # import`): no behaviour logprobs, so the trainer never forms an IS ratio on them (version 2).
+        pa.field("origin", pa.string()),
     ]
 )
 

@@ -55,6 +55,11 @@ class TrajectoryRow:
     span_temperature: list[float] = field(default_factory=list)  # 0: greedy
     span_top_p: list[float] = field(default_factory=list)  # 1: no nucleus truncation
     span_top_k: list[int] = field(default_factory=list)  # 0 or -1: no top-k truncation
+    origin: str = ""  # "" served by liverl; "import:<format>": off-policy, no behaviour logprobs
+
+    @property
+    def imported(self) -> bool:
+        return self.origin.startswith("import:")
 
     def validate(self) -> "TrajectoryRow":
         """Raise ValueError naming the row when its columns disagree; return self."""

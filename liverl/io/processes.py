@@ -59,8 +59,8 @@ def start(name: str, argv: Sequence[str], log: Path, env: Mapping[str, str] | No
 
 
 def wait_until(ready: Callable[[], bool], timeout_s: float, what: str, process: subprocess.Popen | None = None,
-               log: Path | None = None) -> None:
-    """Poll ready() until true; fail early with the log's tail if the process died."""
+               log: Path | None = None, interval_s: float = 0.25) -> None:
+    """Poll ready() every interval_s until true; fail early with the log's tail if the process died."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process is not None and process.poll() is not None:
@@ -70,7 +70,7 @@ def wait_until(ready: Callable[[], bool], timeout_s: float, what: str, process: 
                 return
         except Exception:  # not up yet: connection refused, half-started HTTP server, ...
             pass
-        time.sleep(0.25)
+        time.sleep(interval_s)
     raise TimeoutError(f"{what} was not ready after {timeout_s:.0f} s; log tail:\n{_tail(log)}")
 
 

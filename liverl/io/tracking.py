@@ -114,7 +114,8 @@ class TrackingRun:
 
     def _call(self, what: str, method: str, *args: Any, **kwargs: Any) -> None:
         client = self.tracking.client
-        self.tracking.answer(f"{what} in run {self.run_id}", lambda: getattr(client, method)(self.run_id, *args, **kwargs))
+        self.tracking.answer(f"{what} in run {self.run_id}",
+                             lambda: getattr(client, method)(self.run_id, *args, **kwargs))
 
     def log_metrics(self, metrics: Mapping[str, float], step: int = 0) -> None:
         self.log_step_metrics([(step, metrics)])
@@ -124,7 +125,8 @@ class TrackingRun:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        metrics = [Metric(key, float(value), now, step) for step, figures in step_metrics for key, value in figures.items()]
+        metrics = [Metric(key, float(value), now, step)
+                   for step, figures in step_metrics for key, value in figures.items()]
         for start in range(0, len(metrics), METRICS_PER_BATCH):
             self._call("logging metrics", "log_batch", metrics=metrics[start:start + METRICS_PER_BATCH])
 

@@ -75,11 +75,3 @@ def test_broker_stop_and_restart_mid_stream_loses_nothing_and_keeps_order(own_br
     assert_sessions_complete(events_of(before) + events_of(after), {s.session_id: total for s in sessions})
     assert client.stats()["dropped"] == 0 and client.stats()["rejected"] == 0
 
-
-def test_a_spooled_record_round_trips_exactly():
-    from ingest.delivery import Record
-
-    record = Record("topic", "sessión".encode(), b"\x00\xffvalue", (("liverl-tenant", b"acme"),), 1234)
-    assert Record.decode(record.encode()) == record
-    empty_key = Record("dead", b"", b"{}", ())
-    assert Record.decode(empty_key.encode()) == empty_key

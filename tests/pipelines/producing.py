@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 
 from liverl.contracts import names
-from liverl.v1.common_pb2 import AgentRole
+from liverl.v1.common_pb2 import AgentRole, SamplingParams
 from liverl.v1.model_call_pb2 import ModelCall
 from liverl.v1.session_event_pb2 import SessionEvent
 
@@ -23,14 +23,17 @@ def event(session_id: str, t: int, agent_id: str = "main", role=AgentRole.AGENT_
 
 
 def call(session_id: str, t: int, request_id: str, prompt, completion, logprobs=None, agent_id="main",
-         role=AgentRole.AGENT_ROLE_SINGLE, version="1", event_id=None, tenant="demo") -> ModelCall:
+         role=AgentRole.AGENT_ROLE_SINGLE, version="1", event_id=None, tenant="demo",
+         sampling: SamplingParams | None = None) -> ModelCall:
+    """sampling None: as serving records a default request (temperature 1, top_p 1, top_k 0)."""
     return ModelCall(event_id=event_id or f"c{next(_ids)}", request_id=request_id, session_id=session_id,
                      tenant_id=tenant, schema_version=names.EVENT_SCHEMA_VERSION, agent_role=role, agent_id=agent_id,
                      policy_version=version, model_name="liverl-policy", prompt_token_ids=prompt,
                      completion_token_ids=completion,
                      completion_logprobs=[-0.5] * len(completion) if logprobs is None else logprobs,
                      request_time_ms=T0 + t * 1000, first_token_time_ms=T0 + t * 1000 + 10,
-                     finish_time_ms=T0 + t * 1000 + 20, finish_reason="stop", api="grpc")
+                     finish_time_ms=T0 + t * 1000 + 20, finish_reason="stop", api="grpc",
+                     sampling=sampling or SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_tokens=16))
 
 
 def produce(config, events=(), calls=(), raw=()) -> None:

@@ -11,9 +11,9 @@ import pytest
 from deltalake import DeltaTable
 
 from liverl.contracts import names
-from liverl.contracts.table_schema import TRAJECTORY_SCHEMA
+from liverl.contracts.table_schema import TABLE_SCHEMA_VERSION, TRAJECTORY_SCHEMA
 from liverl.v1 import session_event_pb2 as se
-from pipelines import dead_letters
+from pipelines import dead_letters, table
 from pipelines.distill import distill_once
 from tests.pipelines.producing import T0, coding_session, event, orchestrator_session, produce
 
@@ -55,7 +55,7 @@ def test_one_batch_commits_trajectories_with_offsets_and_app_transaction(distill
     offsets = json.loads(commit[names.COMMIT_KAFKA_OFFSETS])
     consumed = sum(end - first for parts in offsets.values() for first, end in parts.values())
     assert consumed == len(e1 + e2 + c1 + c2)
-    assert commit[names.COMMIT_SCHEMA_VERSION] == "1"
+    assert commit[names.COMMIT_SCHEMA_VERSION] == str(TABLE_SCHEMA_VERSION)
     rows = _rows(config)
     assert {(r["session_id"], r["agent_id"]) for r in rows} == {("s1", "main"), ("s2", "main"), ("s2", "sub-1")}
     assert all(r["batch_id"] == report.batch_id and r["event_date"] == "2026-09-21" for r in rows)
@@ -167,3 +167,67 @@ def test_every_session_and_record_dead_letter_reason_is_recorded_and_counted(dis
     assert all(d["batch_id"] == report.batch_id and d["message"] for d in letters)
     assert {d["session_id"] for d in letters if d["source_topic"] is None} == {"nostart", "nocalls", "missing",
                                                                                "mismatch"}
+
+
+def _as_tenant(messages, tenant: str, token_shift: int = 0):
+    """Copies of messages under another tenant: same session id, same event and request ids."""
+    copies = []
+    for message in messages:
+        copy = type(message)()
+        copy.CopyFrom(message)
+        copy.tenant_id = tenant
+        if token_shift and hasattr(copy, "completion_token_ids"):
+            copy.completion_token_ids[:] = [t + token_shift for t in copy.completion_token_ids]
+        copies.append(copy)
+    return copies
+
+
+def test_two_tenants_sharing_session_and_event_ids_get_separate_trajectories(distill_config):
+    config = distill_config
+    a_events, a_calls = coding_session("shared")
+    b_events, b_calls = _as_tenant(a_events, "tenant-b"), _as_tenant(a_calls, "tenant-b", token_shift=100)
+    produce(config, a_events + b_events, a_calls + b_calls)
+    report = distill_once(config, now_ms=LATER)
+    assert report.sessions == 2 and report.trajectories == 2 and report.counters.get("duplicates", 0) == 0
+    rows = {r["tenant_id"]: r for r in _rows(config)}
+    assert set(rows) == {"demo", "tenant-b"} and rows["demo"]["trajectory_id"] != rows["tenant-b"]["trajectory_id"]
+    for tenant, calls in (("demo", a_calls), ("tenant-b", b_calls)):
+        row = rows[tenant]
+        assert row["session_id"] == "shared" and row["num_model_calls"] == len(calls)
+        sampled = [t for t, m in zip(row["token_ids"], row["loss_mask"]) if m]
+        assert sampled == [t for c in calls for t in c.completion_token_ids]  # only its own tenant's tokens
+
+
+def test_a_retention_gap_is_recorded_and_skipped_or_fails_by_policy(distill_config, monkeypatch):
+    """What is real: the broker, the Beam job reading from the earliest offset, the Delta tables. What is not:
+    tansu 0.6 cannot delete records (it enforces no retention and drops the connection on DeleteRecords), so the
+    broker's answer to "earliest available offset" is replaced by one saying that retention deleted the first two
+    records produced after the last commit. The reader really starts past them, so the session lost its start."""
+    from pipelines import distill, kafka_source
+
+    config = distill_config
+    produce(config, *coding_session("before"))
+    first = distill_once(config, now_ms=LATER)
+    starts = {tp: end for tp, end in table.read_committed(config.table.trajectories_uri).next_starts().items()}
+    produce(config, *coding_session("after"))
+    topic = config.kafka.session_events_topic
+    marks = kafka_source.high_water_marks(config.kafka.client_kwargs(), [topic], starts)
+    (tp,) = [tp for tp, mark in marks.items() if mark > starts[tp]]
+    deleted_to = starts[tp] + 2
+    real = kafka_source.earliest_offsets
+    monkeypatch.setattr(distill, "earliest_offsets", lambda kwargs, parts: real(kwargs, parts) | {tp: deleted_to})
+
+    config.pipelines.on_retention_gap = "fail"
+    with pytest.raises(kafka_source.RetentionGapError, match="pipelines.on_retention_gap"):
+        distill_once(config, now_ms=LATER + 1)
+    assert DeltaTable(config.table.trajectories_uri).version() == first.table_version  # nothing committed
+
+    config.pipelines.on_retention_gap = "skip"
+    report = distill_once(config, now_ms=LATER + 2)
+    assert report.committed and report.counters["retention_gap_records"] == 2
+    assert report.dead_letters == {dead_letters.RETENTION_GAP: 1, dead_letters.MISSING_SESSION_START: 1}
+    (gap,) = [d for d in _dead(config) if d["reason"] == dead_letters.RETENTION_GAP]
+    assert json.loads(gap["payload"]) == {"topic": topic, "partition": tp[1], "expected_offset": starts[tp],
+                                          "earliest_offset": deleted_to, "records_lost": 2}
+    assert report.offsets[topic][str(tp[1])] == [deleted_to, marks[tp]]
+    assert not distill_once(config, now_ms=LATER + 3).committed  # the gap is recorded once, offsets moved on

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipelines.kafka_source import OffsetRange
+from pipelines.kafka_source import OffsetRange, RetentionGap
 from pipelines.records import RAW_RECORD_SCHEMA, RawRecord
 from pipelines.state import BatchPlan, StateStore
 
@@ -14,12 +16,14 @@ def test_plan_round_trips_and_reports_offsets(tmp_path):
     store = StateStore(str(tmp_path / "state"))
     plan = BatchPlan(seq=3, batch_id="g-00000003", as_of_ms=5,
                      ranges=(OffsetRange("ev", 0, 4, 9), OffsetRange("ev", 1, 0, 0), OffsetRange("mc", 0, 2, 3)),
-                     carried_state=store.batch_dir(2))
+                     carried_state=store.batch_dir(2), gaps=(RetentionGap("ev", 0, 1, 4),))
     assert store.load_plan(3) is None
     store.save_plan(plan)
     assert store.load_plan(3) == plan
     assert plan.offsets() == {"ev": {"0": [4, 9], "1": [0, 0]}, "mc": {"0": [2, 3]}}
-    assert plan.new_records() == 6
+    assert plan.new_records() == 6 and plan.has_news()
+    older = {k: v for k, v in json.loads(plan.to_json()).items() if k != "gaps"}  # a plan written before gaps
+    assert BatchPlan.from_json(json.dumps(older)).gaps == ()
 
 
 def test_staged_pending_records_come_back_and_old_batches_are_pruned(tmp_path):

@@ -7,7 +7,7 @@ import pytest
 from deltalake import DeltaTable
 
 from liverl.contracts import names
-from liverl.contracts.table_schema import DEAD_LETTER_SCHEMA, TRAJECTORY_SCHEMA
+from liverl.contracts.table_schema import DEAD_LETTER_SCHEMA, TABLE_SCHEMA_VERSION, TRAJECTORY_SCHEMA
 from pipelines import table
 from pipelines.job import stamp_dead_letter
 
@@ -29,7 +29,7 @@ def test_commits_carry_metadata_and_are_never_repeated(tmp_path):
     committed = table.read_committed(uri)
     assert (committed.seq, committed.table_version, version) == (1, 0, 0)
     assert committed.next_starts() == {("ev", 0): 5} and committed.state_uri == "somewhere"
-    assert committed.metadata[names.COMMIT_SCHEMA_VERSION] == "1"
+    assert committed.metadata[names.COMMIT_SCHEMA_VERSION] == str(TABLE_SCHEMA_VERSION)
     with pytest.raises(RuntimeError, match="already in"):
         table.commit_trajectories(uri, _trajectory("b-1"), 1, {})
     assert DeltaTable(uri).to_pyarrow_table().num_rows == 1

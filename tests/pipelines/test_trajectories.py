@@ -110,3 +110,29 @@ def test_with_the_judge_enabled_trainable_trajectories_get_its_verdict():
     by_agent = {row.agent_id: row for row in rows}
     assert dead == [] and "judge" in by_agent["main"].reward_components
     assert "judge" not in by_agent["sub-1"].reward_components  # frozen sub-agents are not judged
+
+
+def test_spans_carry_the_sampling_parameters_and_unknown_times_are_none():
+    from liverl.v1.common_pb2 import SamplingParams
+
+    greedy = SamplingParams(temperature=0.0, top_p=1.0, top_k=0, max_tokens=4)  # as serving records greedy
+    nucleus = SamplingParams(temperature=0.7, top_p=0.9, top_k=-1, max_tokens=4)
+    calls = [call("s", 0, "r1", [1], [2], sampling=greedy), call("s", 1, "r2", [1, 2, 3], [4], sampling=nucleus)]
+    chain = chain_tokens(calls, trainable=True)
+    assert chain["span_temperature"] == [0.0, pytest.approx(0.7)]
+    assert chain["span_top_p"] == [1.0, pytest.approx(0.9)] and chain["span_top_k"] == [0, 0]
+
+    unrecorded = call("s", 2, "r3", [9], [8])
+    unrecorded.ClearField("sampling")  # a producer that does not know: the span reads as "unknown"
+    empty = call("s", 3, "r4", [7], [6], sampling=SamplingParams())
+    empty.sampling.Clear()
+    chain = chain_tokens([calls[0], unrecorded, empty], trainable=True)
+    assert chain["span_temperature"] == [0.0, 1.0, 1.0] and chain["span_top_p"] == [1.0, 1.0, 1.0]
+    assert chain_tokens([unrecorded], trainable=True)["span_temperature"] == []  # nothing known: empty columns
+
+    events, session_calls = coding_session("t")
+    for c in session_calls:
+        c.request_time_ms = 0  # a producer that did not stamp its calls
+    (row,) = build_rows(_session(events, session_calls), RewardsConfig(), "b", 0)[0]
+    assert row.first_served_ms is None and row.session_start_ms == events[0].event_time_ms
+    assert len(row.span_temperature) == len(row.span_starts) == 3

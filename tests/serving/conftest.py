@@ -165,7 +165,30 @@ def api_server(stack, tiny_policy_dir, tmp_path_factory):
     """An hf-engine server following "champion" of a model with one version, keys configured."""
     config = module_topics(stack, f"api-{tmp_path_factory.mktemp('n').name}")
     tmp = tmp_path_factory.mktemp("api")
-    config = serving_config(config, tmp, f"api-{tmp.name}", api_keys=["user-key"], admin_api_keys=["admin-key"])
+    config = serving_config(config, tmp, f"api-{tmp.name}", api_keys={"user-key": {"tenant": "acme"}},
+                            admin_api_keys=["admin-key"])
     register_version(config, tiny_policy_dir, (names.ALIAS_CHAMPION,))
     with ServerThread(config) as server:
         yield server
+
+
+HOSTILE_KEYS = {"acme-key": {"tenant": "acme"}, "globex-key": {"tenant": "globex"},
+                "acme-sub-key": {"tenant": "acme", "roles": ["subagent"]}}
+
+
+@pytest.fixture(scope="session")
+def hostile_server(stack, tiny_policy_dir, tmp_path_factory):
+    """A fixed-folder hf-engine server with tenant keys, small limits and recording, for hostile clients."""
+    tmp = tmp_path_factory.mktemp("hostile")
+    config = serving_config(module_topics(stack, f"hostile-{tmp.name}"), tmp, f"hostile-{tmp.name}",
+                            policy_dir=tiny_policy_dir, api_keys=HOSTILE_KEYS, admin_api_keys=["admin-key"],
+                            rate_limit_per_s=1e6, rate_limit_burst=1_000_000, max_request_bytes=2 << 20,
+                            body_timeout_s=2.0, default_max_tokens=4)
+    with ServerThread(config) as server:
+        yield server
+
+
+def rejected_total(server: ServerThread) -> float:
+    """Requests refused so far, over every reason."""
+    return sum(s.value for m in server.server.metrics.registry.collect() if m.name == "liverl_serving_rejected_requests"
+               for s in m.samples if s.name.endswith("_total"))

@@ -39,3 +39,17 @@ def test_batch_normalisation_gives_unit_spread():
     config = AdvantageConfig(normalize="batch", leave_one_out=False)
     advantages = compute_advantages([_t("c"), _t("c")], [2.0, 0.0], Baselines(), config)
     assert advantages == pytest.approx([1.0, -1.0], abs=1e-5)
+
+
+def test_batch_normalisation_centres_before_dividing():
+    # Baseline 0 for family c: advantages [3, 1] (mean 2, std 1) -> [1, -1]; not [3, 1] / 1.
+    config = AdvantageConfig(normalize="batch", leave_one_out=False)
+    advantages = compute_advantages([_t("c"), _t("c")], [3.0, 1.0], Baselines({"c": 0.0}), config)
+    assert advantages == pytest.approx([1.0, -1.0])
+
+
+def test_batch_normalisation_of_equal_advantages_gives_zeros_not_a_blow_up():
+    config = AdvantageConfig(normalize="batch", leave_one_out=False)
+    # Advantages [0.5, 0.5]: std 0 used to divide by 1e-6 (5e5); equal advantages carry no signal.
+    assert compute_advantages([_t("c"), _t("c")], [0.5, 0.5], Baselines({"c": 0.0}), config) == [0.0, 0.0]
+    assert compute_advantages([_t("c")], [0.5], Baselines({"c": 0.0}), config) == [0.0]

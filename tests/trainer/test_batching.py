@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from trainer.batching import Sample, collate, pack
@@ -26,3 +27,30 @@ def test_collate_pads_masks_token_zero_and_applies_the_staleness_weight():
     assert batch.loss_mask.tolist() == [[0.0, 0.5, 0.5], [0.0, 1.0, 0.0]]
     assert batch.real_tokens == 5 and batch.masked_tokens == 2.0
     assert torch.equal(batch.attention_mask, torch.tensor([[1, 1, 1], [1, 1, 0]]))
+
+
+def test_staleness_weights_scale_the_gradient_instead_of_cancelling():
+    from liverl.config.trainer import LossConfig
+    from trainer.losses import token_losses
+    from trainer.training_step import step_objective
+
+    # One on-policy token per trajectory (r = 1, ppo loss -A), A = 1 and A = 3, weights 1 and 0.5.
+    batch = collate([Sample([1, 2], [0, 1], [0.0, -1.0], 1.0, 1.0), Sample([1, 2], [0, 1], [0.0, -1.0], 3.0, 0.5)])
+    logp = torch.tensor([[0.0, -1.0], [0.0, -1.0]], requires_grad=True)
+    losses = token_losses(logp, batch.behaviour_logprobs, batch.advantages, LossConfig(), batch.loss_mask)
+    assert batch.trained_tokens == 2 and batch.masked_tokens == 1.5
+    objective = step_objective(losses, batch.loss_mask, batch.trained_tokens)
+    objective.backward()
+    # (1·(-1) + 0.5·(-3)) / 2 tokens = -1.25; d/dlogp = -w·A·r / 2: -0.5 and -0.75.
+    assert objective.item() == pytest.approx(-1.25)
+    assert logp.grad[:, 1].tolist() == pytest.approx([-0.5, -0.75])
+    # Alone, a down-weighted trajectory's gradient is scaled by its weight (a weighted mean would cancel it).
+    alone = collate([Sample([1, 2], [0, 1], [0.0, -1.0], 3.0, 0.5)])
+    logp = torch.tensor([[0.0, -1.0]], requires_grad=True)
+    step_objective(token_losses(logp, alone.behaviour_logprobs, alone.advantages, LossConfig(), alone.loss_mask),
+                   alone.loss_mask, alone.trained_tokens).backward()
+    assert logp.grad[0, 1].item() == pytest.approx(-1.5)  # 0.5 · -3, not -3
+
+
+def test_zero_weight_padding_copies_count_no_tokens():
+    assert collate([_sample(4, weight=0.0)]).trained_tokens == 0

@@ -1,4 +1,6 @@
-"""The promotion gate passes a sound candidate and refuses a deliberately degraded one."""
+"""The promotion gate judges the candidate itself on held-out sessions: it refuses a candidate degraded by noise,
+one trained on inverted rewards and one that games a known hack (asking instead of editing), and passes an
+improved one; it fails closed on missing, partial or NaN evidence."""
 
 from __future__ import annotations
 
@@ -8,15 +10,64 @@ import json
 import pytest
 import torch
 
+from liverl.config.rewards import RewardsConfig
+from liverl.config.trainer import AdvantageConfig, GateConfig, LossConfig
 from liverl.contracts import names
-from liverl.config.trainer import GateConfig, LossConfig
 from tests.trainer.conftest import commit_batch, trainer_config
+from trainer.advantages import Baselines, compute_advantages
 from trainer.base_policy import register_base
+from trainer.batching import token_logprobs
 from trainer.gate import evaluate
+from trainer.holdout import GateEvidence
 from trainer.loop import Trainer
 from trainer.policy_io import load_policy
 from trainer.registry import Registry
+from trainer.rewarding import mixed_rewards
 from trainer.trajectory import from_row
+
+# Three behaviours on one task. The held-out labels were made by a judge that was fooled by questions:
+# asking scores almost like editing (the hack the monitors must catch), searching without editing scores nothing.
+EDIT = ("fix the file : edit file done", 1.0, {"edits": 1.0, "tool_calls": 1.0, "turns": 1.0})
+ASK = ("fix the file : ask ask ask", 0.8, {"clarifying": 1.0, "tool_calls": 1.0, "turns": 1.0})
+SEARCH = ("fix the file : search file done", 0.0, {"tool_calls": 1.0, "turns": 1.0})
+BEHAVIOURS = {"edit": EDIT, "ask": ASK, "search": SEARCH}
+
+
+def _rows(trajectories, prefix: str, per_behaviour: int) -> list[dict]:
+    return [trajectories.row(f"{prefix}-{name}-{i}", text, reward, signals=signals)
+            for i in range(per_behaviour) for name, (text, reward, signals) in BEHAVIOURS.items()]
+
+
+def _evidence(rows: list[dict], drift: dict | None = None) -> GateEvidence:
+    holdout = [from_row(row, 0) for row in rows]
+    rewards = mixed_rewards(holdout, 0, RewardsConfig())
+    advantages = compute_advantages(holdout, rewards, Baselines(), AdvantageConfig())
+    return GateEvidence(tuple(holdout), tuple(rows), tuple(rewards), tuple(advantages),
+                        {"ok": True, "flags": [], "notes": []} if drift is None else drift)
+
+
+def _judge(candidate, champion, evidence: GateEvidence, **config):
+    return evaluate(candidate, champion, evidence, GateConfig(**config), LossConfig(), RewardsConfig().monitors,
+                    max_seq_len=64)
+
+
+def _train(model, trajectories, preferred: str, steps: int = 5, lr: float = 1e-3):
+    """REINFORCE on fresh (not held-out) rows: reward 1 for the preferred behaviour, 0 for the others."""
+    model = copy.deepcopy(model).train()
+    torch.manual_seed(0)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    batch = [trajectories.tokenizer(text)["input_ids"] for text, _, _ in BEHAVIOURS.values()]
+    ids = torch.tensor(batch)  # every text has the same number of tokens
+    mask = torch.ones_like(ids, dtype=torch.float)
+    mask[:, :2] = 0  # the prompt
+    advantage = torch.tensor([2 / 3 if name == preferred else -1 / 3 for name in BEHAVIOURS])
+    for _ in range(steps):
+        logp = token_logprobs(model, ids, torch.ones_like(ids))
+        loss = -(advantage[:, None] * logp * mask).sum() / mask.sum()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model.eval()
 
 
 def _degrade(model, scale: float = 1.0):
@@ -27,44 +78,78 @@ def _degrade(model, scale: float = 1.0):
     return model
 
 
-def _judge(candidate, champion, holdout, drift=None):
-    return evaluate(candidate, champion, holdout, [1.0 if i % 2 else -1.0 for i in range(len(holdout))],
-                    LossConfig(), GateConfig(), max_seq_len=64, drift=drift)
+@pytest.fixture(scope="module")
+def champion(tiny_policy_dir):
+    return load_policy(tiny_policy_dir)
 
 
-def test_gate_figures_on_held_out_trajectories(tiny_policy_dir, trajectories):
-    champion = load_policy(tiny_policy_dir)
-    holdout = [from_row(row, 0) for row in trajectories.batch("h", 4)]
-    same = _judge(copy.deepcopy(champion), champion, holdout)
-    assert same.passed and same.figures["kl"] < 1e-9 and abs(same.figures["loss_increase"]) < 1e-9
-    assert same.figures["drift"].startswith("missing")  # said, not silently ignored
+@pytest.fixture(scope="module")
+def held_out(trajectories) -> GateEvidence:
+    return _evidence(_rows(trajectories, "held", 6))
 
-    degraded = _judge(_degrade(copy.deepcopy(champion)), champion, holdout)
-    assert not degraded.passed and any("KL" in reason for reason in degraded.reasons)
-    assert degraded.figures["nll_increase"] > 0.5
 
-    nan = copy.deepcopy(champion)
-    next(nan.parameters()).data.fill_(float("nan"))
-    assert "non-finite" in _judge(nan, champion, holdout).reasons[0]
-    assert not _judge(champion, champion, []).passed  # nothing to judge on
+def test_gate_verdicts_on_degraded_inverted_hacking_and_improved_candidates(champion, trajectories, held_out):
+    verdicts = {
+        "degraded": _judge(_degrade(copy.deepcopy(champion)), champion, held_out),
+        "inverted": _judge(_train(champion, trajectories, preferred="search"), champion, held_out),
+        "hacking": _judge(_train(champion, trajectories, preferred="ask"), champion, held_out),
+        "improved": _judge(_train(champion, trajectories, preferred="edit"), champion, held_out),
+    }
+    for name, report in verdicts.items():
+        print(name, report.decision, report.reasons, json.dumps(report.figures, sort_keys=True))
+    degraded, inverted, hacking, improved = verdicts.values()
+    assert not degraded.passed and any(reason.startswith("kl ") for reason in degraded.reasons)
+    assert not inverted.passed and any("expected reward" in reason for reason in inverted.reasons)
+    assert inverted.figures["reward_change"] < 0
+    # The fooled labels even reward asking: only the monitor of the candidate's own outputs catches it.
+    assert not hacking.passed and hacking.figures["reward_change"] > 0
+    assert any("rate.clarifying" in reason for reason in hacking.reasons)
+    assert improved.passed, improved.reasons
+    assert improved.figures["reward_change"] > 0 and improved.figures["monitor.rate.clarifying"] < 0
 
-    drifted = _judge(champion, champion, holdout, drift={"ok": False, "flags": [
-        {"figure": "rate.clarifying", "reason": "|delta| 0.2 > 0.05"}]})
+
+def test_the_same_policy_passes_with_zero_figures(champion, held_out):
+    same = _judge(copy.deepcopy(champion), champion, held_out)
+    assert same.passed, same.reasons
+    assert same.figures["kl"] < 1e-9 and abs(same.figures["reward_change"]) < 1e-9
+    assert same.figures["effective_fraction"] == pytest.approx(1.0)
+
+
+def test_the_gate_fails_closed(champion, trajectories, held_out):
+    missing_drift = _judge(champion, champion, GateEvidence(*[getattr(held_out, f) for f in (
+        "holdout", "rows", "rewards", "advantages")], drift=None))
+    assert not missing_drift.passed and "no drift report" in missing_drift.reasons[0]
+
+    partial = GateEvidence(held_out.holdout, held_out.rows, held_out.rewards[:-1], held_out.advantages,
+                           held_out.drift)
+    assert "partial evidence" in _judge(champion, champion, partial).reasons[0]
+
+    nan_reward = GateEvidence(held_out.holdout, held_out.rows, (float("nan"), *held_out.rewards[1:]),
+                              held_out.advantages, held_out.drift)
+    report = _judge(champion, champion, nan_reward)
+    assert not report.passed and any("non-finite figures" in reason for reason in report.reasons)
+
+    nan_weights = copy.deepcopy(champion)
+    next(nan_weights.parameters()).data.fill_(float("nan"))
+    assert "non-finite" in _judge(nan_weights, champion, held_out).reasons[0]
+    assert not _judge(champion, champion, _evidence([])).passed  # nothing to judge on
+
+    drifted = _judge(champion, champion, _evidence(list(held_out.rows), drift={"ok": False, "flags": [
+        {"figure": "rate.clarifying", "reason": "|delta| 0.2 > 0.05"}]}))
     assert not drifted.passed and "rate.clarifying" in drifted.reasons[0]
 
 
-def test_gate_scores_each_segment_as_its_own_sequence(tiny_policy_dir, trajectories):
-    champion = load_policy(tiny_policy_dir)
+def test_gate_scores_each_segment_as_its_own_sequence(champion, trajectories):
     rows = [trajectories.segmented_row(f"s-{i}", ["fix the file : edit file done", "summary : fix file edit done",
                                                    "ask : search file"][i:], 1.0) for i in range(2)]
     rows.append(trajectories.row("old", "fix the file : ask ask ask", 0.0))  # no segment_starts: one segment
-    holdout = [from_row(row, 0) for row in rows]
-    report = _judge(copy.deepcopy(champion), champion, holdout)
+    evidence = _evidence(rows)
+    report = _judge(copy.deepcopy(champion), champion, evidence)
     assert report.passed and report.figures["kl"] < 1e-9
     # Behaviour logprobs come from scoring each segment alone: the served-token NLL is exactly theirs.
-    served = [-lp for t in holdout for s, e in t.segments() for lp, m in
+    served = [-lp for t in evidence.holdout for s, e in t.segments() for lp, m in
               zip(t.behaviour_logprobs[s + 1:e], t.loss_mask[s + 1:e]) if m]
-    assert report.figures["holdout_tokens"] == len(served) == sum(t.trainable_tokens for t in holdout)
+    assert report.figures["holdout_tokens"] == len(served) == sum(t.trainable_tokens for t in evidence.holdout)
     assert report.figures["candidate_nll"] == pytest.approx(sum(served) / len(served), abs=1e-5)
 
 
@@ -72,7 +157,7 @@ def test_gate_scores_each_segment_as_its_own_sequence(tiny_policy_dir, trajector
 def test_gate_refuses_a_degraded_candidate_and_records_why(stack, tiny_policy_dir, trajectories, tmp_path):
     config = trainer_config(stack, tmp_path, steps_per_version=4)
     register_base(config, tiny_policy_dir, say=lambda *_: None)
-    commit_batch(config.table.trajectories_uri, trajectories.batch("g", 12), "batch-g", 0)
+    commit_batch(config.table.trajectories_uri, trajectories.batch("g", 24), "batch-g", 0)
     lines: list[str] = []
     trainer = Trainer(config, say=lines.append)
     trainer.start()
@@ -84,7 +169,8 @@ def test_gate_refuses_a_degraded_candidate_and_records_why(stack, tiny_policy_di
     _degrade(trainer.engine.module)  # a broken training run: weights far from anything sensible
     trainer.state.step += 1  # as if one more (broken) step had run
     trainer.window.steps = 1
-    trainer.checkpoint_and_publish()
+    result = trainer.maybe_publish(trainer.maybe_checkpoint(force=True))
+    assert result == 1
     bad = registry.alias_version(names.ALIAS_CANDIDATE)
     assert bad != good
     assert registry.alias_version(names.ALIAS_CHAMPION) == good  # champion did not move
@@ -93,3 +179,4 @@ def test_gate_refuses_a_degraded_candidate_and_records_why(stack, tiny_policy_di
     report = json.loads(tags[names.TAG_GATE_REPORT])
     assert report["champion"] == good and report["figures"]["kl"] > GateConfig().max_kl and report["reasons"]
     assert any(line.startswith(f"gate v{bad} vs v{good}: fail") for line in lines)
+    assert trainer.state.gate_refusals == 1 and "blocked: gate refused 1" in lines[-1]

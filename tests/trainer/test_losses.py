@@ -60,3 +60,41 @@ def test_on_policy_tokens_have_zero_behaviour_kl():
     logp = torch.tensor([[-1.0, -2.0]])
     assert behaviour_kl(logp, logp).abs().max().item() == 0.0
     assert behaviour_kl(logp, logp - 0.5).min().item() > 0.0
+
+
+@pytest.mark.parametrize("kind", ["ppo", "tis", "kimi", "cispo"])
+def test_huge_log_ratios_and_masked_positions_never_poison_the_step(kind):
+    # Token 1: trained, |log r| = 300. Token 2: masked, behaviour -inf (a corrupt record). Token 3: masked, NaN.
+    logp = torch.tensor([[-1.0, -301.0, -1.0, -1.0]], requires_grad=True)
+    behaviour = torch.tensor([[-1.0, -1.0, -float("inf"), float("nan")]])
+    mask = torch.tensor([[1.0, 1.0, 0.0, 0.0]])
+    result = token_losses(logp, behaviour, torch.tensor([-1.0]), LossConfig(kind=kind), mask)
+    (result.loss * mask).sum().backward()
+    assert torch.isfinite(result.loss).all() and torch.isfinite(logp.grad).all()
+    assert result.loss[0, 2:].tolist() == [0.0, 0.0] and logp.grad[0, 2:].tolist() == [0.0, 0.0]
+    assert result.ratio[0, 0].item() == pytest.approx(1.0)  # the healthy token is untouched
+
+
+def test_tis_keeps_its_exact_gradient_beyond_the_clamp():
+    # log r = +300: weight min(r, C) = 2, value -2·A, gradient -2·A, with no exp of e^300 anywhere.
+    logp = torch.tensor([[-1.0]], requires_grad=True)
+    result = token_losses(logp, torch.tensor([[-301.0]]), torch.tensor([1.0]), LossConfig(kind="tis"))
+    result.loss.sum().backward()
+    assert (result.loss.item(), logp.grad.item(), result.clipped.item()) == pytest.approx((-2.0, -2.0, 1.0))
+
+
+def test_kl_to_reference_adds_the_k3_term():
+    # log π = log 0.6, log π_ref = log 0.3: d = log 0.5; k3 = 0.5 - log 0.5 - 1 = 0.19315; d k3/d logπ = 1 - 0.5.
+    beta = 0.1
+    logp = torch.tensor([[math.log(0.6)]], requires_grad=True)
+    behaviour = torch.tensor([[math.log(0.6)]])  # on-policy: ppo value -A = -1, gradient -1
+    config = LossConfig(kind="ppo", kl_to_reference=beta)
+    result = token_losses(logp, behaviour, torch.tensor([1.0]), config, reference_logp=torch.tensor([[math.log(0.3)]]))
+    result.loss.sum().backward()
+    k3 = 0.5 - math.log(0.5) - 1
+    assert result.loss.item() == pytest.approx(-1.0 + beta * k3, abs=1e-6)
+    assert logp.grad.item() == pytest.approx(-1.0 + beta * 0.5, abs=1e-6)
+    with pytest.raises(ValueError, match="reference"):
+        token_losses(logp, behaviour, torch.tensor([1.0]), config)
+    off = token_losses(logp, behaviour, torch.tensor([1.0]), LossConfig(kind="ppo"), reference_logp=logp.detach() - 5)
+    assert off.loss.item() == pytest.approx(-1.0)  # default off: the reference is ignored

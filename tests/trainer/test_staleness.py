@@ -46,3 +46,13 @@ def test_unknown_versions_are_never_trained_on():
 def test_distribution_is_dense():
     assert describe([0, 0, 1, 3, UNKNOWN_LAG]) == "?:1 0:2 1:1 3:1"
     assert describe([]) == "-"
+
+
+def test_an_unknown_first_served_time_is_not_age_zero():
+    now = 1_000 * HOUR_MS
+    unknown = _trajectory(["3"], served_ms=None)
+    dropped = assess(unknown, "3", now, StalenessConfig())
+    assert dropped.age_hours is None and dropped.weight == 0.0  # cannot be shown within H: beyond H, dropped
+    down = assess(unknown, "3", now, StalenessConfig(policy="downweight", downweight=0.5))
+    assert down.weight == 0.5  # once beyond H, like a known old one
+    assert assess(_trajectory(["3"], served_ms=0), "3", 1 * HOUR_MS, StalenessConfig()).age_hours == 1.0  # 0 is a time

@@ -7,10 +7,10 @@ import torch
 
 from liverl.config import load_config
 from trainer.advantages import Baselines
-from trainer.batching import collate, pack, token_logprobs
+from trainer.batching import collate, pack, token_logprobs, trajectory_samples
 from trainer.engine import build_engine
 from trainer.policy_io import load_policy
-from trainer.step_builder import StepPlan, to_samples
+from trainer.step_builder import StepPlan
 from trainer.trajectory import from_row
 
 # Segment 1 is a fresh prompt (a rewritten context), so its tokens never saw segment 0.
@@ -31,7 +31,7 @@ def test_each_segment_gets_the_logprobs_of_scoring_it_on_its_own(tiny_policy_dir
     rows = [trajectories.segmented_row(f"m-{i}", texts, 1.0) for i, texts in enumerate(SEGMENTS)]
     for row in rows:
         trajectory = from_row(row, 0)
-        samples = to_samples(trajectory, 1.0, max_seq_len=64)
+        samples = trajectory_samples(trajectory, 1.0, max_seq_len=64)
         assert len(samples) == len(row["segment_starts"])
         with torch.no_grad():  # padded together in one micro-batch, like training does
             batch = collate(samples)
@@ -58,7 +58,7 @@ def test_same_weights_as_serving_give_zero_kl_and_no_clipping(tiny_policy_dir, t
     rows = [trajectories.segmented_row(f"k-{i}", texts, float(i % 2)) for i, texts in enumerate(SEGMENTS)]
     rows.append(trajectories.row("old", "fix the file : edit file done", 0.5))  # no segment_starts column
     plan = StepPlan(trajectories=[from_row(row, 0) for row in rows], weights=[1.0] * 3, lags=[0] * 3)
-    samples = [s for t in plan.trajectories for s in to_samples(t, 1.0, config.trainer.max_seq_len)]
+    samples = [s for t in plan.trajectories for s in trajectory_samples(t, 1.0, config.trainer.max_seq_len)]
     assert len(pack(samples, micro_batch_tokens)) == (1 if micro_batch_tokens > 1000 else 2)
     engine = build_engine(load_policy(tiny_policy_dir), config.trainer)
     before = [p.detach().clone() for p in engine.module.parameters()]
@@ -86,3 +86,26 @@ def test_old_rows_without_segment_starts_still_train(tiny_policy_dir, trajectori
     assert metrics["segments"] == metrics["trajectories"] == 2
     assert abs(metrics["kl"]) < 1e-4 and metrics["clip_fraction"] == 0.0, metrics
     assert any(not torch.equal(a, b) for a, b in zip(before, engine.module.parameters()))
+
+
+def test_tokens_are_scored_as_sampled_and_greedy_calls_are_left_out(tiny_policy_dir, trajectories):
+    from trainer.scoring import score_tokens, TokenSampling
+    from trainer.training_step import run_step
+
+    config = _config(4096)
+    model = load_policy(tiny_policy_dir)
+    row = trajectories.row("sampled", "fix the file : edit file done edit", 1.0)
+    n = len(row["token_ids"])  # span 0: [0, 4) greedy; span 1: [4, n) at temperature 0.7
+    temperature = [0.0] * 4 + [0.7] * (n - 4)
+    ids = torch.tensor([row["token_ids"]])
+    with torch.no_grad():  # behaviour logprobs as vLLM records them: processed (greedy: temperature 1)
+        served = score_tokens(model, ids, torch.ones_like(ids), TokenSampling(
+            torch.tensor([temperature]), torch.ones(1, n), torch.zeros(1, n, dtype=torch.long))).logp[0]
+    row |= {"span_starts": [0, 4], "span_ends": [4, n], "span_policy_versions": ["1", "1"],
+            "span_temperature": [0.0, 0.7], "span_top_p": [1.0, 1.0], "span_top_k": [0, 0], "schema_version": 2,
+            "behaviour_logprobs": [0.0 if m == 0 else float(lp) for m, lp in zip(row["loss_mask"], served)]}
+    plan = StepPlan(trajectories=[from_row(row, 0)], weights=[1.0], lags=[0])
+    metrics = run_step(build_engine(model, config.trainer), plan, 1, Baselines(), config).metrics
+    assert abs(metrics["kl"]) < 1e-4 and metrics["clip_fraction"] == 0.0, metrics
+    greedy = sum(row["loss_mask"][1:4])  # trained tokens of the greedy span, excluded by default
+    assert greedy > 0 and metrics["excluded_fraction"] == pytest.approx(greedy / sum(row["loss_mask"][1:]))

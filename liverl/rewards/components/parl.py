@@ -10,8 +10,11 @@ Components (for a main agent whose family is in parl.families or that spawned/as
 The table stores these raw; `mix` applies r = lambda1(step)*r_parallel + lambda2(step)*r_finish + r_perf.
 
 Critical steps = sum over stages t of ( S_main(t) + max_i S_sub,i(t) ), the parallel graph's longest path:
-- stage t = TaskAssigned.stage, S_sub,i(t) = SubAgentFinished.steps of sub-task i assigned at t
-  (an unfinished sub-task counts 0 and is reported in the signal unfinished_subtasks);
+- stage t = TaskAssigned.stage; S_sub,i(t) = the SUM of the steps of the tasks sub-agent i was given in stage t
+  (one sub-agent runs its tasks one after another), where a task's steps are its SubAgentFinished.steps;
+- an unfinished task still cost steps: the sub-agent's model calls that its finished tasks do not account for
+  (model calls - reported steps, at least 0) go to its last unfinished task (the one still running when the
+  session ended); the count of such tasks is the signal unfinished_subtasks;
 - S_main(t) = the orchestrator's model calls in stage t. Every main call is one serial step of some stage
   (stages without sub-agents have max_i = 0), so sum_t S_main(t) is the orchestrator's model-call count and
   no timestamp mapping of calls to stages is needed. Without recorded model calls, 1 per stage.
@@ -27,7 +30,7 @@ from liverl.rewards.components import Part
 from liverl.rewards.components.outcome import outcome_score
 from liverl.rewards.view import AgentView
 
-VERSION = "parl-1"
+VERSION = "parl-2"  # 2: serial tasks of a sub-agent in a stage sum; unfinished tasks count their calls
 
 
 def applies(view: AgentView, config: RewardsConfig) -> bool:
@@ -72,10 +75,26 @@ def critical_steps(view: AgentView) -> int:
     main_steps = view.turns(count_summaries=True)
     if view.is_subagent or not view.tasks_assigned:
         return main_steps
-    steps_by_task = _finished_steps(view)
-    longest: dict[int, int] = defaultdict(int)  # stage -> max_i S_sub,i(t)
+    steps = _task_steps(view)
+    serial: dict[tuple[int, str], int] = defaultdict(int)  # (stage, sub-agent) -> S_sub,i(t)
     for task in view.tasks_assigned:
-        longest[task.stage] = max(longest[task.stage], steps_by_task.get((task.subagent_id, task.task_id), 0))
+        serial[(task.stage, task.subagent_id)] += steps[(task.subagent_id, task.task_id)]
+    longest: dict[int, int] = defaultdict(int)  # stage -> max_i S_sub,i(t)
+    for (stage, _), total in serial.items():
+        longest[stage] = max(longest[stage], total)
     if main_steps == 0:
         main_steps = len(longest)  # S_main(t) defaults to 1 per stage
     return main_steps + sum(longest.values())
+
+
+def _task_steps(view: AgentView) -> dict[tuple[str, str], int]:
+    """Steps of every assigned (sub-agent, task): reported when finished; for a sub-agent's last unfinished task,
+    its model calls beyond what its finished tasks reported; other unfinished tasks 0."""
+    finished = _finished_steps(view)
+    assigned = list(dict.fromkeys((t.subagent_id, t.task_id) for t in view.tasks_assigned))  # in order
+    steps = {key: finished.get(key, 0) for key in assigned}
+    last_unfinished = {sub: (sub, task) for sub, task in assigned if (sub, task) not in finished}
+    for sub, key in last_unfinished.items():
+        reported = sum(n for (s, task), n in finished.items() if s == sub and (s, task) in steps)
+        steps[key] = max(view.subagent_model_calls.get(sub, 0) - reported, 0)
+    return steps

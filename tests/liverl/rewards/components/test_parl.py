@@ -93,3 +93,37 @@ def test_coding_sessions_without_subagents_get_no_parl_components(config):
     s = SessionBuilder("coding")
     s.act("edit", {"f": "a"})
     assert not any(name.startswith("parl.") for name in label(s.build(), "main", config).components)
+
+
+def test_serial_tasks_of_one_subagent_in_a_stage_add_up(config):
+    # Stage 0: a runs t1 (2 steps) then t2 (3 steps): S_sub,a = 5; b runs t3 (4 steps): S_sub,b = 4.
+    # Critical steps = S_main 2 + max(5, 4) = 7 (taking the max per task would give 2 + 4 = 6).
+    s = orchestrator(main_calls=2)
+    for sub, task, steps in [("a", "t1", 2), ("a", "t2", 3), ("b", "t3", 4)]:
+        s.task_assigned(sub, task, stage=0)
+        s.subagent_finished(sub, task, success=True, steps=steps)
+    assert label(s.build(), "main", config).critical_steps == 2 + 5
+
+
+def test_an_unfinished_subagent_counts_the_steps_it_took(config):
+    # Stage 0: a finished t1 in 2 steps; c never finished t2 but made 6 model calls. Orchestrator: 1 call.
+    # S_sub,c = 6 (its calls; none reported by a finished task) > S_sub,a = 2: 1 + 6 = 7 (it used to count 0).
+    s = orchestrator(main_calls=1)
+    s.task_assigned("a", "t1", stage=0)
+    s.subagent_finished("a", "t1", success=True, steps=2)
+    s.task_assigned("c", "t2", stage=0)
+    for _ in range(6):
+        s.model_call(agent_id="c")
+    got = label(s.build(), "main", config)
+    assert got.critical_steps == 1 + 6 and got.signals["unfinished_subtasks"] == 1
+
+
+def test_an_unfinished_task_gets_only_the_calls_its_finished_tasks_do_not_account_for(config):
+    # d: t1 finished in 3 steps (stage 0), t2 unfinished (stage 1), 5 model calls in all: t2 took 5 - 3 = 2.
+    s = orchestrator(main_calls=2)
+    s.task_assigned("d", "t1", stage=0)
+    s.subagent_finished("d", "t1", success=True, steps=3)
+    s.task_assigned("d", "t2", stage=1)
+    for _ in range(5):
+        s.model_call(agent_id="d")
+    assert label(s.build(), "main", config).critical_steps == 2 + 3 + 2

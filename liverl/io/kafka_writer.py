@@ -1,0 +1,266 @@
+"""Write records to Kafka and never lose one the caller was told is written: Kafka (acks=all) or the spool.
+
+Direct mode: `write()` produces with an idempotent producer and waits for acks=all. If Kafka does not
+acknowledge in time, the records not yet acknowledged are appended to the durable spool and the writer
+switches to spool mode: every later record is appended behind them, and a drainer thread produces the
+spool in order when Kafka is back, committing the spool's cursor only after Kafka acknowledged. When the
+spool is empty again the writer returns to direct mode. Order per key is therefore kept; a record may
+arrive twice (at-least-once), and consumers dedupe on the event id every record carries.
+
+Stages feed their own metrics through a `WriterListener`; nothing here knows what the records mean.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import threading
+import time
+from dataclasses import dataclass
+
+from liverl.config.kafka import KafkaConfig
+from liverl.io.spool import Spool
+
+log = logging.getLogger("liverl.io.kafka_writer")
+
+ENVELOPE = struct.Struct(">BqHIH")  # format version, event time (ms), topic length, key length, header count
+HEADER_ENTRY = struct.Struct(">HI")  # header name length, header value length
+ENVELOPE_VERSION = 1
+DRAIN_BATCH = 500
+MAX_BACKOFF_S = 5.0
+
+
+@dataclass(frozen=True)
+class Record:
+    """One Kafka record and the time of what it reports (for latency metrics; 0 when unknown)."""
+
+    topic: str
+    key: bytes
+    value: bytes
+    headers: tuple[tuple[str, bytes], ...] = ()
+    event_time_ms: int = 0
+
+    def encode(self) -> bytes:
+        """The record as one spool payload (binary: keys and header values may be any bytes)."""
+        topic = self.topic.encode("utf-8")
+        parts = [ENVELOPE.pack(ENVELOPE_VERSION, self.event_time_ms, len(topic), len(self.key), len(self.headers)),
+                 topic, self.key]
+        for name, value in self.headers:
+            encoded = name.encode("utf-8")
+            parts += [HEADER_ENTRY.pack(len(encoded), len(value)), encoded, value]
+        parts.append(self.value)
+        return b"".join(parts)
+
+    @staticmethod
+    def decode(blob: bytes) -> "Record":
+        version, event_time_ms, topic_length, key_length, header_count = ENVELOPE.unpack_from(blob)
+        if version != ENVELOPE_VERSION:
+            raise ValueError(f"spooled record has envelope version {version}, this code reads "
+                             f"{ENVELOPE_VERSION}: drain the spool with the version that wrote it")
+        at = ENVELOPE.size
+        topic = blob[at:at + topic_length].decode("utf-8")
+        at += topic_length
+        key = blob[at:at + key_length]
+        at += key_length
+        headers = []
+        for _ in range(header_count):
+            name_length, value_length = HEADER_ENTRY.unpack_from(blob, at)
+            at += HEADER_ENTRY.size
+            name = blob[at:at + name_length].decode("utf-8")
+            at += name_length
+            headers.append((name, blob[at:at + value_length]))
+            at += value_length
+        return Record(topic, key, blob[at:], tuple(headers), event_time_ms)
+
+
+class WriterListener:
+    """Hooks a stage overrides to feed its own metrics; each default does nothing. They run on the
+    caller's or the drainer's thread: keep them quick."""
+
+    def acknowledged(self, records: list[Record], replayed: bool) -> None:
+        """Kafka acknowledged records (replayed: they came from the spool)."""
+
+    def spooled(self, records: list[Record]) -> None:
+        """Records were appended to the spool (durably)."""
+
+    def state_changed(self, writer: "KafkaWriter") -> None:
+        """The mode or the spool's depth changed (read writer.direct(), writer.spool.stats())."""
+
+
+class KafkaWriter:
+    """An idempotent kafka-python producer in front of a durable spool; thread-safe."""
+
+    def __init__(self, kafka: KafkaConfig, spool: Spool, ack_timeout_s: float = 5.0,
+                 listener: WriterListener | None = None, name: str = "kafka-writer"):
+        self.kafka = kafka
+        self.spool = spool
+        self.ack_timeout_s = ack_timeout_s
+        self.listener = listener or WriterListener()
+        self._lock = threading.Lock()  # orders direct sends against spool appends
+        self._producer = None
+        self._spool_mode = not spool.empty()  # a restarted writer first drains what it accepted before
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._drainer = threading.Thread(target=self._drain_loop, name=f"{name}-drainer", daemon=True)
+
+    def start(self) -> "KafkaWriter":
+        """Connect (waits up to ack_timeout_s when Kafka is unreachable, then spools) and start draining."""
+        if not self._spool_mode:
+            self._producer = self._try_new_producer()
+            self._spool_mode = self._producer is None
+        self.listener.state_changed(self)
+        self._drainer.start()
+        return self
+
+    def write(self, records: list[Record]) -> None:
+        """Return only once every record is acknowledged by Kafka or durable in the spool; raises SpoolFull
+        (nothing of what was not acknowledged is kept then) when the spool has no room."""
+        if not records:
+            return
+        with self._lock:
+            if self._spool_mode or self._producer is None:
+                self._to_spool(records)
+                return
+            failed_from = self._produce_and_wait(self._producer, records)
+            if failed_from is None:
+                self.listener.acknowledged(records, replayed=False)
+                return
+            log.warning("kafka did not acknowledge within %.1f s; spooling %d records",
+                        self.ack_timeout_s, len(records) - failed_from)
+            if failed_from:
+                self.listener.acknowledged(records[:failed_from], replayed=False)
+            self._drop_producer()
+            self._spool_mode = True
+            self._to_spool(records[failed_from:])
+
+    def park(self, records: list[Record]) -> None:
+        """Append to the spool without trying Kafka or waiting for a write in flight (for a caller that
+        cannot wait, e.g. an overflowing request path); later writes queue behind them. Raises SpoolFull
+        when the spool has no room."""
+        if not records:
+            return
+        self._spool_mode = True
+        self._to_spool(records)
+        self._spool_mode = True  # the drainer may have just found the spool empty: the loop re-checks too
+
+    def direct(self) -> bool:
+        """True while records go straight to Kafka; False while they go to the spool."""
+        return not self._spool_mode
+
+    def close(self, drain_timeout_s: float = 5.0) -> None:
+        """Stop the drainer (what remains stays in the spool for the next start) and flush the producer."""
+        deadline = time.monotonic() + drain_timeout_s
+        while self._spool_mode and self._producer is not None and not self.spool.empty() \
+                and self._drainer.is_alive() and time.monotonic() < deadline:  # a reachable Kafka takes the spool
+            time.sleep(0.05)
+        self._stopping.set()
+        self._wake.set()
+        if self._drainer.is_alive():
+            self._drainer.join(timeout=drain_timeout_s + self.ack_timeout_s)
+        with self._lock:
+            self._drop_producer(timeout_s=self.ack_timeout_s)
+        self.spool.close()
+
+    # --- internals ---------------------------------------------------------------------------
+
+    def _to_spool(self, records: list[Record]) -> None:
+        self.spool.append([r.encode() for r in records])
+        self.listener.spooled(records)
+        self.listener.state_changed(self)
+        self._wake.set()
+
+    def _produce_and_wait(self, producer, records: list[Record]) -> int | None:
+        """Index of the first record Kafka did not acknowledge in time, or None when all were."""
+        futures = []
+        try:
+            for record in records:
+                futures.append(producer.send(record.topic, key=record.key or None, value=record.value,
+                                             headers=list(record.headers)))
+        except Exception as error:  # metadata timeout, closed producer, buffer full
+            log.warning("kafka send failed: %s", error)
+            return 0
+        deadline = time.monotonic() + self.ack_timeout_s
+        for index, future in enumerate(futures):
+            try:
+                future.get(timeout=max(0.0, deadline - time.monotonic()))
+            except Exception as error:
+                log.warning("kafka did not acknowledge record %d: %s", index, error)
+                return index
+        return None
+
+    def _drain_loop(self) -> None:
+        backoff = 0.2
+        while not self._stopping.is_set():
+            if not self._spool_mode:
+                self._wake.wait(timeout=1.0)
+                self._wake.clear()
+                if not self.spool.empty():  # parked while returning to direct mode: drain it
+                    self._spool_mode = True
+                continue
+            try:
+                progressed = self._drain_once()
+            except Exception:  # a disk error must not kill the drainer: retry with backoff
+                log.exception("draining the spool failed; retrying")
+                progressed = False
+            if progressed:
+                backoff = 0.2
+            else:
+                self._stopping.wait(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF_S)
+
+    def _drain_once(self) -> bool:
+        """Produce the next spooled chunk; True on progress (or on reaching the end)."""
+        blobs, position = self.spool.read(DRAIN_BATCH)
+        if not blobs:
+            with self._lock:
+                if self.spool.empty():
+                    self._return_to_direct()
+                return not self._spool_mode
+        producer = self._producer or self._try_new_producer()
+        if producer is None:
+            return False
+        self._producer = producer
+        records = [Record.decode(blob) for blob in blobs]
+        failed_from = self._produce_and_wait(producer, records)
+        if failed_from is not None:
+            with self._lock:
+                self._drop_producer()  # a restarted broker may not know our producer id: start afresh
+            return False
+        self.spool.commit(position, len(records))
+        self.listener.acknowledged(records, replayed=True)
+        with self._lock:
+            if self.spool.empty():
+                self._return_to_direct()
+            self.listener.state_changed(self)
+        return True
+
+    def _return_to_direct(self) -> None:
+        if self._producer is None:
+            self._producer = self._try_new_producer()
+        if self._producer is not None:
+            self._spool_mode = False
+            log.info("spool drained; producing to kafka directly again")
+        self.listener.state_changed(self)
+
+    def _try_new_producer(self):
+        from kafka import KafkaProducer
+
+        timeout_ms = int(self.ack_timeout_s * 1000)
+        try:
+            return KafkaProducer(
+                **self.kafka.client_kwargs(), enable_idempotence=True, acks="all", linger_ms=2,
+                request_timeout_ms=timeout_ms, delivery_timeout_ms=timeout_ms + 10, max_block_ms=timeout_ms,
+                bootstrap_timeout_ms=timeout_ms, reconnect_backoff_max_ms=1000,
+            )
+        except Exception as error:  # unreachable brokers: stay in spool mode and retry later
+            if not self._spool_mode:
+                log.warning("kafka unreachable (%s): spooling", error)
+            return None
+
+    def _drop_producer(self, timeout_s: float = 0.0) -> None:
+        if self._producer is not None:
+            try:
+                self._producer.close(timeout=timeout_s)
+            except Exception as error:
+                log.warning("closing the kafka producer failed: %s", error)
+            self._producer = None

@@ -1,0 +1,208 @@
+"""Redactor: masks findings in text and in every string of a protobuf message (see the package doc)."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections import Counter
+from collections.abc import Callable
+from functools import cache
+
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
+
+from liverl.config.redaction import DETECTORS, RedactionConfig
+from liverl.redaction.detectors import BUILTIN, TRIGGER, compiled
+
+# Join keys: serving's ModelCalls and the pipelines join on them, so a finding in one is replaced by a
+# keyed hash of the whole value (the same in every stage) instead of a marker.
+ID_FIELDS = frozenset({"event_id", "session_id", "tenant_id", "agent_id", "call_id", "request_id", "target_call_id",
+                       "subagent_id", "task_id", "chunk_ids", "gold_chunk_ids", "answer_chunk_ids"})
+Check = Callable[[str, str], bool] | None
+
+
+class Redactor:
+    def __init__(self, config: RedactionConfig | None = None, tenant: str | None = None):
+        config = config or RedactionConfig()
+        override = config.tenants.get(tenant) if tenant is not None else None
+        pick = lambda name: getattr(config, name) if override is None or getattr(override, name) is None \
+            else getattr(override, name)  # noqa: E731 - tenant value if set, else the global one
+        builtin = pick("builtin")
+        unknown = set(builtin) - set(DETECTORS)
+        if unknown:
+            raise ValueError(f"unknown redaction detectors {sorted(unknown)}; choose from {DETECTORS}")
+        self.enabled: bool = pick("enabled")
+        self.max_field_chars: int = pick("max_field_chars")
+        self.phone_region: str = pick("phone_region")
+        self._salt = config.pseudonym_salt.encode()
+        self._rules: list[tuple[str, object, Check]] = [
+            (d.name, compiled(d.pattern), d.check) for name in DETECTORS if name in builtin for d in BUILTIN[name]]
+        custom = {**config.custom_patterns, **(override.custom_patterns if override else {})}
+        for name, pattern in custom.items():
+            try:
+                self._rules.append((name, compiled(pattern), None))
+            except ValueError as error:
+                raise ValueError(f"custom redaction pattern {name!r} is not a valid RE2 regex: {error}") from None
+        self._has_custom = bool(custom)
+        self._trigger = compiled(TRIGGER)
+
+    # --- text ------------------------------------------------------------------------------------
+
+    def redact_text(self, text: str, counts: Counter | None = None) -> str:
+        """text with each finding replaced by "[REDACTED:<kind>]", cut to max_field_chars; counts += kinds."""
+        if not self.enabled:
+            return text
+        counts = Counter() if counts is None else counts
+        over = len(text) - self.max_field_chars
+        if over > 0:
+            text = text[:self.max_field_chars]
+        text = self._detect(text, counts)
+        if over > 0:
+            counts["truncated"] += 1
+            text += f"[TRUNCATED:{over} chars]"
+        return text
+
+    def redact_bytes(self, raw: bytes) -> tuple[bytes, Counter]:
+        """Best effort over bytes that did not parse (dead-letter payloads): byte for byte via latin-1."""
+        counts: Counter = Counter()
+        if not self.enabled:
+            return raw, counts
+        return self.redact_text(raw.decode("latin-1"), counts).encode("latin-1", errors="replace"), counts
+
+    def _detect(self, text: str, counts: Counter) -> str:
+        if not self._has_custom and not self._trigger.search(text):
+            return text
+        for name, pattern, check in self._rules:
+            text = self._apply(name, pattern, check, text, counts)
+        return text
+
+    def _apply(self, name: str, pattern, check: Check, text: str, counts: Counter) -> str:
+        token = f"[REDACTED:{name}]"
+        found = 0
+
+        def replace(match) -> str:
+            nonlocal found
+            whole = match.group(0)
+            if name == "env_secret":
+                if match.group("value").startswith("[REDACTED"):
+                    return whole
+                found += 1
+                return f"{match.group('name')}{match.group('sep')}{match.group('quote')}{token}"
+            if name == "phone" and not _standalone(text, match.start(), match.end()):
+                return whole
+            if check is not None and not check(whole, self.phone_region):
+                return whole
+            found += 1
+            return token
+
+        redacted = pattern.sub(replace, text)
+        if found:
+            counts[name] += found
+        return redacted
+
+    # --- messages --------------------------------------------------------------------------------
+
+    def redact_message(self, message: Message) -> Counter:
+        """Redact every string, repeated string, map key and map value in place (nested messages
+        included), and drop unknown fields; returns the counts per kind."""
+        counts: Counter = Counter()
+        message.DiscardUnknownFields()
+        if self.enabled and self._may_need_walk(message):
+            self._walk(message, counts)
+        return counts
+
+    def pseudonym(self, value: str, kind: str) -> str:
+        """The stand-in for an id that held personal data: equal values give equal pseudonyms."""
+        digest = hmac.new(self._salt, value.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()[:20]
+        return f"redacted-{kind}-{digest}"
+
+    def _may_need_walk(self, message: Message) -> bool:
+        """One cheap pass over the serialized message (every string lies in it, byte for byte)."""
+        if self._has_custom:
+            return True
+        blob = message.SerializeToString()
+        return len(blob) > self.max_field_chars or self._trigger.search(blob.decode("latin-1")) is not None
+
+    def _redact_id(self, value: str, counts: Counter) -> str:
+        found: Counter = Counter()
+        self._detect(value, found)
+        if not found:
+            return value
+        counts.update(found)
+        return self.pseudonym(value, next(iter(found)))
+
+    def _walk(self, message: Message, counts: Counter) -> None:
+        for field, value in message.ListFields():
+            kind = _field_kind(field)
+            if kind == "id":
+                if field.is_repeated:
+                    value[:] = [self._redact_id(item, counts) for item in value]
+                else:
+                    setattr(message, field.name, self._redact_id(value, counts))
+            elif kind == "string":
+                redacted = self.redact_text(value, counts)
+                if redacted != value:
+                    setattr(message, field.name, redacted)
+            elif kind == "strings":
+                value[:] = [self.redact_text(item, counts) for item in value]
+            elif kind == "message":
+                self._walk(value, counts)
+            elif kind == "messages":
+                for item in value:
+                    self._walk(item, counts)
+            elif kind == "map":
+                self._walk_map(field, value, counts)
+
+    def _walk_map(self, field: FieldDescriptor, entries, counts: Counter) -> None:
+        key_type = field.message_type.fields_by_name["key"].type
+        value_type = field.message_type.fields_by_name["value"].type
+        if value_type == FieldDescriptor.TYPE_MESSAGE:
+            for key in entries:
+                self._walk(entries[key], counts)
+        elif value_type == FieldDescriptor.TYPE_STRING:
+            for key in list(entries):
+                entries[key] = self.redact_text(entries[key], counts)
+        if key_type != FieldDescriptor.TYPE_STRING:
+            return
+        renamed = {key: self.redact_text(key, counts) for key in entries}
+        if all(key == new for key, new in renamed.items()):
+            return
+        items = []
+        for key, new in renamed.items():
+            value = entries[key]
+            if value_type == FieldDescriptor.TYPE_MESSAGE:
+                copy = type(value)()
+                copy.CopyFrom(value)
+                value = copy
+            items.append((new, value))
+        entries.clear()
+        for new, value in items:
+            while new in entries:  # two keys redacted alike: keep both values
+                new += "'"
+            if value_type == FieldDescriptor.TYPE_MESSAGE:
+                entries[new].CopyFrom(value)
+            else:
+                entries[new] = value
+
+
+def _standalone(text: str, start: int, end: int) -> bool:
+    """A phone candidate that is not part of a longer token (an id, a decimal, a version string)."""
+    before = text[start - 1] if start > 0 else " "
+    after = text[end] if end < len(text) else " "
+    if before.isalnum() or before in "+_/.-" or after.isalnum() or after in "_/":
+        return False
+    return not (after in ".-" and end + 1 < len(text) and text[end + 1].isdigit())
+
+
+@cache
+def _field_kind(field: FieldDescriptor) -> str:
+    """How to walk a field; cached per descriptor (reading descriptor options is slow)."""
+    if field.type == FieldDescriptor.TYPE_STRING:
+        if field.name in ID_FIELDS:
+            return "id"
+        return "strings" if field.is_repeated else "string"
+    if field.type != FieldDescriptor.TYPE_MESSAGE:
+        return "skip"
+    if field.message_type.GetOptions().map_entry:
+        return "map"
+    return "messages" if field.is_repeated else "message"

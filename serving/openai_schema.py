@@ -1,0 +1,142 @@
+"""The OpenAI request bodies serving accepts, checked strictly: types as sent, never coerced.
+
+Types and wire bounds are checked here; the sampling values' real ranges are checked once for both
+APIs in `Completions.sampling()`. Unknown fields are ignored (OpenAI adds fields often), but known
+options that would change sampling and that serving cannot apply are refused, so a recorded
+ModelCall always names the distribution its tokens were really drawn from.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+
+from serving.generation import INT32_MAX, INT64_MAX, INT64_MIN, MAX_STOP_SEQUENCES
+
+MAX_MESSAGES = 4096
+MAX_TOOLS = 128
+MAX_NAME_CHARS = 256
+
+Name = Annotated[str, StringConstraints(max_length=MAX_NAME_CHARS)]
+FunctionName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.\-]{1,64}$")]
+TokenId = Annotated[int, Field(ge=0, le=INT32_MAX)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(strict=True, extra="ignore", allow_inf_nan=False)
+
+
+class Sampled(Strict):
+    """Fields every completion request shares."""
+
+    model: Name = ""
+    max_tokens: int | None = Field(None, ge=-INT32_MAX, le=INT32_MAX)
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = Field(None, ge=-INT32_MAX, le=INT32_MAX)
+    seed: int | None = Field(None, ge=INT64_MIN, le=INT64_MAX)
+    stop: str | Annotated[list[str], Field(max_length=MAX_STOP_SEQUENCES)] | None = None
+    stream: bool = False
+    n: int = 1
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+
+    @field_validator("n")
+    @classmethod
+    def _one_completion(cls, n: int) -> int:
+        if n != 1:
+            raise ValueError("n must be 1: send one request per completion")
+        return n
+
+    @field_validator("presence_penalty", "frequency_penalty", "logit_bias")
+    @classmethod
+    def _not_applied(cls, value):
+        if value:  # would change the distribution, and the record must name the one really sampled from
+            raise ValueError("penalties and logit_bias are not applied by this server: send 0 / {} or leave it out")
+        return value
+
+
+class CompletionRequest(Sampled):
+    prompt: str | list[TokenId] | list[str] | list[list[TokenId]]
+    logprobs: int | None = Field(None, ge=0, le=5)
+
+
+class TextPart(Strict):
+    type: Literal["text"]
+    text: str
+
+
+class FunctionCall(Strict):
+    name: FunctionName
+    arguments: str  # JSON text, as OpenAI sends it
+
+
+class ToolCall(Strict):
+    id: Name | None = None
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class Message(Strict):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = None
+    name: Name | None = None
+    tool_calls: Annotated[list[ToolCall], Field(max_length=MAX_TOOLS)] | None = None
+    tool_call_id: Name | None = None
+
+
+class FunctionDefinition(Strict):
+    name: FunctionName
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class Tool(Strict):
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class NamedFunction(Strict):
+    name: FunctionName
+
+
+class NamedToolChoice(Strict):
+    type: Literal["function"]
+    function: NamedFunction
+
+
+class ChatRequest(Sampled):
+    messages: Annotated[list[Message], Field(min_length=1, max_length=MAX_MESSAGES)]
+    tools: Annotated[list[Tool], Field(max_length=MAX_TOOLS)] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    max_completion_tokens: int | None = Field(None, ge=-INT32_MAX, le=INT32_MAX)
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+
+    @model_validator(mode="after")
+    def _named_tool_is_offered(self) -> ChatRequest:
+        if isinstance(self.tool_choice, NamedToolChoice):
+            offered = {t.function.name for t in self.tools or ()}
+            if self.tool_choice.function.name not in offered:
+                raise ValueError("tool_choice names a function that is not in tools")
+        return self
+
+    def message_dicts(self) -> list[dict[str, Any]]:
+        return [m.model_dump(exclude_none=True) for m in self.messages]
+
+    def tool_dicts(self) -> list[dict[str, Any]] | None:
+        return [t.model_dump(exclude_none=True) for t in self.tools] if self.tools else None
+
+
+def one_prompt(prompt: str | list) -> tuple[str | None, list[int] | None]:
+    """The one prompt of a completion request: its text or its token ids. ValueError for a batch."""
+    if isinstance(prompt, str):
+        return prompt, None
+    if prompt and all(isinstance(p, int) for p in prompt):
+        return None, list(prompt)
+    if len(prompt) == 1:
+        return one_prompt(prompt[0])
+    raise ValueError("send one prompt per request (a string or a list of token ids)")

@@ -1,0 +1,73 @@
+"""Redacting whole protobuf messages: every string, map key and value, ids by pseudonym, unknown fields
+dropped, long fields cut; per-tenant settings; RE2 custom patterns."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from liverl.config.redaction import RedactionConfig, TenantRedaction
+from liverl.redaction import Redactor
+from liverl.v1 import session_event_pb2
+
+
+def test_every_string_map_key_and_value_is_redacted():
+    event = session_event_pb2.SessionEvent(user_id="u@x.com")
+    event.session_start.attributes["env"] = "SECRET_TOKEN=abc"
+    event.session_start.attributes["bob@example.com"] = "owner"
+    event.session_start.task_family = "card 4111 1111 1111 1111"
+    counts = Redactor().redact_message(event)
+    assert event.user_id == "[REDACTED:email]"
+    assert dict(event.session_start.attributes) == {"env": "SECRET_TOKEN=[REDACTED:env_secret]",
+                                                    "[REDACTED:email]": "owner"}
+    assert event.session_start.task_family == "card [REDACTED:card]"
+    assert counts == Counter({"email": 2, "env_secret": 1, "card": 1})
+
+
+def test_id_fields_get_a_stable_pseudonym_so_joins_still_work():
+    a = session_event_pb2.SessionEvent(event_id="e1", session_id="bob@example.com")
+    b = session_event_pb2.SessionEvent(event_id="e2", session_id="bob@example.com")
+    a.tool_result.chunk_ids.extend(["c1", "call 4155550134"])
+    redactor = Redactor()
+    assert redactor.redact_message(a) == Counter({"email": 1, "phone": 1})
+    redactor.redact_message(b)
+    assert a.session_id == b.session_id and a.session_id.startswith("redacted-email-")
+    assert "example" not in a.session_id and a.event_id == "e1"
+    assert a.tool_result.chunk_ids[0] == "c1" and a.tool_result.chunk_ids[1].startswith("redacted-phone-")
+
+
+def test_unknown_fields_are_dropped_and_long_fields_cut():
+    event = session_event_pb2.SessionEvent(event_id="e1")
+    event.user_message.text = "x" * 100
+    raw = event.SerializeToString() + b"\xfa\x07\x0fbob@example.com"  # field 127, unknown to SessionEvent
+    parsed = session_event_pb2.SessionEvent.FromString(raw)
+    counts = Redactor(RedactionConfig(max_field_chars=10)).redact_message(parsed)
+    assert b"example" not in parsed.SerializeToString()
+    assert parsed.user_message.text == "x" * 10 + "[TRUNCATED:90 chars]" and counts["truncated"] == 1
+
+
+def test_tenant_overrides_and_custom_patterns():
+    config = RedactionConfig(custom_patterns={"ticket": r"TICKET-\d+"},
+                             tenants={"quiet": TenantRedaction(enabled=False),
+                                      "strict": TenantRedaction(custom_patterns={"project": r"\bPRJ-[A-Z]+\b"})})
+    assert Redactor(config).redact_text("see TICKET-42") == "see [REDACTED:ticket]"
+    assert Redactor(config, "quiet").redact_text("bob@example.com TICKET-1") == "bob@example.com TICKET-1"
+    assert Redactor(config, "strict").redact_text("PRJ-X TICKET-1") == "[REDACTED:project] [REDACTED:ticket]"
+    event = session_event_pb2.SessionEvent()
+    event.user_message.text = "bob@example.com"
+    assert not Redactor(config, "quiet").redact_message(event) and event.user_message.text == "bob@example.com"
+
+
+def test_bad_config_says_what_to_fix():
+    with pytest.raises(ValueError, match="unknown redaction detectors"):
+        Redactor(RedactionConfig(builtin=["nope"]))
+    with pytest.raises(ValueError, match="not a valid RE2 regex"):
+        Redactor(RedactionConfig(custom_patterns={"bad": "("}))
+    with pytest.raises(ValueError, match="lookaround"):
+        Redactor(RedactionConfig(custom_patterns={"slow": r"(?<=a)b"}))
+
+
+def test_bytes_that_did_not_parse_are_redacted_byte_for_byte():
+    blob, counts = Redactor().redact_bytes(b"\xff\x00 mail bob@example.com \xfe")
+    assert blob == b"\xff\x00 mail [REDACTED:email] \xfe" and counts == Counter({"email": 1})

@@ -1,0 +1,165 @@
+"""Tokens are scored under the distribution vLLM sampled them from: temperature, top-k, then top-p.
+
+The fast tests compare trainer/scoring.py with vLLM's own sampler functions and with a plain forward; the slow
+one samples with a live vLLM engine (processed logprobs, as serving records them) and re-scores the tokens.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from trainer.scoring import TokenSampling, chunked_kl, processed_logprobs, score_tokens
+
+
+def _vllm_processed(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor, top_k: torch.Tensor):
+    """What vLLM's Sampler returns as processed logprobs for a batch of random-sampled rows."""
+    from vllm.v1.sample.ops.topk_topp_sampler import apply_top_k_top_p_pytorch
+
+    scaled = logits.clone().div_(temperature[:, None])
+    vocab = logits.shape[-1]
+    k = torch.where((top_k <= 0) | (top_k >= vocab), torch.full_like(top_k, vocab), top_k)
+    return apply_top_k_top_p_pytorch(scaled, k, top_p).log_softmax(-1)
+
+
+def test_processing_matches_vllms_sampler_including_ties():
+    torch.manual_seed(0)
+    logits = torch.randn(64, 50) * 3
+    logits[:, 10:14] = logits[:, 10:11]  # ties at the top-k threshold are kept by both
+    temperature = torch.rand(64) + 0.3
+    top_p = torch.where(torch.rand(64) < 0.7, torch.rand(64) * 0.9 + 0.05, torch.ones(64))
+    top_k = torch.randint(0, 30, (64,))
+    reference = _vllm_processed(logits, temperature, top_p, top_k)
+    for token in range(50):
+        targets = torch.full((64,), token)
+        logp, unscorable = processed_logprobs(logits, targets, temperature, top_p, top_k)
+        expected = reference[:, token]
+        inside = torch.isfinite(expected)
+        assert torch.equal(unscorable, ~inside)  # outside vLLM's set exactly when vLLM gives it -inf
+        assert torch.allclose(logp[inside], expected[inside], atol=1e-6)
+        untruncated = (logits / temperature[:, None]).log_softmax(-1)[:, token]
+        assert torch.allclose(logp[~inside], untruncated[~inside])  # outside: finite, tempered, untruncated
+
+
+def test_greedy_tokens_are_unscorable_and_scored_as_vllm_records_them():
+    logits = torch.randn(3, 7)
+    targets = logits.argmax(-1)
+    temperature, top_p, top_k = torch.zeros(3), torch.full((3,), 0.5), torch.full((3,), 2)
+    logp, unscorable = processed_logprobs(logits, targets, temperature, top_p, top_k)
+    assert unscorable.all()  # the behaviour policy was a point mass: no ratio is meaningful
+    assert torch.allclose(logp, logits.log_softmax(-1).gather(-1, targets[:, None]).squeeze(-1))
+
+
+@pytest.fixture(scope="module")
+def model(tiny_policy_dir):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(tiny_policy_dir, dtype=torch.float32).eval()
+
+
+def _batch():
+    torch.manual_seed(1)
+    token_ids = torch.randint(4, 60, (3, 9))
+    attention = torch.ones_like(token_ids)
+    attention[1, 6:] = 0  # right padding
+    token_ids[1, 6:] = 0
+    sampling = TokenSampling(torch.full((3, 9), 0.7), torch.full((3, 9), 0.9), torch.full((3, 9), 20))
+    return token_ids, attention, sampling
+
+
+def test_chunked_scoring_equals_processing_the_full_logits(model):
+    token_ids, attention, sampling = _batch()
+    with torch.no_grad():
+        logits = model(input_ids=token_ids, attention_mask=attention).logits[:, :-1]
+    predicted = attention[:, 1:].bool()
+    expected, expected_bad = processed_logprobs(
+        logits[predicted], token_ids[:, 1:][predicted], *(x[:, 1:][predicted] for x in
+                                                           (sampling.temperature, sampling.top_p, sampling.top_k)))
+    for chunk in (1, 4, 512):
+        with torch.no_grad():
+            scored = score_tokens(model, token_ids, attention, sampling, chunk_tokens=chunk)
+        assert torch.allclose(scored.logp[:, 1:][predicted], expected, atol=1e-5)
+        assert torch.equal(scored.unscorable[:, 1:][predicted], expected_bad)
+        assert scored.logp[:, 0].abs().sum() == 0 and scored.logp[1, 6:].abs().sum() == 0  # column 0, padding
+
+
+def test_scoring_gradients_flow_through_the_checkpointed_chunks(model):
+    token_ids, attention, sampling = _batch()
+    chunked = score_tokens(model, token_ids, attention, sampling, chunk_tokens=4).logp.sum()
+    (grad_chunked,) = torch.autograd.grad(chunked, model.transformer.wte.weight)
+    whole = score_tokens(model, token_ids, attention, sampling, chunk_tokens=512).logp.sum()
+    (grad_whole,) = torch.autograd.grad(whole, model.transformer.wte.weight)
+    assert torch.allclose(grad_chunked, grad_whole, atol=1e-5) and grad_whole.abs().sum() > 0
+
+
+def test_chunked_kl_equals_the_full_vocabulary_kl(model, tiny_policy_dir):
+    from demo.policy.tiny_policy import build_policy
+    from transformers import AutoModelForCausalLM
+
+    other_dir = build_policy(tiny_policy_dir.parent / "kl-other", ["edit", "search", "ask", "fix", "file", "done"],
+                             seed=3)
+    other = AutoModelForCausalLM.from_pretrained(other_dir, dtype=torch.float32).eval()
+    token_ids, attention, _ = _batch()
+    with torch.no_grad():
+        kl = chunked_kl(model, other, token_ids, attention, chunk_tokens=5)
+        a = model(input_ids=token_ids, attention_mask=attention).logits[:, :-1].log_softmax(-1)
+        b = other(input_ids=token_ids, attention_mask=attention).logits[:, :-1].log_softmax(-1)
+    expected = (a.exp() * (a - b)).sum(-1) * attention[:, 1:]
+    assert torch.allclose(kl[:, 1:], expected, atol=1e-5) and kl[:, 0].abs().sum() == 0
+    assert chunked_kl(model, model, token_ids, attention).abs().max() < 1e-6
+
+
+PROMPTS = ["fix the file :", "ask the file : search", "done : edit", "search file fix", "edit edit file :",
+           "fix : ask", "file done :", "the file"]
+
+
+def _sample_with_vllm(policy_dir, prompts: list[list[int]], **sampling) -> list[tuple[list[int], list[float]]]:
+    """Completions and their recorded logprobs from a live vLLM engine set up as serving sets it up."""
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    llm = LLM(model=str(policy_dir), gpu_memory_utilization=0.2, max_model_len=128, enforce_eager=True,
+              dtype="float32", logprobs_mode="processed_logprobs", disable_log_stats=True, seed=0)
+    try:
+        params = SamplingParams(max_tokens=24, logprobs=1, seed=7, ignore_eos=True, **sampling)
+        outputs = llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in prompts], params, use_tqdm=False)
+        return [(list(o.outputs[0].token_ids), [step[t].logprob for step, t in
+                                                zip(o.outputs[0].logprobs, o.outputs[0].token_ids)])
+                for o in outputs]
+    finally:
+        llm.llm_engine.engine_core.shutdown()
+
+
+@pytest.mark.slow
+def test_live_vllm_processed_logprobs_are_reproduced_by_the_trainer(model, tiny_policy_dir):
+    from transformers import AutoTokenizer
+
+    from liverl.config.trainer import LossConfig
+    from trainer.batching import Sample, collate, score_batch
+    from trainer.losses import token_losses
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_policy_dir)
+    prompts = [tokenizer(text)["input_ids"] for text in PROMPTS]
+    sampling = {"temperature": 0.7, "top_p": 0.9, "top_k": 20}
+    completions = _sample_with_vllm(tiny_policy_dir, prompts, **sampling)
+    samples = []
+    for prompt, (tokens, logprobs) in zip(prompts, completions):
+        n = len(prompt) + len(tokens)
+        samples.append(Sample(prompt + tokens, [0] * len(prompt) + [1] * len(tokens), [0.0] * len(prompt) + logprobs,
+                              1.0, 1.0, [sampling["temperature"]] * n, [sampling["top_p"]] * n, [sampling["top_k"]] * n))
+    batch = collate(samples)
+    mask = batch.loss_mask > 0
+
+    def log_ratios(scored_logp):
+        return (scored_logp - batch.behaviour_logprobs)[mask]
+
+    with torch.no_grad():
+        untruncated = score_tokens(model, batch.token_ids, batch.attention_mask).logp  # what the trainer did before
+        scored = score_batch(model, batch)
+        clipped = token_losses(scored.logp, batch.behaviour_logprobs, batch.advantages, LossConfig(), mask).clipped
+    before, after = log_ratios(untruncated).abs().mean().item(), log_ratios(scored.logp).abs().mean().item()
+    print(f"\nmean |log r| over {int(mask.sum())} vLLM-sampled tokens (T 0.7, top-p 0.9, top-k 20): "
+          f"before (T=1 untruncated) {before:.4f}, after (processed) {after:.2e}")
+    assert after <= 1e-3 and before > 10 * after
+    assert not scored.unscorable[mask].any()  # every sampled token lies inside the trainer's truncated set
+    assert clipped[mask].sum() == 0

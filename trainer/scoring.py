@@ -1,0 +1,207 @@
+"""Score tokens under the distribution serving sampled them from: temperature, then top-k, then top-p.
+
+Serving records vLLM's *processed* logprobs (`logprobs_mode="processed_logprobs"`): the log-probability of
+each sampled token after vLLM's sampler divided the logits by the temperature and truncated them to the
+top-k, then top-p, set (renormalised). A trainer that scores the same token at temperature 1 without
+truncation compares two different distributions, and the importance ratio is wrong even with identical
+weights. Here every token is scored exactly as vLLM 0.32's sampler processes it
+(vllm/v1/sample/sampler.py and ops/topk_topp_sampler.py, native and CPU paths):
+
+1. greedy calls (temperature < 1e-5): vLLM records the untruncated temperature-1 log-softmax;
+2. logits / temperature (float32);
+3. top-k (k in (0, vocab)): keep every logit >= the k-th largest (ties at the threshold are kept);
+4. top-p (p < 1): sort ascending, softmax of the top-k-truncated logits, cumulative sum; drop the tokens whose
+   cumulative sum is <= 1 - p, always keeping the largest; the survivors are renormalised by the log-softmax.
+
+The rule for tokens that cannot be corrected (`ScoredTokens.unscorable`): a greedy call's token (the behaviour
+policy is a point mass: no ratio means anything) and a token outside the trainer's own truncated set (the
+trainer's processed probability is 0, typically a boundary token that rounding put on the other side). Their
+`logp` is still finite (greedy: temperature 1 untruncated, what vLLM recorded; outside: tempered, untruncated)
+so the caller decides: the trainer leaves them out of every loss term unless `LossConfig.exclude_unscorable`
+is false.
+
+Memory: the model's last hidden states are projected to the vocabulary `chunk_tokens` positions at a time
+(under activation checkpointing when gradients are on), so the extra memory is O(tokens x hidden +
+chunk_tokens x vocab) instead of O(tokens x vocab). Models whose output head is not a plain projection of the
+base model's hidden states fall back to one full forward (logits in memory) with chunked processing.
+
+Public functions:
+    score_tokens(model, token_ids, attention_mask, sampling=None, position_ids=None, chunk_tokens=512)
+        -> ScoredTokens(logp (B, T), unscorable (B, T) bool); column 0 and padding are 0 / False.
+    chunked_kl(candidate, champion, token_ids, attention_mask, position_ids=None, chunk_tokens=512)
+        -> (B, T) float: KL(candidate || champion) of the full temperature-1 next-token distributions that
+        predict token t (column 0 and padding 0); for the promotion gate, call under torch.no_grad().
+    processed_logprobs(logits (N, V), targets (N,), temperature (N,), top_p (N,), top_k (N,))
+        -> (logp (N,), unscorable (N,) bool): the per-token rule above on a block of logits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+GREEDY_TEMPERATURE = 1e-5  # vLLM's _SAMPLING_EPS: below it a call is greedy
+DEFAULT_CHUNK_TOKENS = 512
+
+
+@dataclass(frozen=True)
+class TokenSampling:
+    """How each token was sampled, aligned with token_ids (the span's SamplingParams, repeated per token)."""
+
+    temperature: torch.Tensor  # (B, T) float; 0 greedy
+    top_p: torch.Tensor  # (B, T) float; 1 no nucleus truncation
+    top_k: torch.Tensor  # (B, T) long; <= 0 or >= vocab no top-k truncation
+
+
+@dataclass(frozen=True)
+class ScoredTokens:
+    logp: torch.Tensor  # (B, T) log π(token_t | tokens_<t) under the processing; finite; column 0 is 0
+    unscorable: torch.Tensor  # (B, T) bool: greedy, or outside the truncated set (see the module docstring)
+
+
+def processed_logprobs(
+    logits: torch.Tensor, targets: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor,
+    top_k: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(N,) log-probabilities of targets under vLLM's processing of (N, V) logits, and (N,) unscorable."""
+    logits = logits.float()
+    vocab = logits.shape[-1]
+    greedy = temperature < GREEDY_TEMPERATURE
+    scaled = logits / torch.where(greedy, torch.ones_like(temperature), temperature)[:, None].float()
+    untruncated = scaled.log_softmax(-1).gather(-1, targets[:, None]).squeeze(-1)
+    k = torch.where(greedy | (top_k <= 0) | (top_k >= vocab), torch.full_like(top_k, vocab), top_k)
+    p = torch.where(greedy, torch.ones_like(top_p), top_p).float()
+    truncated = scaled
+    if bool((k < vocab).any()):
+        truncated = _top_k(truncated, k)
+    if bool((p < 1.0).any()):
+        truncated = _top_p(truncated, p)
+    processed = truncated.log_softmax(-1).gather(-1, targets[:, None]).squeeze(-1)
+    outside = torch.isneginf(processed)
+    # torch.where, not arithmetic: the -inf branch gets a zero gradient instead of poisoning it with NaN.
+    return torch.where(outside, untruncated, processed), outside | greedy
+
+
+def _top_k(logits: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """vLLM's apply_top_k_only: mask logits below the k-th largest of their row; rows with k == vocab untouched."""
+    vocab = logits.shape[-1]
+    untouched = k >= vocab
+    k = k.masked_fill(untouched, 1)
+    threshold = logits.topk(int(k.max()), dim=-1).values.gather(-1, (k - 1)[:, None].long())
+    threshold = threshold.masked_fill(untouched[:, None], -float("inf"))
+    return logits.masked_fill(logits < threshold, -float("inf"))
+
+
+def _top_p(logits: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """vLLM's apply_top_k_top_p_pytorch top-p half, on the rows with p < 1 (other rows are left untouched)."""
+    rows = p < 1.0
+    sorted_logits, order = logits[rows].sort(dim=-1, descending=False)
+    cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+    drop = cumulative <= 1 - p[rows][:, None]
+    drop[:, -1] = False  # at least one token survives
+    sorted_logits = sorted_logits.masked_fill(drop, -float("inf"))
+    out = logits.clone()
+    out[rows] = torch.empty_like(sorted_logits).scatter_(-1, order, sorted_logits)
+    return out
+
+
+def score_tokens(
+    model, token_ids: torch.Tensor, attention_mask: torch.Tensor, sampling: TokenSampling | None = None,
+    position_ids: torch.Tensor | None = None, chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+) -> ScoredTokens:
+    """Score every real token t >= 1 of a right-padded (B, T) batch; sampling None: temperature 1, untruncated."""
+    rows, width = token_ids.shape
+    predicted = attention_mask[:, 1:].bool()  # (B, T-1) positions whose token is predicted from its prefix
+    targets = token_ids[:, 1:][predicted]  # (N,)
+    if sampling is None:
+        temperature = torch.ones(targets.shape, device=token_ids.device)
+        top_p, top_k = temperature, torch.zeros_like(targets)
+    else:
+        temperature, top_p, top_k = (x[:, 1:][predicted] for x in
+                                     (sampling.temperature, sampling.top_p, sampling.top_k))
+    logp, unscorable = [], []
+    for block in _blocks(model, token_ids, attention_mask, position_ids, predicted, chunk_tokens):
+        chunk, project = block
+        lp, bad = _project_and_score(project, chunk.inputs, targets[chunk.rows], temperature[chunk.rows],
+                                     top_p[chunk.rows], top_k[chunk.rows])
+        logp.append(lp)
+        unscorable.append(bad)
+    out_logp = torch.zeros(rows, width - 1, device=token_ids.device, dtype=torch.float32)
+    out_bad = torch.zeros(rows, width - 1, device=token_ids.device, dtype=torch.bool)
+    if logp:
+        out_logp = out_logp.masked_scatter(predicted, torch.cat(logp))
+        out_bad = out_bad.masked_scatter(predicted, torch.cat(unscorable))
+    pad = torch.nn.functional.pad
+    return ScoredTokens(logp=pad(out_logp, (1, 0)), unscorable=pad(out_bad, (1, 0)))
+
+
+def chunked_kl(
+    candidate, champion, token_ids: torch.Tensor, attention_mask: torch.Tensor,
+    position_ids: torch.Tensor | None = None, chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+) -> torch.Tensor:
+    """(B, T) KL(candidate || champion) of the full temperature-1 distributions predicting each token t >= 1."""
+    rows, width = token_ids.shape
+    predicted = attention_mask[:, 1:].bool()
+    pieces = []
+    blocks = zip(_blocks(candidate, token_ids, attention_mask, position_ids, predicted, chunk_tokens),
+                 _blocks(champion, token_ids, attention_mask, position_ids, predicted, chunk_tokens))
+    for (cand_chunk, cand_project), (champ_chunk, champ_project) in blocks:
+        cand = cand_project(cand_chunk.inputs).float().log_softmax(-1)
+        champ = champ_project(champ_chunk.inputs).float().log_softmax(-1)
+        pieces.append((cand.exp() * (cand - champ)).sum(-1))
+    kl = torch.zeros(rows, width - 1, device=token_ids.device, dtype=torch.float32)
+    if pieces:
+        kl = kl.masked_scatter(predicted, torch.cat(pieces))
+    return torch.nn.functional.pad(kl, (1, 0))
+
+
+@dataclass(frozen=True)
+class _Chunk:
+    rows: slice  # which of the N predicted positions this chunk holds
+    inputs: torch.Tensor  # (n, H) hidden states, or (n, V) logits on the fallback path
+
+
+def _blocks(model, token_ids, attention_mask, position_ids, predicted, chunk_tokens):
+    """Yield (chunk, project): project(chunk.inputs) gives that chunk's (n, V) logits."""
+    module = getattr(model, "module", model)  # a DeepSpeed engine wraps the Hugging Face model
+    base, head = _base_and_head(module)
+    kwargs = {"input_ids": token_ids, "attention_mask": attention_mask}
+    if position_ids is not None:
+        kwargs["position_ids"] = position_ids
+    if base is None:
+        inputs, project = model(**kwargs).logits[:, :-1][predicted], _identity
+    else:
+        inputs, project = base(**kwargs).last_hidden_state[:, :-1][predicted], head
+    total = inputs.shape[0]
+    for start in range(0, total, max(chunk_tokens, 1)):
+        rows = slice(start, min(start + chunk_tokens, total))
+        yield _Chunk(rows, inputs[rows]), project
+
+
+def _identity(x: torch.Tensor) -> torch.Tensor:
+    return x
+
+
+def _base_and_head(module):
+    """The base model and the output projection, when logits are exactly head(base(...).last_hidden_state)."""
+    config = getattr(module, "config", None)
+    if getattr(config, "final_logit_softcapping", None) or getattr(config, "logit_scale", None):
+        return None, None  # the forward post-processes its logits: only the full forward is exact
+    get_head = getattr(module, "get_output_embeddings", None)
+    head = get_head() if get_head else None
+    base = getattr(module, "base_model", None)
+    if head is None or base is None or base is module:
+        return None, None
+    return base, head
+
+
+def _project_and_score(project, inputs, targets, temperature, top_p, top_k):
+    def run(x):
+        return processed_logprobs(project(x), targets, temperature, top_p, top_k)
+
+    if torch.is_grad_enabled() and inputs.requires_grad:
+        # Keep only the chunk's hidden states for backward; its (n, V) logits are recomputed there.
+        return checkpoint(run, inputs, use_reentrant=False)
+    return run(inputs)
