@@ -112,9 +112,11 @@ def run_plain(config, events: int, session_length: int) -> float:
 
 
 def main(argv=None) -> int:
+    from bench.report import environment_line, record
     from liverl.io import processes
 
     args = parse_args(argv)
+    print(environment_line(), flush=True)
     with tempfile.TemporaryDirectory(prefix="ingest-bench-") as tmp:
         folder = Path(tmp)
         config, broker, service = start_stack(folder)
@@ -137,6 +139,12 @@ def main(argv=None) -> int:
     print(f"median  | sdk+capture {sdk_median:8.0f} ev/s | plain kafka-python {plain_median:8.0f} ev/s"
           f" | ratio {sdk_median / plain_median:.2f} | caller p50 {percentile(all_calls, 50) / 1000:.1f} us"
           f" p99 {percentile(all_calls, 99) / 1000:.1f} us ({len(all_calls)} calls)")
+    print(environment_line())
+    record("capture", {
+        "sdk_events_per_s": sdk_median, "plain_events_per_s": plain_median, "ratio": sdk_median / plain_median,
+        "ratios": [s / p for s, p in zip(sdk_rates, plain_rates)],
+        "caller_p50_us": percentile(all_calls, 50) / 1000, "caller_p99_us": percentile(all_calls, 99) / 1000,
+    })
     return 0
 
 

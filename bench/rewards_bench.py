@@ -16,14 +16,19 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
+import sys
 import time
+from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repo root for bench.report
+
+from bench.report import environment_line, record
+from demo.judge_double import JudgeDouble, Reply
 from liverl.config.rewards import RewardsConfig
 from liverl.rewards import label, mix
 from liverl.rewards.batch import label_batch
 from liverl.rewards.builder import SessionBuilder
 from liverl.rewards.judge import Judge
-from demo.judge_double import JudgeDouble, Reply
 from liverl.v1 import session_event_pb2 as ev
 
 
@@ -125,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
 
+    print(environment_line())
     config = RewardsConfig()
     items = realistic_mix(args.sessions, args.seed)
     print(f"{len(items)} trajectories from {args.sessions} sessions "
@@ -156,6 +162,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.judge_concurrency} in flight)")
     print(f"label + judge, warm cache       {warm:12,.0f} trajectories/s   ratio {warm / full:.4f} of label")
     print(f"unjudged in the last round: {unjudged} of {len(items)}")
+    print(environment_line())
+    record("rewards", {"baseline_per_s": base, "label_mix_per_s": full, "ratio": full / base,
+                       "judge_cold_per_s": cold, "judge_warm_per_s": warm})
     return 0
 
 

@@ -9,7 +9,7 @@ import grpc
 from ingest.admission import RateLimited
 from ingest.auth import AuthError, TokenAuth
 from ingest.capture import CaptureCore
-from ingest.spool import SpoolFull
+from liverl.io.spool import SpoolFull
 from ingest.validation import parse_binary
 from ingest.wire import MalformedRequest, split_events
 from liverl.contracts import names

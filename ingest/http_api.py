@@ -25,7 +25,7 @@ from starlette.concurrency import run_in_threadpool
 from ingest.admission import RateLimited
 from ingest.auth import AuthError, TokenAuth
 from ingest.capture import CaptureCore
-from ingest.spool import SpoolFull
+from liverl.io.spool import SpoolFull
 from ingest.validation import parse_json
 from liverl.contracts import names
 

@@ -22,7 +22,7 @@ from ingest.delivery import KafkaDelivery
 from ingest.grpc_api import SERVICE_NAME, CaptureHandler
 from ingest.metrics import CaptureMetrics
 from ingest.sessions import SessionRegistry
-from ingest.spool import Spool
+from liverl.io.spool import Spool
 from liverl.config import LiverlConfig
 
 log = logging.getLogger("liverl.ingest.service")

@@ -95,7 +95,8 @@ def commit_trajectories(uri: str, rows: pa.Table, seq: int, metadata: dict) -> i
 def _write(uri: str, rows: pa.Table, seq: int, metadata: dict) -> None:
     from deltalake import CommitProperties, Transaction, write_deltalake
 
-    write_deltalake(uri, rows, mode="append", partition_by=TRAJECTORY_PARTITION_BY,
+    # "merge": a table written under an older schema version gains the additive columns instead of refusing.
+    write_deltalake(uri, rows, mode="append", partition_by=TRAJECTORY_PARTITION_BY, schema_mode="merge",
                     commit_properties=CommitProperties(
                         custom_metadata=metadata,
                         app_transactions=[Transaction(app_id=names.DISTILL_APP_ID, version=seq)]))

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Every stage's benchmark, one after the other (each prints its own ratios against a plain baseline).
-# Benchmarks are not tests: they time nothing against a threshold and never fail on a slow machine.
+# Every stage's benchmark, one after the other (each prints its own ratios against a plain baseline and the
+# environment it ran in). Benchmarks are not tests: they time nothing against a threshold and never fail on a
+# slow machine. Their figures are collected in one JSON summary (reports/bench-summary.json by default).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-$PWD/.venv/torch-extensions}"
+export LIVERL_BENCH_SUMMARY="${LIVERL_BENCH_SUMMARY:-$PWD/reports/bench-summary.json}"
 for bench in bench/*_bench.py; do
   echo "=== $bench"
   .venv/bin/python "$bench"
 done
+echo "summary: $LIVERL_BENCH_SUMMARY"

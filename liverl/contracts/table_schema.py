@@ -66,6 +66,7 @@ DEAD_LETTER_SCHEMA = pa.schema(
         pa.field("reason", pa.string(), nullable=False),  # e.g. "malformed_event", "missing_model_call"
         pa.field("message", pa.string()),
         pa.field("session_id", pa.string()),
+        pa.field("tenant_id", pa.string()),  # the session's tenant (from the record, or its tenant header)
         pa.field("source_topic", pa.string()),
         pa.field("source_partition", pa.int32()),
         pa.field("source_offset", pa.int64()),

@@ -12,7 +12,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from liverl.config.redaction import DETECTORS, RedactionConfig
-from liverl.redaction.detectors import BUILTIN, TRIGGER, compiled
+from liverl.redaction.detectors import BUILTIN, TRIGGER, compiled, compiled_bounded
 
 # Join keys: serving's ModelCalls and the pipelines join on them, so a finding in one is replaced by a
 # keyed hash of the whole value (the same in every stage) instead of a marker.
@@ -36,7 +36,8 @@ class Redactor:
         self.phone_region: str = pick("phone_region")
         self._salt = config.pseudonym_salt.encode()
         self._rules: list[tuple[str, object, Check]] = [
-            (d.name, compiled(d.pattern), d.check) for name in DETECTORS if name in builtin for d in BUILTIN[name]]
+            (d.name, compiled_bounded(d.pattern) if d.bounded else compiled(d.pattern), d.check)
+            for name in DETECTORS if name in builtin for d in BUILTIN[name]]
         custom = {**config.custom_patterns, **(override.custom_patterns if override else {})}
         for name, pattern in custom.items():
             try:
