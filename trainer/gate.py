@@ -43,10 +43,10 @@ from liverl.config.trainer import GateConfig, LossConfig
 from trainer.batching import collate, pack
 from trainer.holdout import GateEvidence
 from trainer.losses import token_losses
+from trainer.scoring import chunked_kl, score_tokens
 from trainer.step_builder import to_samples
 
-EVAL_TOKEN_BUDGET = 8192  # padded tokens per forward pass
-VOCAB_CHUNK_POSITIONS = 1024  # positions per fp32 (positions x vocab) log-softmax: bounds the gate's memory
+EVAL_TOKEN_BUDGET = 8192  # padded tokens per forward pass; scoring projects to the vocabulary in chunks of tokens
 MODELS = ("candidate", "champion")
 
 
@@ -225,10 +225,10 @@ def _score(candidate: torch.nn.Module, champion: torch.nn.Module, evidence: Gate
         start += len(group)
         batch = collate(group)
         mask = batch.loss_mask  # (B, T); column 0 is 0
-        logits = {name: model(input_ids=batch.token_ids, attention_mask=batch.attention_mask).logits[:, :-1]
-                  for name, model in zip(MODELS, (candidate, champion))}  # (B, T-1, V)
-        logp, position_kl = _token_logprobs_and_kl(logits["candidate"], logits["champion"], batch.token_ids[:, 1:],
-                                                   mask[:, 1:] > 0)
+        models = dict(zip(MODELS, (candidate, champion)))
+        logp = {name: score_tokens(model, batch.token_ids, batch.attention_mask).logp  # (B, T), column 0 is 0
+                for name, model in models.items()}
+        position_kl = chunked_kl(candidate, champion, batch.token_ids, batch.attention_mask)  # (B, T)
         tokens.index_add_(0, owner, mask.sum(1).double())
         kl.index_add_(0, owner, (position_kl * mask).sum(1).double())
         for name in MODELS:
@@ -237,24 +237,3 @@ def _score(candidate: torch.nn.Module, champion: torch.nn.Module, evidence: Gate
             nll[name].index_add_(0, owner, (-logp[name] * mask).sum(1).double())
             log_ratio[name].index_add_(0, owner, ((logp[name] - batch.behaviour_logprobs) * mask).sum(1).double())
     return _Scores(tokens=tokens, kl=kl, nll=nll, loss=loss, log_ratio=log_ratio)
-
-
-def _token_logprobs_and_kl(candidate_logits: torch.Tensor, champion_logits: torch.Tensor, targets: torch.Tensor,
-                           scored: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-    """Per-position log π(target) of both models and full-vocabulary KL(candidate || champion), both (B, T) with
-    column 0 zero, computed only where `scored` (B, T-1) and in chunks of positions: a fp32 log-softmax of every
-    position at once would hold several (tokens x vocab) copies."""
-    rows, width = targets.shape
-    where = scored.reshape(-1).nonzero().squeeze(-1)  # (N,) flat indices of the scored positions
-    flat = {"candidate": candidate_logits.reshape(rows * width, -1), "champion": champion_logits.reshape(rows * width, -1)}
-    flat_targets = targets.reshape(-1)
-    logp = {name: torch.zeros(rows * width) for name in MODELS}
-    kl = torch.zeros(rows * width)
-    for chunk in where.split(VOCAB_CHUNK_POSITIONS):
-        log_softmax = {name: torch.log_softmax(flat[name][chunk].float(), -1) for name in MODELS}  # (n, V)
-        for name in MODELS:
-            logp[name][chunk] = log_softmax[name].gather(-1, flat_targets[chunk, None]).squeeze(-1)
-        cand, champ = log_softmax["candidate"], log_softmax["champion"]
-        kl[chunk] = (cand.exp() * (cand - champ)).sum(-1)
-    pad = lambda values: torch.nn.functional.pad(values.reshape(rows, width), (1, 0))  # noqa: E731
-    return {name: pad(values) for name, values in logp.items()}, pad(kl)

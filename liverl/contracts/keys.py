@@ -1,0 +1,18 @@
+"""The Kafka key of every record that belongs to a session, on every topic (DESIGN.md contract 1).
+
+A session's identity is (tenant, session): the key carries both, so one session keeps its order in one
+partition and equal session ids of two tenants never share a key. Tenant ids cannot hold "/" (ingest and
+serving refuse such tenants), so the key splits back unambiguously.
+"""
+
+
+def session_key(tenant_id: str, session_id: str) -> bytes:
+    if "/" in tenant_id:
+        raise ValueError(f"tenant id {tenant_id!r} holds '/': tenant ids are names without '/'")
+    return f"{tenant_id}/{session_id}".encode("utf-8")
+
+
+def split_session_key(key: bytes) -> tuple[str, str]:
+    """(tenant id, session id) of a key made by session_key."""
+    tenant_id, _, session_id = key.decode("utf-8").partition("/")
+    return tenant_id, session_id
