@@ -1,8 +1,12 @@
-"""Trainer benchmark: the same model and batches through the DeepSpeed trainer step and a plain PyTorch loop.
+"""Trainer benchmark: the same model and batches through the DeepSpeed trainer step, packed and padded, and a
+plain PyTorch loop.
 
-    .venv/bin/python bench/trainer_bench.py [--steps 12] [--seq 128] [--trajectories 16] [--zero-stage 1]
+    .venv/bin/python bench/trainer_bench.py [--steps 12] [--seq 128] [--min-seq 16] [--trajectories 16]
+    .venv/bin/python bench/trainer_bench.py --demo   # the demo's short sessions at micro_batch_tokens 1024
 
-Prints the median tokens/s of each and their ratio (DeepSpeed / plain). Not a test: figures vary with the machine.
+Trajectory lengths are drawn uniformly from [min-seq, seq]. Prints the median tokens/s of each, the ratios
+packed/padded and DeepSpeed/plain, and the useful share (real / computed tokens) of both layouts, beside the
+cores and load average. Not a test: figures vary with the machine.
 """
 
 from __future__ import annotations
@@ -19,14 +23,24 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--seq", type=int, default=128, help="tokens per trajectory")
+    parser.add_argument("--seq", type=int, default=128, help="most tokens per trajectory")
+    parser.add_argument("--min-seq", type=int, default=16, help="fewest tokens per trajectory")
+    parser.add_argument("--micro-batch-tokens", type=int, default=None, help="default: seq x trajectories / 2")
+    parser.add_argument("--demo", action="store_true",
+                        help="the demo's sessions: 8 to 72 tokens, 40 a step, micro_batch_tokens 1024, model 2x64")
     parser.add_argument("--trajectories", type=int, default=16, help="trajectories per optimizer step")
     parser.add_argument("--zero-stage", type=int, default=1)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--embd", type=int, default=128)
     args = parser.parse_args(argv)
+    if args.demo:
+        args.seq, args.min_seq, args.trajectories, args.micro_batch_tokens = 72, 8, 40, 1024
+        args.layers, args.embd = 2, 64
+    budget = args.micro_batch_tokens or args.seq * args.trajectories // 2
 
     import torch
+
+    from bench.report import environment_line, record
 
     from liverl.config import load_config
     from demo.policy.tiny_policy import build_policy
@@ -39,32 +53,44 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(0)
     folder = build_policy(Path(tempfile.mkdtemp()) / "policy", [f"w{i}" for i in range(200)],
                           n_layer=args.layers, n_embd=args.embd, n_head=max(args.embd // 32, 1))
-    config = load_config(environ={}, overrides=[
+    configs = {layout: load_config(environ={}, overrides=[
         "--trainer.deepspeed.zero_stage", str(args.zero_stage),
-        "--trainer.deepspeed.micro_batch_tokens", str(args.seq * args.trajectories // 2),
+        "--trainer.deepspeed.micro_batch_tokens", str(budget),
         "--trainer.deepspeed.gradient_accumulation_steps", "2",
-    ])
+        "--trainer.deepspeed.pack_sequences", str(layout == "packed").lower(),
+    ]) for layout in ("packed", "padded")}
     vocab = load_policy(folder).config.vocab_size
     plans = [_plan(Trajectory, StepPlan, args, vocab, seed) for seed in range(args.steps + args.warmup)]
 
     base = load_policy(folder)
-    plain_model = copy.deepcopy(base)
-    engine = build_engine(base, config.trainer)
-    engine.module.eval()
-    plain = PlainLoop(plain_model, config)
-    deepspeed_baselines = _baselines()
-    deepspeed_rates, plain_rates = [], []
-    for step, plan in enumerate(plans):  # interleaved, so load from other processes hits both alike
-        deepspeed_rates.append(run_step(engine, plan, step, deepspeed_baselines, config).metrics["tokens_per_s"])
-        plain_rates.append(plain.step(plan, step))
-    deepspeed_rates, plain_rates = deepspeed_rates[args.warmup:], plain_rates[args.warmup:]
+    plain = PlainLoop(copy.deepcopy(base), configs["packed"])
+    engines = {layout: build_engine(copy.deepcopy(base), config.trainer) for layout, config in configs.items()}
+    baselines = {layout: _baselines() for layout in engines}
+    rates: dict[str, list[float]] = {"packed": [], "padded": [], "plain": []}
+    useful: dict[str, list[float]] = {"packed": [], "padded": []}
+    for step, plan in enumerate(plans):  # interleaved, so load from other processes hits all alike
+        for layout, engine in engines.items():
+            metrics = run_step(engine, plan, step, baselines[layout], configs[layout]).metrics
+            rates[layout].append(metrics["tokens_per_s"])
+            useful[layout].append(metrics["useful_share"])
+        rates["plain"].append(plain.step(plan, step))
+    median = {name: statistics.median(values[args.warmup:]) for name, values in rates.items()}
+    share = {name: statistics.median(values[args.warmup:]) for name, values in useful.items()}
 
-    ds, plain = statistics.median(deepspeed_rates), statistics.median(plain_rates)
-    print(f"trainer bench | model {args.layers}x{args.embd} | {args.trajectories} traj x {args.seq} tok / step "
-          f"| {args.steps} steps (median) | zero {args.zero_stage} | torch threads {torch.get_num_threads()}")
-    print(f"deepspeed trainer  tok/s {ds:10.0f}")
-    print(f"plain pytorch loop tok/s {plain:10.0f}")
-    print(f"ratio deepspeed/plain     {ds / plain:10.3f}")
+    print(environment_line())
+    print(f"trainer bench | model {args.layers}x{args.embd} | {args.trajectories} traj x {args.min_seq}-{args.seq} tok "
+          f"/ step | micro_batch_tokens {budget} | {args.steps} steps (median) | zero {args.zero_stage} "
+          f"| torch threads {torch.get_num_threads()}")
+    print(f"deepspeed packed   tok/s {median['packed']:10.0f} | useful share {share['packed']:.3f}")
+    print(f"deepspeed padded   tok/s {median['padded']:10.0f} | useful share {share['padded']:.3f}")
+    print(f"plain pytorch loop tok/s {median['plain']:10.0f} (packed)")
+    print(f"ratio packed/padded       {median['packed'] / median['padded']:10.3f}")
+    print(f"ratio deepspeed/plain     {median['packed'] / median['plain']:10.3f}")
+    record("trainer_demo" if args.demo else "trainer", {
+        "tokens_per_s": median, "useful_share": share, "steps": args.steps, "micro_batch_tokens": budget,
+        "packed_over_padded": median["packed"] / median["padded"],
+        "deepspeed_over_plain": median["packed"] / median["plain"],
+    })
     return 0
 
 
@@ -80,9 +106,11 @@ def _plan(Trajectory, StepPlan, args, vocab: int, seed: int):
     rng = random.Random(seed)
     trajectories, weights = [], []
     for i in range(args.trajectories):
-        tokens = tuple(rng.randrange(4, vocab) for _ in range(args.seq))
-        mask = tuple([0] * 8 + [1] * (args.seq - 8))
-        behaviour = tuple([0.0] * 8 + [-5.0 + rng.random()] * (args.seq - 8))
+        length = rng.randint(args.min_seq, args.seq)
+        prompt = min(8, length // 2)
+        tokens = tuple(rng.randrange(4, vocab) for _ in range(length))
+        mask = tuple([0] * prompt + [1] * (length - prompt))
+        behaviour = tuple([0.0] * prompt + [-5.0 + rng.random()] * (length - prompt))
         trajectories.append(Trajectory(f"{seed}-{i}", 0, "coding", "", "single", ("1",), tokens, mask, behaviour,
                                        reward_components={"outcome": float(i % 2)}))
         weights.append(1.0)
@@ -90,7 +118,8 @@ def _plan(Trajectory, StepPlan, args, vocab: int, seed: int):
 
 
 class PlainLoop:
-    """The same step without DeepSpeed: torch AdamW, the same loss, micro-batches, accumulation and clipping."""
+    """The same step without DeepSpeed: torch AdamW, the same loss, micro-batches (the config's layout),
+    accumulation and clipping."""
 
     def __init__(self, model, config):
         import torch
@@ -103,7 +132,8 @@ class PlainLoop:
         import torch
 
         from trainer.advantages import compute_advantages
-        from trainer.batching import collate, pack, trajectory_samples
+        from trainer.batching import collate_rows, trajectory_samples
+        from trainer.packing import micro_batches
         from trainer.rewarding import mixed_rewards
         from trainer.training_step import batch_loss, step_objective
 
@@ -113,7 +143,7 @@ class PlainLoop:
         advantages = compute_advantages(plan.trajectories, rewards, self.baselines, tc.advantages)
         samples = [s for t, a in zip(plan.trajectories, advantages)
                    for s in trajectory_samples(t, 1.0, tc.max_seq_len, a)]
-        batches = [collate(group) for group in pack(samples, tc.deepspeed.micro_batch_tokens)]
+        batches = [collate_rows(rows) for rows in micro_batches(samples, tc.deepspeed)]
         total = sum(batch.trained_tokens for batch in batches)
         for batch in batches:
             weights, losses, _ = batch_loss(self.model, batch, tc.loss)
@@ -125,4 +155,7 @@ class PlainLoop:
 
 
 if __name__ == "__main__":
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repo root for bench.report
     raise SystemExit(main())

@@ -23,6 +23,7 @@ from ingest.metrics import CaptureMetrics
 from ingest.sessions import SessionRegistry
 from ingest.validation import Limits, Rejected, SessionEvent, validate
 from liverl.contracts import names
+from liverl.contracts.keys import session_key  # the Kafka key: (tenant, session)
 from liverl.config import LiverlConfig
 from liverl.redaction import Redactor
 from liverl.v1 import capture_pb2
@@ -31,12 +32,6 @@ log = logging.getLogger("liverl.ingest.capture")
 DEAD_LETTER_PAYLOAD_LIMIT = 64 * 1024
 PRUNE_EVERY_S = 600.0
 DEADLINE_EXCEEDED = "deadline_exceeded"  # the one rejection that means "not looked at: resend"
-
-
-def session_key(tenant: str, session_id: str) -> bytes:
-    """The Kafka key: a session's identity is (tenant, session), so equal session ids of two tenants
-    never share a key (tenant ids cannot hold "/", ingest.auth checks it)."""
-    return f"{tenant}/{session_id}".encode("utf-8")
 
 
 class CaptureCore:

@@ -63,7 +63,8 @@ def run(config, args) -> int:
 
 def _checked_tenant(tenant: str, config) -> str:
     if not tenant or "/" in tenant or not tenant.isprintable():
-        raise ValueError(f"--tenant {tenant!r} is not a valid tenant id: printable, no '/' (it is part of the Kafka key)")
+        raise ValueError(f"--tenant {tenant!r} is not a valid tenant id: use printable characters and no '/' "
+                         "(the Kafka key is '<tenant>/<session>')")
     if tenant in config.ingest.opt_out_tenants:
         raise ValueError(f"tenant {tenant!r} opted out (ingest.opt_out_tenants): its traces must not be imported")
     return tenant

@@ -6,6 +6,10 @@ component (mean/min/max metrics and a histogram figure) and a browsable sample o
 (`trajectories_sample.json`, an MLflow table). Everything is read back from the committed Delta version,
 so the audit shows exactly what the trainer will read; a batch whose process died before auditing is
 audited by the next run.
+
+Before the run, the batch's sampled trajectories are written as MLflow traces in the same experiment
+(pipelines/traces.py); the run comes last, so a batch with its run has all its traces. The run's tag
+`liverl.traces_filter` is the search expression of its traces.
 """
 
 from __future__ import annotations
@@ -16,10 +20,13 @@ from liverl.config import LiverlConfig
 from liverl.contracts import names
 from liverl.io.lineage import decode_offsets
 from liverl.io.table_history import TableHistory
+from liverl.io.traces import traces_filter
 from liverl.io.tracking import Tracking
 from pipelines import table
+from pipelines.traces import log_batch_traces
 
 BATCH_TAG = names.COMMIT_BATCH_ID
+TRACES_FILTER_TAG = "liverl.traces_filter"
 
 
 def ensure_audited(config: LiverlConfig, committed: table.Committed) -> str | None:
@@ -39,13 +46,15 @@ def log_batch(config: LiverlConfig, committed: table.Committed, batch_id: str,
     rows = TableHistory(config.table.trajectories_uri).batch_rows(batch_id)
     summary = json.loads(metadata.get(table.COMMIT_DISTILL_SUMMARY, "{}"))
     offsets = decode_offsets(metadata.get(names.COMMIT_KAFKA_OFFSETS), f"commit metadata of batch {batch_id}")
-    with tracking.run(config.mlflow.audit_experiment, batch_id, tags={BATCH_TAG: batch_id}) as run:
+    traces = log_batch_traces(config, committed.state_uri, rows, committed.table_version, tracking)
+    tags = {BATCH_TAG: batch_id, TRACES_FILTER_TAG: traces_filter(batch_id=batch_id)}
+    with tracking.run(config.mlflow.audit_experiment, batch_id, tags=tags) as run:
         run.log_params({"batch_id": batch_id, "batch_seq": committed.seq, "table_version": committed.table_version,
                         "reward_config_version": metadata.get(table.COMMIT_REWARD_CONFIG_VERSION, ""),
                         "kafka_offsets": json.dumps(offsets, sort_keys=True)[:6000]})
         metrics = {"sessions": summary.get("sessions", 0), "trajectories": len(rows),
                    "trainable_tokens": sum(sum(r["loss_mask"]) for r in rows),
-                   "tokens": sum(len(r["token_ids"]) for r in rows)}
+                   "tokens": sum(len(r["token_ids"]) for r in rows), "traces": traces}
         metrics |= {name: value for name, value in summary.items() if isinstance(value, int | float)}
         metrics |= {f"dead_letters.{reason}": n for reason, n in summary.get("dead_letters", {}).items()}
         metrics["dead_letters"] = sum(summary.get("dead_letters", {}).values())

@@ -27,7 +27,7 @@ from liverl.contracts.table_schema import DEAD_LETTER_SCHEMA, TRAJECTORY_SCHEMA
 from pipelines import table
 from pipelines.kafka_source import earliest_offsets, find_retention_gaps, high_water_marks, plan_ranges, record_gaps
 from pipelines.sessionize import Timing
-from pipelines.state import BatchPlan, StateStore
+from pipelines.state import BatchPlan, StagedOutput, StateStore
 
 
 @dataclass
@@ -40,6 +40,7 @@ class BatchReport:
     trajectories: int = 0
     dead_letters: dict[str, int] = field(default_factory=dict)  # reason -> count
     counters: dict[str, int] = field(default_factory=dict)  # Beam counters: records_read, duplicates, ...
+    workers: dict[str, int] = field(default_factory=dict)  # worker process ("host:pid") -> Kafka records it read
     offsets: dict = field(default_factory=dict)
     seconds: float = 0.0
 
@@ -57,7 +58,7 @@ class BatchReport:
         return (f"batch {self.batch_id} | sessions {self.sessions} (pending {self.counters.get('sessions_pending', 0)})"
                 f" | trajectories {self.trajectories} | dead letters {dead}{f' ({reasons})' if reasons else ''}"
                 f" | dup {self.counters.get('duplicates', 0)} late {self.counters.get('late_events', 0)}"
-                f" | offsets {offsets} | {state} | {self.seconds:.1f}s")
+                f" | offsets {offsets} | workers {len(self.workers)} | {state} | {self.seconds:.1f}s")
 
 
 def state_uri(config: LiverlConfig) -> str:
@@ -87,17 +88,18 @@ def distill_once(config: LiverlConfig, now_ms: int | None = None,
         report.seconds = time.monotonic() - began
         return report
     store.reset_batch_dir(seq)
-    report.counters = run_pipeline(config, plan, store.batch_dir(seq))
+    report.counters, report.workers = run_pipeline(config, plan, store.batch_dir(seq))
     on_phase("distilled")
-    rows = store.read_staged(store.batch_dir(seq), "trajectories", TRAJECTORY_SCHEMA)
-    dead = pa.concat_tables([store.read_staged(store.batch_dir(seq), "dead_letters", DEAD_LETTER_SCHEMA),
-                             gap_dead_letters(plan)])
+    # Staged outputs are streamed into the commit; the driver reads only footers and id columns.
+    rows = store.open_staged(store.batch_dir(seq), "trajectories", TRAJECTORY_SCHEMA)
+    dead = store.open_staged(store.batch_dir(seq), "dead_letters", DEAD_LETTER_SCHEMA).plus(gap_dead_letters(plan))
     report.counters["retention_gap_records"] = (report.counters.get("retention_gap_records", 0)
                                                 + sum(gap.records_lost for gap in plan.gaps))
-    report.trajectories = rows.num_rows
-    report.sessions = len(set(zip(rows.column("tenant_id").to_pylist(), rows.column("session_id").to_pylist())))
-    report.dead_letters = dict(Counter(dead.column("reason").to_pylist()))
-    if not plan.has_news() and rows.num_rows == 0 and dead.num_rows == 0:
+    report.trajectories = rows.num_rows()
+    ids = rows.columns("tenant_id", "session_id")
+    report.sessions = len(set(zip(ids.column("tenant_id").to_pylist(), ids.column("session_id").to_pylist())))
+    report.dead_letters = dict(Counter(dead.columns("reason").column("reason").to_pylist()))
+    if not plan.has_news() and report.trajectories == 0 and not report.dead_letters:
         store.drop_plan(seq)  # pending sessions are still pending: committing would only churn versions
         report.seconds = time.monotonic() - began
         return report
@@ -113,13 +115,14 @@ def distill_once(config: LiverlConfig, now_ms: int | None = None,
     return report
 
 
-def commit_batch(config: LiverlConfig, store: StateStore, plan: BatchPlan, rows, dead, report: BatchReport,
-                 on_phase: Callable[[str], None]) -> int:
+def commit_batch(config: LiverlConfig, store: StateStore, plan: BatchPlan, rows: StagedOutput, dead: StagedOutput,
+                 report: BatchReport, on_phase: Callable[[str], None]) -> int:
     """Dead letters, then trajectories with offsets and state pointer; returns the new table version."""
     on_phase("before_commit")
-    table.commit_dead_letters(config.table.dead_letters_uri, dead, plan.seq, plan.batch_id)
+    if report.dead_letters:
+        table.commit_dead_letters(config.table.dead_letters_uri, dead.reader(), plan.seq, plan.batch_id)
     on_phase("during_commit")
-    return table.commit_trajectories(config.table.trajectories_uri, rows, plan.seq, {
+    return table.commit_trajectories(config.table.trajectories_uri, rows.reader(), plan.seq, {
         names.COMMIT_BATCH_ID: plan.batch_id,
         names.COMMIT_KAFKA_OFFSETS: json.dumps(plan.offsets(), sort_keys=True),
         table.COMMIT_DISTILL_STATE: store.batch_dir(plan.seq),
@@ -151,14 +154,17 @@ def gap_dead_letters(plan: BatchPlan) -> pa.Table:
                                  for gap in plan.gaps], schema=DEAD_LETTER_SCHEMA)
 
 
-def run_pipeline(config: LiverlConfig, plan: BatchPlan, staging_uri: str) -> dict[str, int]:
-    """Run the batch's Beam graph to completion; returns its counters."""
+def run_pipeline(config: LiverlConfig, plan: BatchPlan, staging_uri: str) -> tuple[dict[str, int], dict[str, int]]:
+    """Run the batch's Beam graph to completion; returns its counters and the records each worker read."""
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from pipelines.job import DistillBatch, stage_outputs
+    from pipelines.kafka_source import WORKERS_NAMESPACE
+    from pipelines.portability import check_shared_storage, ship_client_files
 
     settings = config.pipelines
+    check_shared_storage(settings.runner, settings.beam_options, staging_uri)
     timing = Timing(as_of_ms=plan.as_of_ms, reward_horizon_ms=int(settings.reward_horizon_s * 1000),
                     idle_timeout_ms=int(settings.idle_timeout_s * 1000),
                     late_event_retention_ms=int(settings.late_event_retention_s * 1000))
@@ -167,13 +173,15 @@ def run_pipeline(config: LiverlConfig, plan: BatchPlan, staging_uri: str) -> dic
     pipeline = beam.Pipeline(options=options)
     outputs = pipeline | "DistillBatch" >> DistillBatch(
         chunks, plan.carried_state, config.kafka.session_events_topic, config.kafka.model_calls_topic,
-        config.kafka.client_kwargs(), settings.read_timeout_s, timing, config.rewards, plan.batch_id,
+        ship_client_files(config.kafka.client_kwargs()), settings.read_timeout_s, timing, config.rewards, plan.batch_id,
         settings.on_retention_gap)
     stage_outputs(outputs, staging_uri)
     result = pipeline.run()
     result.wait_until_finish()
     counters: Counter = Counter()
+    workers: Counter = Counter()
     for item in result.metrics().query()["counters"]:
         value = item.committed if item.committed is not None else item.attempted
-        counters[item.key.metric.name] += int(value or 0)
-    return dict(counters)
+        metric = item.key.metric
+        (workers if metric.namespace == WORKERS_NAMESPACE else counters)[metric.name] += int(value or 0)
+    return dict(counters), dict(workers)

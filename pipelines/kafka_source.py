@@ -16,6 +16,8 @@ stops with RetentionGapError saying what to do.
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import time
 from typing import NamedTuple
 
@@ -25,6 +27,7 @@ from pipelines import dead_letters
 from pipelines.records import RawRecord
 
 GAP = "retention_gap"  # tagged output of ReadOffsetRange: dead letters of gaps found while reading
+WORKERS_NAMESPACE = "distill.workers"  # one counter per worker process ("host:pid"): the records it read
 SKIP, FAIL = "skip", "fail"  # pipelines.on_retention_gap
 
 log = logging.getLogger(__name__)
@@ -166,6 +169,7 @@ class ReadOffsetRange(beam.DoFn):
 
     Tagged output GAP: the dead letter of a retention gap met while reading (records deleted after the batch
     was planned), under the "skip" policy; "fail" raises RetentionGapError.
+    client_kwargs may carry files shipped from the driver (pipelines.portability); they are unpacked here.
     """
 
     def __init__(self, client_kwargs: dict, timeout_s: float, on_retention_gap: str = SKIP):
@@ -173,14 +177,19 @@ class ReadOffsetRange(beam.DoFn):
         self._timeout_s = timeout_s
         self._on_retention_gap = on_retention_gap
         self._consumer = None
+        self._unpacked: list[str] = []
         self.records_read = beam.metrics.Metrics.counter("distill", "records_read")
         self.records_lost = beam.metrics.Metrics.counter("distill", "retention_gap_records")
 
     def setup(self):
         from kafka import KafkaConsumer
 
-        self._consumer = KafkaConsumer(**self._client_kwargs, group_id=None, enable_auto_commit=False,
-                                       auto_offset_reset="none")
+        from pipelines.portability import unpack_client_files
+
+        kwargs, self._unpacked = unpack_client_files(self._client_kwargs)
+        self._consumer = KafkaConsumer(**kwargs, group_id=None, enable_auto_commit=False, auto_offset_reset="none")
+        # Which worker process read how much: the batch report shows how the ranges spread over workers.
+        self.read_here = beam.metrics.Metrics.counter(WORKERS_NAMESPACE, f"{socket.gethostname()}:{os.getpid()}")
 
     def process(self, offset_range: OffsetRange):
         from kafka import TopicPartition
@@ -194,7 +203,7 @@ class ReadOffsetRange(beam.DoFn):
         consumer.seek(tp, offset_range.start)
         last_progress = time.monotonic()
         # position() skips gaps (transaction markers, compaction), so it, not the record count, ends the loop.
-        next_offset = offset_range.start
+        next_offset, read_here = offset_range.start, 0
         while next_offset < offset_range.end and consumer.position(tp) < offset_range.end:
             try:
                 batch = consumer.poll(timeout_ms=500).get(tp, [])
@@ -215,10 +224,12 @@ class ReadOffsetRange(beam.DoFn):
             for message in batch:
                 if message.offset >= offset_range.end:
                     break
-                self.records_read.inc()
+                read_here += 1
                 next_offset = message.offset + 1
                 yield RawRecord(message.topic, message.partition, message.offset, message.timestamp,
                                 message.key, message.value, tuple((k, v) for k, v in (message.headers or ())))
+        self.records_read.inc(read_here)  # once per range: a counter update per record costs more than it tells
+        self.read_here.inc(read_here)
 
     def _deleted_after_planning(self, tp, expected: int, end: int) -> RetentionGap:
         """The gap behind an out-of-range fetch; re-raised when retention is not the cause."""
@@ -233,3 +244,5 @@ class ReadOffsetRange(beam.DoFn):
     def teardown(self):
         if self._consumer is not None:
             self._consumer.close()
+        for path in self._unpacked:
+            os.remove(path)

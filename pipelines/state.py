@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, replace
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -57,6 +58,47 @@ class BatchPlan:
                               "gaps": tuple(RetentionGap(*g) for g in data.get("gaps", ()))}))
 
 
+@dataclass(frozen=True)
+class StagedOutput:
+    """One staged output of a batch, read lazily: the commit streams it file by file, never holding all of it.
+
+    `extra` rows (made by the driver, e.g. retention-gap dead letters) follow the files' rows.
+    """
+
+    files: tuple[str, ...]
+    schema: pa.Schema
+    filesystem: pafs.FileSystem
+    extra: pa.Table | None = None
+
+    def plus(self, rows: pa.Table) -> "StagedOutput":
+        return replace(self, extra=rows.cast(self.schema) if self.extra is None
+                       else pa.concat_tables([self.extra, rows.cast(self.schema)]))
+
+    def num_rows(self) -> int:
+        """From the Parquet footers (and the extra rows), reading no data."""
+        footers = sum(pq.ParquetFile(f, filesystem=self.filesystem).metadata.num_rows for f in self.files)
+        return footers + (self.extra.num_rows if self.extra is not None else 0)
+
+    def columns(self, *names: str) -> pa.Table:
+        """Only these columns of every row (small ones: ids, reasons), e.g. to count sessions."""
+        tables = [pq.read_table(f, filesystem=self.filesystem, schema=self.schema, columns=list(names))
+                  for f in self.files]
+        if self.extra is not None:
+            tables.append(self.extra.select(list(names)))
+        return pa.concat_tables(tables) if tables else self.schema.empty_table().select(list(names))
+
+    def reader(self) -> pa.RecordBatchReader:
+        """Every row as a stream of record batches in the staged schema (what the Delta writer consumes)."""
+        return pa.RecordBatchReader.from_batches(self.schema, self._batches())
+
+    def _batches(self) -> Iterator[pa.RecordBatch]:
+        for f in self.files:
+            for batch in pq.ParquetFile(f, filesystem=self.filesystem).iter_batches(batch_size=1024):
+                yield batch.cast(self.schema)  # the staged schema exactly (Parquet may drop field metadata)
+        if self.extra is not None:
+            yield from self.extra.to_batches()
+
+
 class StateStore:
     def __init__(self, root_uri: str):
         if "://" not in root_uri:
@@ -91,6 +133,9 @@ class StateStore:
         if self._fs.get_file_info(path).type != pafs.FileType.NotFound:
             self._fs.delete_dir(path)
         self._fs.create_dir(path, recursive=True)
+
+    def open_staged(self, batch_uri: str, name: str, schema: pa.Schema) -> StagedOutput:
+        return StagedOutput(tuple(self._staged_files(batch_uri, name)), schema, self._fs)
 
     def read_staged(self, batch_uri: str, name: str, schema: pa.Schema) -> pa.Table:
         tables = [pq.read_table(f, filesystem=self._fs, schema=schema) for f in self._staged_files(batch_uri, name)]

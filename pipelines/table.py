@@ -72,15 +72,18 @@ def app_version(uri: str) -> int:
     return DeltaTable(uri).transaction_version(names.DISTILL_APP_ID) or 0
 
 
-def commit_dead_letters(uri: str, rows: pa.Table, seq: int, batch_id: str) -> bool:
-    """Append the batch's dead letters unless this batch already did; True when written."""
-    if rows.num_rows == 0 or app_version(uri) >= seq:
+Rows = pa.Table | pa.RecordBatchReader  # a reader streams the staged files: the driver never holds a whole batch
+
+
+def commit_dead_letters(uri: str, rows: Rows, seq: int, batch_id: str) -> bool:
+    """Append the batch's dead letters unless this batch already did; True when written (callers skip empty ones)."""
+    if app_version(uri) >= seq:
         return False
     _write(uri, rows.cast(DEAD_LETTER_SCHEMA), seq, {names.COMMIT_BATCH_ID: batch_id, COMMIT_BATCH_SEQ: str(seq)})
     return True
 
 
-def commit_trajectories(uri: str, rows: pa.Table, seq: int, metadata: dict) -> int:
+def commit_trajectories(uri: str, rows: Rows, seq: int, metadata: dict) -> int:
     """Append the batch's trajectories with its offsets, as one Delta version; returns that version."""
     from deltalake import DeltaTable
 
@@ -92,7 +95,7 @@ def commit_trajectories(uri: str, rows: pa.Table, seq: int, metadata: dict) -> i
     return DeltaTable(uri).version()
 
 
-def _write(uri: str, rows: pa.Table, seq: int, metadata: dict) -> None:
+def _write(uri: str, rows: Rows, seq: int, metadata: dict) -> None:
     from deltalake import CommitProperties, Transaction, write_deltalake
 
     # "merge": a table written under an older schema version gains the additive columns instead of refusing.

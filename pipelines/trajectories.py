@@ -47,8 +47,9 @@ def trajectory_id(tenant_id: str, session_id: str, agent_id: str) -> str:
 
 def check_session(session: SessionRecord) -> tuple[str, str] | None:
     """(reason, message) when the session's model calls cannot be turned into token sequences."""
+    # Imported calls (`liverl import`) carry no behaviour logprobs by definition: nothing to align.
     mismatched = [c.request_id or c.event_id for c in session.model_calls
-                  if len(c.completion_logprobs) != len(c.completion_token_ids)]
+                  if not is_imported(c) and len(c.completion_logprobs) != len(c.completion_token_ids)]
     if mismatched:
         return dead_letters.TOKEN_MISMATCH, (
             f"model calls {mismatched} have completion_logprobs not aligned with completion_token_ids")
@@ -84,7 +85,8 @@ def chain_tokens(calls, trainable: bool) -> dict:
         span_starts.append(len(tokens))
         tokens += delta + completion
         mask += [0] * len(delta) + [int(trainable)] * len(completion)
-        logprobs += [0.0] * len(delta) + (list(call.completion_logprobs) if trainable else [0.0] * len(completion))
+        sampled = trainable and not is_imported(call)  # an imported call has no behaviour logprobs: 0, never used
+        logprobs += [0.0] * len(delta) + (list(call.completion_logprobs) if sampled else [0.0] * len(completion))
         span_ends.append(len(tokens))
         span_versions.append(call.policy_version)
         temperature, top_p, top_k = span_sampling(call) or UNKNOWN_SAMPLING
@@ -99,6 +101,16 @@ def chain_tokens(calls, trainable: bool) -> dict:
             # all unknown: leave the columns empty, as the table defines "unknown"
             "span_temperature": temperatures if known else [], "span_top_p": top_ps if known else [],
             "span_top_k": top_ks if known else []}
+
+
+def is_imported(call) -> bool:
+    return call.origin.startswith("import:")
+
+
+def row_origin(calls) -> str:
+    """"" for served trajectories; the import's origin when any call was imported (the trainer then never forms
+    an importance ratio on the row: see trainer/losses.py)."""
+    return next((call.origin for call in calls if is_imported(call)), "")
 
 
 def span_sampling(call) -> tuple[float, float, int] | None:
@@ -211,6 +223,7 @@ def trajectory_row(session: SessionRecord, agent_id: str, role: str, spawn: Spaw
         batch_id=batch_id,
         schema_version=TABLE_SCHEMA_VERSION,
         event_date=dead_letters.utc_date(start_ms),
+        origin=row_origin(calls),
     )
 
 

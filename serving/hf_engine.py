@@ -1,13 +1,15 @@
 """The light engine: transformers on CPU, one request at a time on a worker thread.
 
-Same interface as the vLLM engine, so the APIs, recording and hot-swap are tested quickly with it.
-Not for production traffic: no batching. Logprobs follow vLLM's "processed_logprobs" definition.
+Same interface as the vLLM engine, so the APIs, recording and hot-swap are tested quickly with it,
+in-place weight updates included. Not for production traffic: no batching. Logprobs follow vLLM's
+"processed_logprobs" definition.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -24,7 +26,9 @@ class HfEngine:
         self.policy_dir = Path(policy_dir)
         self._model = None
         self._tokenizer = None
-        # One thread: the model is used by one request at a time (torch on CPU is not re-entrant here).
+        self._version = ""
+        # One thread: the model is used by one request at a time (torch on CPU is not re-entrant here),
+        # and a weight update queued there runs between two requests, never inside one.
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hf-engine")
 
     async def start(self) -> None:
@@ -37,6 +41,42 @@ class HfEngine:
         self._tokenizer = AutoTokenizer.from_pretrained(self.policy_dir)
         model = AutoModelForCausalLM.from_pretrained(self.policy_dir, dtype=torch.float32)
         self._model = model.eval()
+
+    async def update_weights(self, policy_dir: Path, version: str) -> dict:
+        """Load the folder's weights into the live model (same architecture) and name them `version`.
+
+        Runs on the model's own thread, so it waits for the request being sampled and the next one
+        waits for it. Raises, with the old weights intact, when the folder does not fit the model."""
+        if self._model is None:
+            raise RuntimeError("HfEngine.update_weights before start(): await engine.start() first")
+        started = time.perf_counter()
+        state = await asyncio.to_thread(_read_weights, Path(policy_dir))  # off the model's thread: no pause
+        queued = time.perf_counter()
+        await asyncio.get_running_loop().run_in_executor(self._worker, self._load_state, state)
+        self.policy_dir, self._version = Path(policy_dir), version
+        done = time.perf_counter()
+        return {"seconds": done - started, "pause_s": done - queued, "repacked_heads": 0}
+
+    async def weight_version(self) -> str:
+        """The version named by the last update_weights ("" for the weights loaded at start)."""
+        return self._version
+
+    def _load_state(self, state: dict) -> None:
+        import torch
+
+        current = self._model.state_dict()
+        loaded = {key for key in current if key in state}
+        shared = {current[key].data_ptr() for key in loaded}
+        missing = [key for key in current if key not in state and current[key].data_ptr() not in shared]
+        unexpected = [key for key in state if key not in current]
+        wrong = [key for key in loaded if current[key].shape != state[key].shape]
+        if missing or unexpected or wrong:
+            raise ValueError(f"the new weights do not fit the serving model (missing {missing[:3]}, unexpected "
+                             f"{unexpected[:3]}, other shapes {wrong[:3]}): a new architecture needs a new engine, "
+                             "use serving.swap_mode = 'two_engine'")
+        with torch.no_grad():
+            for key in loaded:  # tied tensors (an absent lm_head) follow the tensor they share
+                current[key].copy_(state[key])
 
     async def generate(self, prompt_token_ids: list[int], sampling: Sampling, request_id: str) -> AsyncIterator[Delta]:
         if self._model is None:
@@ -100,6 +140,20 @@ class HfEngine:
     async def shutdown(self) -> None:
         self._worker.shutdown(wait=False, cancel_futures=True)
         self._model = None
+
+
+def _read_weights(policy_dir: Path) -> dict:
+    """The folder's tensors (every *.safetensors shard), in fp32 like the serving model."""
+    import torch
+    from safetensors.torch import load_file
+
+    files = sorted(policy_dir.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no *.safetensors weights in {policy_dir}: export the policy with save_pretrained")
+    state = {}
+    for file in files:
+        state.update({key: value.to(torch.float32) for key, value in load_file(file).items()})
+    return state
 
 
 def _pick(logits, sampling: Sampling, generator) -> tuple[int, float]:

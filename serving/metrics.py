@@ -21,6 +21,8 @@ class ServingMetrics:
                                  buckets=LATENCY_BUCKETS, registry=r)
         self.in_flight = Gauge("liverl_serving_in_flight", "Requests in flight, by version", ["version"], registry=r)
         self.swaps = Counter("liverl_serving_swaps", "Version switches, by outcome", ["outcome"], registry=r)
+        self.swap_pause = Histogram("liverl_serving_swap_pause_seconds", "How long an in-place update held new "
+                                    "requests", buckets=LATENCY_BUCKETS, registry=r)
         self.rollbacks = Counter("liverl_serving_rollbacks", "Rollbacks, by reason", ["reason"], registry=r)
         self.serving_version = Gauge("liverl_serving_version_info", "1 for the version taking traffic, by role",
                                      ["version", "role"], registry=r)

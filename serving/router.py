@@ -3,6 +3,12 @@
 A request takes a lease on a slot when it starts and keeps it to its last token, so a switch only
 affects requests that start after it; a replaced slot's engine is shut down once its leases end.
 Everything here runs on the server's event loop (one thread), so plain counters are atomic.
+
+An in-place update swaps the weights under a slot's engine, so a lease alone cannot name the weights:
+the update `hold`s the router first. New requests then lease a *held* slot already labelled with the
+new version, whose engine waits (HeldEngine) until the update is done; the old slot's leases drain on
+the old weights before a single weight changes. So every request's tokens come from the version it
+is labelled with, and none fails for the update.
 """
 
 from __future__ import annotations
@@ -11,12 +17,13 @@ import asyncio
 import random
 import time
 from collections import deque
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from typing import TYPE_CHECKING
 
-from serving.engine import Engine
+from serving.engine import Delta, Engine, Sampling
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -93,3 +100,74 @@ class Router:
         """Make new the champion; returns the one it replaced (still loaded, still draining)."""
         old, self.champion = self.champion, new
         return old
+
+    def hold(self, new: Slot) -> Hold:
+        """Start an in-place update to `new`, which shares the champion's engine: from now on requests
+        lease `new` and wait; the replaced champion drains. End it with release(), release_to() or fail()."""
+        previous = self.switch(new)
+        if previous is None or previous.engine is not new.engine:
+            self.champion = previous
+            raise ValueError("an in-place update needs a slot on the serving engine: build it with "
+                             "Slot(version, champion.engine, ...)")
+        return Hold(self, new, previous)
+
+
+class HeldEngine:
+    """Stands in for an engine whose weights are being replaced: generate() waits until the update is
+    over, then runs on the engine it was released to (or raises why the version could not be served)."""
+
+    name = "held"
+
+    def __init__(self, engine: Engine):
+        self.engine = engine  # the engine being updated (what close and retire must not shut down twice)
+        self.policy_dir = engine.policy_dir
+        self._released: asyncio.Future = asyncio.get_running_loop().create_future()
+
+    def release(self, engine: Engine) -> None:
+        if not self._released.done():
+            self._released.set_result(engine)
+
+    def fail(self, error: BaseException) -> None:
+        if not self._released.done():
+            self._released.set_exception(error)
+            self._released.exception()  # retrieved: no "never retrieved" warning when nobody was held
+
+    async def generate(self, prompt_token_ids: list[int], sampling: Sampling, request_id: str) -> AsyncIterator[Delta]:
+        engine = await asyncio.shield(self._released)
+        async for delta in engine.generate(prompt_token_ids, sampling, request_id):
+            yield delta
+
+
+class Hold:
+    """An in-place update in progress: `slot` takes new requests (held), `previous` drains."""
+
+    def __init__(self, router: Router, slot: Slot, previous: Slot):
+        self.router = router
+        self.slot = slot
+        self.previous = previous
+        self.engine = slot.engine  # the real engine, whose weights change
+        self.held = HeldEngine(self.engine)
+        self.started = time.monotonic()
+        slot.engine = self.held
+
+    def release(self) -> float:
+        """The new weights are in: held requests run. Returns how long new requests were held (s)."""
+        self.slot.engine = self.engine
+        self.held.release(self.engine)
+        return time.monotonic() - self.started
+
+    def release_to(self, engine: Engine) -> float:
+        """The version ended up on another engine (the two-engine fallback): held requests run there."""
+        self.engine = engine
+        return self.release()
+
+    def fail(self, error: BaseException) -> float:
+        """The version cannot be served: held requests fail with error, new ones go to the previous slot."""
+        self.held.fail(error)
+        self.router.champion = self.previous
+        return time.monotonic() - self.started
+
+
+def underlying(engine: Engine) -> Engine:
+    """The real engine behind a slot's engine (a held slot's stands in for the one being updated)."""
+    return engine.engine if isinstance(engine, HeldEngine) else engine

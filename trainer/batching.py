@@ -1,4 +1,5 @@
-"""Samples (one per trained window of a trajectory) and token-budget micro-batches of them."""
+"""Samples (one per trained window of a trajectory) and token-budget micro-batches of them (padded layout here;
+the packed layout, the training default, is trainer/packing.py)."""
 
 from __future__ import annotations
 
@@ -28,16 +29,25 @@ class Sample:
 
 @dataclass(frozen=True)
 class MicroBatch:
+    """Rows of one or more samples (trainer/packing.py lays them out), right-padded to the widest row."""
+
     token_ids: torch.Tensor  # (B, T) long, right-padded with 0
-    attention_mask: torch.Tensor  # (B, T) long
-    loss_mask: torch.Tensor  # (B, T) float: loss mask × staleness weight
+    attention_mask: torch.Tensor  # (B, T) long, 1 on real tokens
+    loss_mask: torch.Tensor  # (B, T) float: loss mask × staleness weight; 0 on each sample's first token
     behaviour_logprobs: torch.Tensor  # (B, T) float
-    advantages: torch.Tensor  # (B,) float
+    advantages: torch.Tensor  # (B, T) float: each token its sample's advantage, 0 on padding
     real_tokens: int  # unpadded tokens, for tokens/s
     temperature: torch.Tensor  # (B, T) float, 1 on padding
     top_p: torch.Tensor  # (B, T) float, 1 on padding
     top_k: torch.Tensor  # (B, T) long, 0 on padding
-    position_ids: torch.Tensor | None = None  # (B, T) long; None: every row starts at position 0
+    position_ids: torch.Tensor | None = None  # (B, T) long, each sample's own; None: every row starts at 0
+    # (B, T) long: which sample of its row each token belongs to, -1 on padding; None: one sample per row.
+    sequence_ids: torch.Tensor | None = None
+
+    @property
+    def computed_tokens(self) -> int:
+        """Tokens the model computes, padding included (rows × width)."""
+        return self.token_ids.numel()
 
     @property
     def masked_tokens(self) -> float:
@@ -78,7 +88,8 @@ def trajectory_samples(trajectory: Trajectory, weight: float, max_seq_len: int, 
 
 
 def pack(samples: list[Sample], token_budget: int) -> list[list[Sample]]:
-    """Greedy in order (the order is the table's, so a cursor stays meaningful); one sample at least per batch."""
+    """The padded layout's micro-batches (samples × longest <= token_budget): greedy in order (the order is the
+    table's, so a cursor stays meaningful); one sample at least per batch."""
     batches: list[list[Sample]] = []
     current: list[Sample] = []
     longest = 0
@@ -95,45 +106,60 @@ def pack(samples: list[Sample], token_budget: int) -> list[list[Sample]]:
 
 
 def collate(samples: list[Sample]) -> MicroBatch:
-    width = max(len(sample.token_ids) for sample in samples)
-    rows = len(samples)
-    token_ids = torch.zeros(rows, width, dtype=torch.long)
-    attention = torch.zeros(rows, width, dtype=torch.long)
-    mask = torch.zeros(rows, width)
-    behaviour = torch.zeros(rows, width)
-    temperature, top_p = torch.ones(rows, width), torch.ones(rows, width)
-    top_k = torch.zeros(rows, width, dtype=torch.long)
-    positions = torch.arange(width).repeat(rows, 1)
-    for row, sample in enumerate(samples):
-        length = len(sample.token_ids)
-        token_ids[row, :length] = torch.tensor(sample.token_ids)
-        attention[row, :length] = 1
-        mask[row, :length] = torch.tensor(sample.loss_mask, dtype=torch.float) * sample.weight
-        behaviour[row, :length] = torch.tensor(sample.behaviour_logprobs)
-        if sample.temperature:
-            temperature[row, :length] = torch.tensor(sample.temperature)
-            top_p[row, :length] = torch.tensor(sample.top_p)
-            top_k[row, :length] = torch.tensor(sample.top_k)
-        positions[row] += sample.position_offset
-    mask[:, 0] = 0.0
+    """The padded layout: one right-padded row per sample."""
+    return collate_rows([[sample] for sample in samples])
+
+
+def collate_rows(rows: list[list[Sample]]) -> MicroBatch:
+    """Each row's samples end to end, right-padded to the widest row; positions restart at every sample (its
+    own position_offset) and sequence_ids tell the scorer where attention must stop (trainer/packing.py)."""
+    width = max(sum(len(sample.token_ids) for sample in row) for row in rows)
+    shape = (len(rows), width)
+    token_ids, attention = torch.zeros(shape, dtype=torch.long), torch.zeros(shape, dtype=torch.long)
+    mask, behaviour, advantages = torch.zeros(shape), torch.zeros(shape), torch.zeros(shape)
+    temperature, top_p = torch.ones(shape), torch.ones(shape)
+    top_k = torch.zeros(shape, dtype=torch.long)
+    positions = torch.zeros(shape, dtype=torch.long)
+    sequence_ids = torch.full(shape, -1, dtype=torch.long)
+    for r, row in enumerate(rows):
+        start = 0
+        for index, sample in enumerate(row):
+            span = slice(start, start + len(sample.token_ids))
+            token_ids[r, span] = torch.tensor(sample.token_ids)
+            attention[r, span] = 1
+            sample_mask = torch.tensor(sample.loss_mask, dtype=torch.float) * sample.weight
+            sample_mask[0] = 0.0  # token 0 of a sample has no prefix to be predicted from
+            mask[r, span] = sample_mask
+            behaviour[r, span] = torch.tensor(sample.behaviour_logprobs)
+            advantages[r, span] = sample.advantage
+            if sample.temperature:
+                temperature[r, span] = torch.tensor(sample.temperature)
+                top_p[r, span] = torch.tensor(sample.top_p)
+                top_k[r, span] = torch.tensor(sample.top_k)
+            positions[r, span] = torch.arange(len(sample.token_ids)) + sample.position_offset
+            sequence_ids[r, span] = index
+            start = span.stop
+    packed = any(len(row) > 1 for row in rows)
+    shifted = packed or any(sample.position_offset for row in rows for sample in row)
     return MicroBatch(
         token_ids=token_ids,
         attention_mask=attention,
         loss_mask=mask,
         behaviour_logprobs=behaviour,
-        advantages=torch.tensor([sample.advantage for sample in samples]),
+        advantages=advantages,
         real_tokens=int(attention.sum()),
         temperature=temperature,
         top_p=top_p,
         top_k=top_k,
-        position_ids=positions if any(sample.position_offset for sample in samples) else None,
+        position_ids=positions if shifted else None,
+        sequence_ids=sequence_ids if packed else None,
     )
 
 
 def score_batch(model, batch: MicroBatch, chunk_tokens: int = DEFAULT_CHUNK_TOKENS) -> ScoredTokens:
     """The batch's tokens scored under the processing each was sampled with (trainer/scoring.py)."""
     return score_tokens(model, batch.token_ids, batch.attention_mask, batch.sampling, batch.position_ids,
-                        chunk_tokens)
+                        chunk_tokens, sequence_ids=batch.sequence_ids)
 
 
 def token_logprobs(model, token_ids: torch.Tensor, attention_mask: torch.Tensor,

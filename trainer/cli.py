@@ -3,6 +3,11 @@
     liverl train --init-from POLICY_DIR     # register the base version (candidate + champion); idempotent
     liverl train                            # train on every new table version once, register, exit
     liverl train --follow                   # keep following the table
+
+Data-parallel ranks: start the same command under a launcher; rank 0 follows the table and publishes.
+
+    torchrun --nproc-per-node 8 --no-python liverl train --follow
+    deepspeed --num_gpus 8 --no_local_rank --module liverl.cli train --follow   # ranks from the environment
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ def run(config: LiverlConfig, args: argparse.Namespace) -> int:
         registered = trainer.run(follow=args.follow)
     finally:
         signal.signal(signal.SIGTERM, previous)
-    _say(f"trainer done | step {trainer.state.step} | versions registered {registered}")
+    trainer.say(f"trainer done | step {trainer.state.step} | versions registered {registered}")
     return 0
 
 

@@ -6,6 +6,7 @@ import os
 from typing import TYPE_CHECKING
 
 from liverl.config.trainer import TrainerConfig
+from trainer.ranks import Ranks
 
 if TYPE_CHECKING:
     import torch
@@ -43,31 +44,51 @@ def deepspeed_config(config: TrainerConfig) -> dict:
     }
 
 
+def start_distributed(config: TrainerConfig) -> Ranks:
+    """Join the launcher's world (deepspeed, torchrun), or make a world of one; idempotent."""
+    import deepspeed
+    import torch.distributed as dist
+
+    prepare_environment(config)
+    ds = config.deepspeed
+    accelerator = os.environ["DS_ACCELERATOR"]
+    backend = ds.backend or ("gloo" if accelerator == "cpu" else "nccl")
+    if os.environ["WORLD_SIZE"] == "1" or (accelerator == "cpu" and not ds.shm_allreduce):
+        # The shared-memory allreduce only helps CPU ranks on one host; without it, skip its ~50 s gcc build.
+        deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+    deepspeed.init_distributed(dist_backend=backend)
+    device = "cpu"
+    if accelerator != "cpu":
+        from deepspeed.accelerator import get_accelerator
+
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        get_accelerator().set_device(local_rank)
+        device = f"{get_accelerator().device_name()}:{local_rank}"
+    return Ranks(dist.get_rank(), dist.get_world_size(), device)
+
+
 def build_engine(model: torch.nn.Module, config: TrainerConfig) -> DeepSpeedEngine:
     """deepspeed.initialize with a torch AdamW (no fused/CPU Adam op build)."""
     import deepspeed
     import torch
 
-    prepare_environment(config)
-    ds = config.deepspeed
-    backend = ds.backend or ("gloo" if os.environ["DS_ACCELERATOR"] == "cpu" else "nccl")
-    if os.environ.get("WORLD_SIZE") == "1":
-        # The shared-memory allreduce only helps ranks on one host; with one rank, skip its ~50 s gcc build.
-        deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
-    deepspeed.init_distributed(dist_backend=backend)
+    start_distributed(config)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay)
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=deepspeed_config(config))
     return engine
 
 
-def full_state_dict(engine: DeepSpeedEngine) -> dict[str, torch.Tensor]:
-    """Consolidated fp32 weights on CPU (ZeRO-3 partitions parameters, so gather them first)."""
+def full_state_dict(engine: DeepSpeedEngine, keep: bool = True) -> dict[str, torch.Tensor]:
+    """Consolidated fp32 weights on CPU. ZeRO-3 partitions parameters, so every rank must call this (the gather
+    is collective); keep=False on ranks that only take part in the gather (they get {})."""
     import deepspeed
     import torch
 
     module = engine.module
 
     def copy() -> dict[str, torch.Tensor]:
+        if not keep:
+            return {}
         return {name: tensor.detach().to("cpu", torch.float32).clone() for name, tensor in module.state_dict().items()}
 
     if engine.zero_optimization_stage() == 3:

@@ -40,11 +40,10 @@ import torch
 
 from liverl.config.rewards import MonitorsConfig
 from liverl.config.trainer import GateConfig, LossConfig
-from trainer.batching import collate, pack
+from trainer.batching import collate, pack, score_batch, trajectory_samples
 from trainer.holdout import GateEvidence
 from trainer.losses import token_losses
-from trainer.scoring import chunked_kl, score_tokens
-from trainer.step_builder import to_samples
+from trainer.scoring import chunked_kl
 
 EVAL_TOKEN_BUDGET = 8192  # padded tokens per forward pass; scoring projects to the vocabulary in chunks of tokens
 MODELS = ("candidate", "champion")
@@ -216,7 +215,7 @@ def _score(candidate: torch.nn.Module, champion: torch.nn.Module, evidence: Gate
     nll, loss, log_ratio = ({name: zeros() for name in MODELS} for _ in range(3))
     samples, owners = [], []
     for index, (trajectory, advantage) in enumerate(zip(evidence.holdout, evidence.advantages)):
-        for sample in to_samples(trajectory, 1.0, max_seq_len, advantage):  # each segment its own sequence
+        for sample in trajectory_samples(trajectory, 1.0, max_seq_len, advantage):  # each window its own sequence
             samples.append(sample)
             owners.append(index)
     start = 0
@@ -224,15 +223,22 @@ def _score(candidate: torch.nn.Module, champion: torch.nn.Module, evidence: Gate
         owner = torch.tensor(owners[start:start + len(group)])
         start += len(group)
         batch = collate(group)
-        mask = batch.loss_mask  # (B, T); column 0 is 0
         models = dict(zip(MODELS, (candidate, champion)))
-        logp = {name: score_tokens(model, batch.token_ids, batch.attention_mask).logp  # (B, T), column 0 is 0
-                for name, model in models.items()}
-        position_kl = chunked_kl(candidate, champion, batch.token_ids, batch.attention_mask)  # (B, T)
+        # Scored under the processing each token was sampled with, as in training; unscorable tokens (greedy
+        # calls, outside the truncated set) are left out as training leaves them out.
+        scored = {name: score_batch(model, batch, loss_config.scoring_chunk_tokens) for name, model in models.items()}
+        logp = {name: result.logp for name, result in scored.items()}  # (B, T), column 0 is 0
+        mask = batch.loss_mask  # (B, T); column 0 is 0
+        if loss_config.exclude_unscorable:
+            unscorable = scored["candidate"].unscorable | scored["champion"].unscorable
+            mask = torch.where(unscorable, torch.zeros_like(mask), mask)
+        position_kl = chunked_kl(candidate, champion, batch.token_ids, batch.attention_mask, batch.position_ids,
+                                 loss_config.scoring_chunk_tokens)  # (B, T)
+        judged = loss_config.model_copy(update={"kl_to_reference": 0.0})  # the reference term is training's only
         tokens.index_add_(0, owner, mask.sum(1).double())
         kl.index_add_(0, owner, (position_kl * mask).sum(1).double())
         for name in MODELS:
-            token_loss = token_losses(logp[name], batch.behaviour_logprobs, batch.advantages, loss_config).loss
+            token_loss = token_losses(logp[name], batch.behaviour_logprobs, batch.advantages, judged, mask=mask).loss
             loss[name].index_add_(0, owner, (token_loss * mask).sum(1).double())
             nll[name].index_add_(0, owner, (-logp[name] * mask).sum(1).double())
             log_ratio[name].index_add_(0, owner, ((logp[name] - batch.behaviour_logprobs) * mask).sum(1).double())

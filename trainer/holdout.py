@@ -50,7 +50,7 @@ def held_out_rows(rows: Sequence[dict], fraction: float, limit: int, max_seq_len
             continue  # the trainer already reported it when it streamed past
         if trajectory.trainable_within(max_seq_len):
             kept.append((trajectory, row))
-    kept.sort(key=lambda pair: (pair[0].first_served_ms, pair[0].trajectory_id))
+    kept.sort(key=lambda pair: (pair[0].first_served_ms or 0, pair[0].trajectory_id))  # None: unknown
     return kept[-limit:] if limit else kept
 
 

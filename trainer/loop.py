@@ -7,6 +7,11 @@ the DeepSpeed checkpoint holds the table position, so a crash at any point resum
 The trainer keeps making candidates however many the gate refuses: staleness counts promotions since a
 row was served (served_lineage), so a champion that stays put never starves training, and the progress
 line says when promotion is blocked and why.
+
+On several data-parallel ranks (the deepspeed launcher, torchrun) rank 0 alone follows the table, writes the
+state file and publishes; it broadcasts each decision (the step plan, "checkpoint now", the publish result)
+and every rank trains its share of each step (sharded_step), saves its part of each DeepSpeed checkpoint and
+takes part in the export's gather. The checkpoint folder must be shared by the ranks, as DeepSpeed's is.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from liverl.contracts import names
 from trainer.advantages import Baselines
 from trainer.holdout import gate_evidence
 from trainer.publish import CheckpointToPublish, Publisher, PublishResult
+from trainer.ranks import Ranks
 from trainer.registry import Registry
 from trainer.row_stream import Position, RowStream
 from trainer.served_lineage import ServedLineage, promoted_versions
@@ -32,6 +38,7 @@ from trainer.table_follower import TableCommit, TableFollower, merge_offsets
 
 if TYPE_CHECKING:
     from deepspeed import DeepSpeedEngine
+    from torch.nn import Module
 
     from trainer.step_builder import StepPlan
 
@@ -48,6 +55,14 @@ class Window:
     started: float = field(default_factory=time.monotonic)
 
 
+@dataclass(frozen=True)
+class Saved:
+    """A DeepSpeed checkpoint saved on every rank and recorded in the state file, not yet registered."""
+
+    pending: PendingPublish
+    step_metrics: list[tuple[int, dict[str, float]]] = field(default_factory=list)
+
+
 class Trainer:
     def __init__(self, config: LiverlConfig, say: Callable[[str], None] = print):
         self.config = config
@@ -61,19 +76,51 @@ class Trainer:
             config.rewards.version, self.dir / "registry", say,
         )
         self.stop_requested = False
+        self.ranks = Ranks()  # joined in start()
         self.window = Window()
         self.state: TrainerState
         self.engine: DeepSpeedEngine
         self.parent_folder: Path  # the policy folder the current weights' export copies tokenizer files from
         self.served: ServedLineage  # the champion timeline staleness counts on
+        self.reference: Module | None  # frozen, only when trainer.loss.kl_to_reference > 0
 
     # ---- start: fresh from the champion, or resume from the last checkpoint -------------------------
     def start(self) -> None:
         import torch
 
-        from trainer.engine import build_engine
+        from trainer.engine import build_engine, start_distributed
         from trainer.policy_io import load_policy
 
+        self.ranks = start_distributed(self.tc)
+        if not self.ranks.main:
+            self.say = lambda _line: None  # one progress line per step, from rank 0
+        # Rank 0 reads the state and downloads the parent; the others build the same model from its folder.
+        state, self.parent_folder = self.ranks.decide(self._load_state)
+        self.state = state
+        torch.manual_seed(self.tc.seed)
+        self.engine = build_engine(load_policy(self.parent_folder), self.tc)
+        if state.checkpoint_tag:
+            self.engine.load_checkpoint(str(self.dir / "deepspeed"), tag=state.checkpoint_tag)
+        self.engine.module.eval()  # no dropout: the policy's logprobs must be comparable with serving's
+        # The optional KL-to-reference term's reference: the policy this process started from, frozen.
+        self.reference = load_policy(self.parent_folder).eval() if self.tc.loss.kl_to_reference > 0 else None
+        self.baselines = Baselines(dict(state.baselines))  # every rank computes the step's advantages
+        if self.ranks.main:  # the table position and the champion timeline are rank 0's
+            self.trained = {tid: version for tid, version in state.trained_ids}
+            self.stream = RowStream(
+                self.follower, Position(state.table_version, state.cursor, state.version_done),
+                self.tc.passes_per_trajectory,
+            )
+            self.served = promoted_versions(self.registry)
+        where = f"step {state.step}, table v{state.table_version} row {state.cursor}"
+        ranks = f" | ranks {self.ranks.world}" if self.ranks.world > 1 else ""
+        self.say(f"trainer ready | parent v{state.parent_version} | {where} | checkpoint {state.checkpoint_tag or '-'}"
+                 f"{ranks}")
+        if state.pending:  # crashed between checkpoint and registration: finish it first
+            self.maybe_publish(Saved(state.pending))
+
+    def _load_state(self) -> tuple[TrainerState, Path]:
+        """Rank 0: the saved state (or a fresh one from the champion) and the parent version's folder."""
         state = TrainerState.load(self.dir)
         if state is None:
             champion = self.registry.alias_version(names.ALIAS_CHAMPION)
@@ -83,30 +130,13 @@ class Trainer:
                     "register a base policy first: liverl train --init-from POLICY_DIR"
                 )
             state = TrainerState(run_key=uuid.uuid4().hex[:12], parent_version=champion)
-        self.state = state
-        self.parent_folder = self.registry.download(state.parent_version, self.dir / "registry")
-        torch.manual_seed(self.tc.seed)
-        self.engine = build_engine(load_policy(self.parent_folder), self.tc)
-        if state.checkpoint_tag:
-            self.engine.load_checkpoint(str(self.dir / "deepspeed"), tag=state.checkpoint_tag)
-        self.engine.module.eval()  # no dropout: the policy's logprobs must be comparable with serving's
-        self.trained = {tid: version for tid, version in state.trained_ids}
-        self.baselines = Baselines(dict(state.baselines))
-        self.stream = RowStream(
-            self.follower, Position(state.table_version, state.cursor, state.version_done),
-            self.tc.passes_per_trajectory,
-        )
-        self.served = promoted_versions(self.registry)
-        where = f"step {state.step}, table v{state.table_version} row {state.cursor}"
-        self.say(f"trainer ready | parent v{state.parent_version} | {where} | checkpoint {state.checkpoint_tag or '-'}")
-        if state.pending:  # crashed between checkpoint and registration: finish it first
-            self.maybe_publish(self._to_publish(state.pending))
+        return state, self.registry.download(state.parent_version, self.dir / "registry")
 
     # ---- the loop ---------------------------------------------------------------------------------------
     def run(self, follow: bool) -> int:
         """Train on everything new; with follow, keep waiting for more. Returns the versions registered."""
         registered = 0
-        while not self.stop_requested:
+        while not self.ranks.any(self.stop_requested):
             plan = self.load_batch()
             if plan is not None:
                 self.step(plan)
@@ -119,12 +149,16 @@ class Trainer:
         return registered
 
     def load_batch(self) -> StepPlan | None:
-        """The next step's trajectories, or None when the table has nothing new to train on."""
+        """The next step's trajectories (rank 0's plan, on every rank), or None when the table has nothing new."""
+        return self.ranks.decide(self._next_plan)
+
+    def _next_plan(self) -> StepPlan | None:
         from trainer.step_builder import build_step
 
         while True:
             plan = build_step(
-                self.stream, self.trained, self.served, int(time.time() * 1000), self.tc, self.say
+                self.stream, self.trained, self.served, int(time.time() * 1000), self.tc, self.say,
+                world=self.ranks.world,
             )
             self.window.commits.update(plan.commits)
             if not plan.empty:
@@ -137,9 +171,17 @@ class Trainer:
 
     def step(self, plan: StepPlan) -> None:
         """One optimizer step on the plan's trajectories, with one progress line."""
+        from trainer.sharded_step import run_sharded_step
         from trainer.training_step import run_step
 
-        result = run_step(self.engine, plan, self.state.step, self.baselines, self.config)
+        if self.ranks.world == 1:
+            result = run_step(self.engine, plan, self.state.step, self.baselines, self.config, reference=self.reference)
+            mine = sorted(t.trajectory_id for t in plan.trajectories)
+        else:
+            result, mine = run_sharded_step(self.engine, plan, self.state.step, self.baselines, self.config,
+                                            self.ranks, reference=self.reference)
+        if self.tc.log_trained_ids:  # every rank: the audit that no trajectory is trained twice
+            print(f"trained ids | rank {self.ranks.rank} | step {self.state.step + 1} | {','.join(mine)}", flush=True)
         self.state.step += 1
         self.state.trajectories_trained += len(plan.trajectories)
         self.window.steps += 1
@@ -147,7 +189,8 @@ class Trainer:
         self.window.reward_config_versions.update(t.reward_config_version for t in plan.trajectories)
         metrics = {**result.metrics, "gate_refusals_in_a_row": float(self.state.gate_refusals)}
         self.window.step_metrics.append((self.state.step, metrics))
-        self.say(result.line(self.state.step, sorted(plan.commits)) + self.blocked())
+        if self.ranks.main:  # the champion timeline behind blocked() is rank 0's
+            self.say(result.line(self.state.step, sorted(plan.commits)) + self.blocked())
 
     def blocked(self) -> str:
         """The progress line's note while the gate keeps refusing: how long, and the last reasons."""
@@ -157,16 +200,25 @@ class Trainer:
                 f"v{self.served.promoted[-1]} ({self.state.last_refusal[:200]})")
 
     # ---- checkpoint, publish -----------------------------------------------------------------------------
-    def maybe_checkpoint(self, force: bool = False) -> CheckpointToPublish | None:
-        """Save a DeepSpeed checkpoint and export it when the window is due (or forced and not empty)."""
-        if not self.window.steps or not (force or self._window_due()):
+    def maybe_checkpoint(self, force: bool = False) -> Saved | None:
+        """Save a DeepSpeed checkpoint (every rank) when the window is due (or forced and not empty)."""
+        # Rank 0's clock decides: the ranks' minutes_per_version would expire at different steps.
+        if not self.window.steps or not self.ranks.decide(lambda: force or self._window_due()):
             return None
         tag = f"step-{self.state.step}"
-        self.engine.save_checkpoint(str(self.dir / "deepspeed"), tag=tag)
+        self.engine.save_checkpoint(str(self.dir / "deepspeed"), tag=tag)  # collective: each rank its shards
+        self.ranks.barrier()  # every shard written before the state file points at them
+        self.state.checkpoint_tag = tag
+        self.state.pending = self.ranks.decide(lambda: self._record_checkpoint(tag))
+        saved = Saved(self.state.pending, self.window.step_metrics)
+        self.window = Window()
+        return saved
+
+    def _record_checkpoint(self, tag: str) -> PendingPublish:
+        """Rank 0: the table position and the window's lineage, saved with the checkpoint they belong to."""
         position = self.stream.position
         state = self.state
         state.table_version, state.cursor, state.version_done = position.table_version, position.cursor, position.done
-        state.checkpoint_tag = tag
         state.baselines = dict(self.baselines.means)
         state.trained_ids = sorted(self.trained.items())
         state.pending = PendingPublish(
@@ -178,22 +230,23 @@ class Trainer:
             metrics=_summary(self.window.step_metrics),
         )
         state.save(self.dir)  # from here a crash resumes at this checkpoint and finishes its registration
-        checkpoint = self._to_publish(state.pending, self.window.step_metrics)
-        self.window = Window()
-        return checkpoint
+        return state.pending
 
-    def maybe_publish(self, checkpoint: CheckpointToPublish | None) -> int:
-        """Register and gate a checkpoint; returns the versions registered (0 or 1)."""
-        if checkpoint is None:
+    def maybe_publish(self, saved: Saved | None) -> int:
+        """Export, register and gate a saved checkpoint (rank 0; the others take part in the export's gather and
+        wait for the verdict); returns the versions registered (0 or 1)."""
+        if saved is None:
             return 0
-        result = self.publisher.publish(checkpoint)
+        checkpoint = self._to_publish(saved.pending, saved.step_metrics)
+        result = self.ranks.decide(lambda: self.publisher.publish(checkpoint))
         self._record(result)
         self.state.parent_version = result.version
         self.state.pending = None
-        self.state.save(self.dir)
-        self.parent_folder = checkpoint.folder
-        self.served = promoted_versions(self.registry)  # a promotion moves the staleness timeline
-        self._prune_checkpoints()
+        self.parent_folder = self.dir / "exports" / saved.pending.checkpoint_tag
+        if self.ranks.main:
+            self.state.save(self.dir)
+            self.served = promoted_versions(self.registry)  # a promotion moves the staleness timeline
+            self._prune_checkpoints()
         return 1
 
     def _record(self, result: PublishResult) -> None:
@@ -202,7 +255,8 @@ class Trainer:
         else:
             self.state.gate_refusals += 1
             self.state.last_refusal = "; ".join(result.reasons)
-            self.say(f"training goes on from v{result.version}{self.blocked()}")
+            if self.ranks.main:
+                self.say(f"training goes on from v{result.version}{self.blocked()}")
 
     def _window_due(self) -> bool:
         if self.window.steps >= self.tc.steps_per_version:
@@ -211,14 +265,18 @@ class Trainer:
         return self.tc.minutes_per_version > 0 and minutes >= self.tc.minutes_per_version
 
     def _to_publish(self, pending: PendingPublish,
-                    step_metrics: list[tuple[int, dict[str, float]]] = ()) -> CheckpointToPublish:
-        """Export the engine's weights (they are the checkpoint's) and gather the gate's evidence."""
+                    step_metrics: list[tuple[int, dict[str, float]]] = ()) -> CheckpointToPublish | None:
+        """Export the engine's weights (they are the checkpoint's) and gather the gate's evidence: rank 0's
+        CheckpointToPublish; None on the other ranks, which only take part in gathering ZeRO-3 weights."""
         from trainer.engine import full_state_dict
         from trainer.policy_io import export_policy
 
+        weights = full_state_dict(self.engine, keep=self.ranks.main)  # collective under ZeRO-3
+        if not self.ranks.main:
+            return None
         folder = self.dir / "exports" / pending.checkpoint_tag
         if not folder.exists():  # the export is atomic: present means complete
-            export_policy(self.engine.module, full_state_dict(self.engine), folder, self.parent_folder)
+            export_policy(self.engine.module, weights, folder, self.parent_folder)
         evidence = gate_evidence(self.follower.rows_up_to(self.stream.version), self.state.step, self.baselines,
                                  self.config)
         return CheckpointToPublish(

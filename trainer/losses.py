@@ -41,7 +41,7 @@ def log_ratio(logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torch.Tens
 def token_losses(
     logp: torch.Tensor,  # (B, T) log π_θ(token), with gradient
     behaviour_logp: torch.Tensor,  # (B, T) log π_behaviour(token) captured by serving
-    advantages: torch.Tensor,  # (B,) one advantage per trajectory, broadcast over its tokens
+    advantages: torch.Tensor,  # (B, T) per token, or (B,) one per row broadcast over its tokens
     config: LossConfig,
     mask: torch.Tensor | None = None,  # (B, T) positions that carry a loss (bool or weights); None: all
     reference_logp: torch.Tensor | None = None,  # (B, T) log π_ref(token), needed when kl_to_reference > 0
@@ -49,7 +49,7 @@ def token_losses(
     raw = log_ratio(logp, behaviour_logp, mask)
     clamped = raw.clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
     ratio = torch.exp(clamped)
-    adv = advantages[:, None].to(logp.dtype)
+    adv = (advantages[:, None] if advantages.dim() == 1 else advantages).to(logp.dtype)
     low, high = 1.0 - config.clip_low, 1.0 + config.clip_high
     if config.kind == "ppo":
         unclipped = ratio * adv

@@ -25,12 +25,19 @@ Memory: the model's last hidden states are projected to the vocabulary `chunk_to
 chunk_tokens x vocab) instead of O(tokens x vocab). Models whose output head is not a plain projection of the
 base model's hidden states fall back to one full forward (logits in memory) with chunked processing.
 
+Packed rows (trainer/packing.py): `sequence_ids` (B, T) says which sequence of its row each token belongs to
+(-1 padding); attention is then block-diagonal causal (a 4D additive mask, which GPT-2 and Llama take as is
+under eager and sdpa attention), and each sequence's first token is not predicted, like column 0.
+
 Public functions:
-    score_tokens(model, token_ids, attention_mask, sampling=None, position_ids=None, chunk_tokens=512)
-        -> ScoredTokens(logp (B, T), unscorable (B, T) bool); column 0 and padding are 0 / False.
-    chunked_kl(candidate, champion, token_ids, attention_mask, position_ids=None, chunk_tokens=512)
+    score_tokens(model, token_ids, attention_mask, sampling=None, position_ids=None, chunk_tokens=512,
+                 sequence_ids=None)
+        -> ScoredTokens(logp (B, T), unscorable (B, T) bool); column 0, sequence starts and padding are 0 / False.
+    chunked_kl(candidate, champion, token_ids, attention_mask, position_ids=None, chunk_tokens=512,
+               sequence_ids=None)
         -> (B, T) float: KL(candidate || champion) of the full temperature-1 next-token distributions that
         predict token t (column 0 and padding 0); for the promotion gate, call under torch.no_grad().
+    block_causal_mask(sequence_ids (B, T), dtype) -> (B, 1, T, T) additive mask.
     processed_logprobs(logits (N, V), targets (N,), temperature (N,), top_p (N,), top_k (N,))
         -> (logp (N,), unscorable (N,) bool): the per-token rule above on a block of logits.
 """
@@ -110,10 +117,11 @@ def _top_p(logits: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
 def score_tokens(
     model, token_ids: torch.Tensor, attention_mask: torch.Tensor, sampling: TokenSampling | None = None,
     position_ids: torch.Tensor | None = None, chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+    sequence_ids: torch.Tensor | None = None,
 ) -> ScoredTokens:
     """Score every real token t >= 1 of a right-padded (B, T) batch; sampling None: temperature 1, untruncated."""
     rows, width = token_ids.shape
-    predicted = attention_mask[:, 1:].bool()  # (B, T-1) positions whose token is predicted from its prefix
+    predicted = _predicted(attention_mask, sequence_ids)  # (B, T-1) positions whose token is predicted
     targets = token_ids[:, 1:][predicted]  # (N,)
     if sampling is None:
         temperature = torch.ones(targets.shape, device=token_ids.device)
@@ -122,7 +130,7 @@ def score_tokens(
         temperature, top_p, top_k = (x[:, 1:][predicted] for x in
                                      (sampling.temperature, sampling.top_p, sampling.top_k))
     logp, unscorable = [], []
-    for block in _blocks(model, token_ids, attention_mask, position_ids, predicted, chunk_tokens):
+    for block in _blocks(model, token_ids, attention_mask, position_ids, sequence_ids, predicted, chunk_tokens):
         chunk, project = block
         lp, bad = _project_and_score(project, chunk.inputs, targets[chunk.rows], temperature[chunk.rows],
                                      top_p[chunk.rows], top_k[chunk.rows])
@@ -140,13 +148,14 @@ def score_tokens(
 def chunked_kl(
     candidate, champion, token_ids: torch.Tensor, attention_mask: torch.Tensor,
     position_ids: torch.Tensor | None = None, chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+    sequence_ids: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """(B, T) KL(candidate || champion) of the full temperature-1 distributions predicting each token t >= 1."""
     rows, width = token_ids.shape
-    predicted = attention_mask[:, 1:].bool()
+    predicted = _predicted(attention_mask, sequence_ids)
     pieces = []
-    blocks = zip(_blocks(candidate, token_ids, attention_mask, position_ids, predicted, chunk_tokens),
-                 _blocks(champion, token_ids, attention_mask, position_ids, predicted, chunk_tokens))
+    layout = (token_ids, attention_mask, position_ids, sequence_ids, predicted, chunk_tokens)
+    blocks = zip(_blocks(candidate, *layout), _blocks(champion, *layout))
     for (cand_chunk, cand_project), (champ_chunk, champ_project) in blocks:
         cand = cand_project(cand_chunk.inputs).float().log_softmax(-1)
         champ = champ_project(champ_chunk.inputs).float().log_softmax(-1)
@@ -163,10 +172,31 @@ class _Chunk:
     inputs: torch.Tensor  # (n, H) hidden states, or (n, V) logits on the fallback path
 
 
-def _blocks(model, token_ids, attention_mask, position_ids, predicted, chunk_tokens):
+def block_causal_mask(sequence_ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """(B, 1, T, T) additive mask from (B, T) sequence ids: token i sees token j <= i of its own sequence only.
+    Padding (-1) sees earlier padding, never a real token; every token sees itself, so no row is empty, and
+    finfo.min rather than -inf keeps the softmax finite in eager and sdpa alike."""
+    width = sequence_ids.shape[1]
+    causal = torch.ones(width, width, dtype=torch.bool, device=sequence_ids.device).tril()
+    allowed = (sequence_ids[:, :, None] == sequence_ids[:, None, :]) & causal  # (B, T, T)
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=sequence_ids.device)
+    return mask.masked_fill(~allowed, torch.finfo(dtype).min)[:, None]
+
+
+def _predicted(attention_mask: torch.Tensor, sequence_ids: torch.Tensor | None) -> torch.Tensor:
+    """(B, T-1) bool: token t is real and predicted by token t-1 of its own sequence."""
+    predicted = attention_mask[:, 1:].bool()
+    if sequence_ids is not None:
+        predicted = predicted & (sequence_ids[:, 1:] == sequence_ids[:, :-1])
+    return predicted
+
+
+def _blocks(model, token_ids, attention_mask, position_ids, sequence_ids, predicted, chunk_tokens):
     """Yield (chunk, project): project(chunk.inputs) gives that chunk's (n, V) logits."""
     module = getattr(model, "module", model)  # a DeepSpeed engine wraps the Hugging Face model
     base, head = _base_and_head(module)
+    if sequence_ids is not None:  # packed rows: the model takes a prepared 4D mask as is
+        attention_mask = block_causal_mask(sequence_ids, _dtype(module))
     kwargs = {"input_ids": token_ids, "attention_mask": attention_mask}
     if position_ids is not None:
         kwargs["position_ids"] = position_ids
@@ -178,6 +208,12 @@ def _blocks(model, token_ids, attention_mask, position_ids, predicted, chunk_tok
     for start in range(0, total, max(chunk_tokens, 1)):
         rows = slice(start, min(start + chunk_tokens, total))
         yield _Chunk(rows, inputs[rows]), project
+
+
+def _dtype(module) -> torch.dtype:
+    """The dtype the attention scores are computed in (bf16 under DeepSpeed bf16): a float mask must match."""
+    dtype = getattr(module, "dtype", None)
+    return dtype if isinstance(dtype, torch.dtype) and dtype.is_floating_point else torch.float32
 
 
 def _identity(x: torch.Tensor) -> torch.Tensor:

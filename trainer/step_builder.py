@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from liverl.config.trainer import TrainerConfig
-from trainer.batching import Sample, pack
+from trainer.batching import Sample, pack, trajectory_samples
 from trainer.holdout import holdout_key
 from trainer.row_stream import RowStream
 from trainer.served_lineage import ServedLineage
@@ -32,13 +32,15 @@ class StepPlan:
 
 def build_step(
     stream: RowStream, trained: dict[str, int], served: ServedLineage | str, now_ms: int, config: TrainerConfig,
-    say: Callable[[str], None] = print,
+    say: Callable[[str], None] = print, world: int = 1,
 ) -> StepPlan:
     """trained: trajectory_id -> table version it was trained from (a re-committed trajectory is a duplicate).
-    served: the champion timeline staleness counts on (a version string: every version up to it served)."""
+    served: the champion timeline staleness counts on (a version string: every version up to it served).
+    world: data-parallel ranks; the step holds their micro-batches together (each rank trains a share)."""
     served = ServedLineage.of(served)
     plan = StepPlan()
-    budget, micro_batches = config.deepspeed.micro_batch_tokens, config.deepspeed.gradient_accumulation_steps
+    budget = config.deepspeed.micro_batch_tokens
+    micro_batches = config.deepspeed.gradient_accumulation_steps * world
     samples: list[Sample] = []
     while (item := stream.peek()) is not None:
         commit, row = item
@@ -63,7 +65,7 @@ def build_step(
             plan.lags.append(staleness.version_lag)
             _consume(stream, plan, commit, "stale")
             continue
-        segments = to_samples(trajectory, staleness.weight, config.max_seq_len)
+        segments = trajectory_samples(trajectory, staleness.weight, config.max_seq_len)
         if samples and len(pack([*samples, *segments], budget)) > micro_batches:
             break  # the step is full; this row opens the next one
         samples += segments
@@ -81,16 +83,3 @@ def _consume(stream: RowStream, plan: StepPlan, commit: TableCommit, skipped: st
     if skipped:
         plan.skipped[skipped] += 1
     stream.advance()
-
-
-def to_samples(trajectory: Trajectory, weight: float, max_seq_len: int, advantage: float = 0.0) -> list[Sample]:
-    """One sample per segment, each its own sequence cut to max_seq_len: serving sampled a segment's tokens
-    conditioned on that segment alone. Every segment shares the trajectory's advantage and staleness weight
-    (the final reward covers the whole chain); segments with nothing to train are left out. The advantage
-    is filled in once the whole step is known (baselines compare trajectories of a step)."""
-    t = trajectory
-    return [
-        Sample(list(t.token_ids[start:end]), list(t.loss_mask[start:end]), list(t.behaviour_logprobs[start:end]),
-               advantage, weight)
-        for start, end in t.segments(max_seq_len) if any(t.loss_mask[start + 1:end])
-    ]

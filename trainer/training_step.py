@@ -1,5 +1,8 @@
 """One optimizer step: rewards -> advantages -> windows -> token-budget micro-batches -> DeepSpeed backward/step.
 
+Micro-batches are packed by default (trainer/packing.py: several windows per row, isolated from each other);
+the step reports the useful share, real tokens over computed tokens, so padding shows up where it is spent.
+
 Tokens are scored under the sampling processing serving used (trainer/scoring.py); unscorable ones (greedy
 calls, tokens outside the truncated set) get no loss term unless loss.exclude_unscorable is false.
 """
@@ -14,8 +17,9 @@ import torch
 from liverl.config import LiverlConfig
 from liverl.config.trainer import LossConfig
 from trainer.advantages import Baselines, compute_advantages
-from trainer.batching import MicroBatch, collate, pack, score_batch, trajectory_samples
+from trainer.batching import MicroBatch, Sample, collate_rows, score_batch, trajectory_samples
 from trainer.losses import TokenLoss, behaviour_kl, token_losses
+from trainer.packing import micro_batches
 from trainer.rewarding import mixed_rewards
 from trainer.scoring import ScoredTokens
 from trainer.staleness import describe
@@ -33,7 +37,7 @@ class StepResult:
         skipped = f" skipped {sum(self.skipped.values())}" if self.skipped else ""
         return (
             f"step {step} | loss {m['loss']:+.4f} | reward {m['reward']:+.3f} | stale {self.staleness}{skipped} "
-            f"| tok/s {m['tokens_per_s']:.0f} | KL {m['kl']:.4f} | clip {m['clip_fraction']:.2f} "
+            f"| tok/s {m['tokens_per_s']:.0f} | useful {m['useful_share']:.2f} | KL {m['kl']:.4f} | clip {m['clip_fraction']:.2f} "
             f"| traj {int(m['trajectories'])} | table v{','.join(map(str, table_versions))}"
         )
 
@@ -53,13 +57,13 @@ def run_step(engine, plan: StepPlan, step: int, baselines: Baselines, config: Li
         for t, weight, advantage in zip(plan.trajectories, plan.weights, advantages)
         for sample in trajectory_samples(t, weight, tc.max_seq_len, advantage)
     ]
-    groups = pack(samples, tc.deepspeed.micro_batch_tokens)
+    groups = micro_batches(samples, tc.deepspeed)
     accumulation = tc.deepspeed.gradient_accumulation_steps
-    # DeepSpeed steps every `accumulation` micro-batches: a short step is padded with zero-weight copies.
+    # DeepSpeed steps every `accumulation` micro-batches: a short step is padded with zero-weight fillers.
     # Only a lone trajectory whose segments overflow the step's budget needs more; it then spans whole
     # optimizer steps (padded to a multiple) rather than leaking gradients into the next trainer step.
-    groups += [[replace(groups[-1][0], weight=0.0)]] * (-len(groups) % accumulation)
-    batches = [collate(group).to(engine.device) for group in groups]
+    groups += [[[_filler(groups[-1][0][0])]]] * (-len(groups) % accumulation)
+    batches = [collate_rows(rows).to(engine.device) for rows in groups]
     tokens = max(sum(batch.trained_tokens for batch in batches), 1)
     sums = {"loss": 0.0, "kl": 0.0, "clip": 0.0, "excluded": 0.0}
     for batch in batches:
@@ -82,6 +86,7 @@ def run_step(engine, plan: StepPlan, step: int, baselines: Baselines, config: Li
         "clip_fraction": sums["clip"] / tokens,
         "excluded_fraction": sums["excluded"] / tokens,
         "tokens_per_s": real_tokens / elapsed,
+        "useful_share": real_tokens / max(sum(batch.computed_tokens for batch in batches), 1),
         "trajectories": float(len(plan.trajectories)),
         "segments": float(len(samples)),
         "staleness_mean": sum(max(lag, 0) for lag in plan.lags) / max(len(plan.lags), 1),
@@ -90,6 +95,13 @@ def run_step(engine, plan: StepPlan, step: int, baselines: Baselines, config: Li
         "weight_mean": sum(plan.weights) / len(plan.weights),
     }
     return StepResult(metrics=metrics, staleness=describe(plan.lags), skipped=dict(plan.skipped))
+
+
+def _filler(sample: Sample) -> Sample:
+    """A zero-weight two-token copy: a micro-batch that completes DeepSpeed's accumulation at almost no cost."""
+    return replace(sample, token_ids=sample.token_ids[:2], loss_mask=sample.loss_mask[:2],
+                   behaviour_logprobs=sample.behaviour_logprobs[:2], weight=0.0, temperature=sample.temperature[:2],
+                   top_p=sample.top_p[:2], top_k=sample.top_k[:2])
 
 
 def batch_loss(model, batch: MicroBatch, config: LossConfig,

@@ -162,7 +162,8 @@ def _high_water_marks(consumer, partitions) -> dict:
     while len(marks) < len(partitions):
         if time.monotonic() > deadline:
             missing = [f"{tp.topic}:{tp.partition}" for tp in partitions if tp not in marks]
-            raise TimeoutError(f"no fetch response for {missing} within {HIGH_WATER_TIMEOUT_S:.0f} s; is the broker up?")
+            raise TimeoutError(f"no fetch response for {missing} within {HIGH_WATER_TIMEOUT_S:.0f} s; "
+                               "is the broker up? (`liverl status`)")
         consumer.poll(timeout_ms=200)
         for tp in partitions:
             mark = consumer.highwater(tp)

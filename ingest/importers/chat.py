@@ -43,7 +43,8 @@ def tool_calls_of(message: dict, fallback_id: str) -> list[ToolCallSpec]:
     for index, call in enumerate(raw if isinstance(raw, list) else [raw]):
         call_id = f"{fallback_id}.{index}"
         if not isinstance(call, dict):
-            calls.append(ToolCallSpec(call_id, "", json.dumps(call, default=str), False, "a tool call is not an object"))
+            calls.append(ToolCallSpec(call_id, "", json.dumps(call, default=str), False,
+                                      "a tool call is not an object"))
             continue
         function = call.get("function") or {}
         name = str(function.get("name") or "")

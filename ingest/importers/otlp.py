@@ -64,7 +64,8 @@ def spans_of(document: object, source: str) -> tuple[list[tuple[str, dict]], lis
     """(source, span) for every span of an ExportTraceServiceRequest, resource attributes merged under
     the span's own."""
     if not isinstance(document, dict) or not isinstance(document.get("resourceSpans"), list):
-        return [], [BadInput(source, "not_otlp", 'no "resourceSpans" list: export OTLP JSON (ExportTraceServiceRequest)')]
+        return [], [BadInput(source, "not_otlp",
+                             'no "resourceSpans" list: export OTLP JSON (an ExportTraceServiceRequest)')]
     found = []
     for resource_spans in document["resourceSpans"]:
         resource = attributes((resource_spans.get("resource") or {}).get("attributes"))
@@ -75,7 +76,8 @@ def spans_of(document: object, source: str) -> tuple[list[tuple[str, dict]], lis
     return found, []
 
 
-def sessions_from_spans(spans: list[tuple[str, dict]], source_name: str) -> tuple[list[ImportedSession], list[BadInput]]:
+def sessions_from_spans(spans: list[tuple[str, dict]],
+                        source_name: str) -> tuple[list[ImportedSession], list[BadInput]]:
     """Group GenAI spans into sessions (conversation id, else trace), in start-time order."""
     conversation_of_trace: dict[str, str] = {}
     for _, span in spans:
@@ -113,7 +115,8 @@ def _item(span: dict, source_id: str) -> Exchange | ToolExecution | None:
     time_ms = _nanos(span.get("startTimeUnixNano")) // 1_000_000
     if operation == TOOL_OPERATION:
         call_id = str(attrs.get("gen_ai.tool.call.id") or span.get("spanId") or source_id)
-        call = parsed_call(call_id, str(attrs.get("gen_ai.tool.name") or ""), _json_text(attrs.get("gen_ai.tool.call.arguments")))
+        call = parsed_call(call_id, str(attrs.get("gen_ai.tool.name") or ""),
+                           _json_text(attrs.get("gen_ai.tool.call.arguments")))
         status = (span.get("status") or {}).get("code")
         return ToolExecution(source_id, call, _json_text(attrs.get("gen_ai.tool.call.result")),
                              is_error=status in STATUS_ERROR or bool(attrs.get("error.type")), time_ms=time_ms)

@@ -1,7 +1,7 @@
 """Publish built sessions to the capture path's topics, keyed as the capture service keys them.
 
 Events go to kafka.session_events_topic and model calls to kafka.model_calls_topic, both keyed by
-(tenant, session) (ingest.capture.session_key) with the contract's headers. Writes go through the
+(tenant, session) (liverl.contracts.keys.session_key) with the contract's headers. Writes go through the
 shared KafkaWriter: acknowledged by Kafka (acks=all) or kept in the import's own spool, which the next
 `liverl import` drains first when Kafka was unreachable.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ingest.capture import session_key
+from liverl.contracts.keys import session_key
 from ingest.importers.build import BuiltSession
 from liverl.config.kafka import KafkaConfig
 from liverl.contracts import names

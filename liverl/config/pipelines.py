@@ -13,12 +13,19 @@ class PipelinesConfig(Section):
     follow_interval_s: float = 10.0
     """`liverl distill --follow`: seconds between batches."""
     runner: str = "DirectRunner"
-    """Beam runner; FlinkRunner or DataflowRunner for scale-out (see pipelines/README.md)."""
+    """Beam runner of the distill graph: "DirectRunner" (in process, or several local worker processes with
+    beam_options ["--direct_num_workers=N", "--direct_running_mode=multi_processing"]); "PortableRunner" (a Beam
+    job service, e.g. `python -m apache_beam.runners.portability.local_job_service_main`); "FlinkRunner" or
+    "DataflowRunner" for scale-out (pipelines/README.md, configs/production.toml). The driver plans and commits;
+    only the graph runs on the runner."""
     beam_options: list[str] = []
-    """Extra Beam pipeline flags for the runner, e.g. ["--flink_master=flink:8081", "--parallelism=8"]."""
+    """Beam pipeline flags passed as is to the runner, e.g. ["--flink_master=flink:8081", "--parallelism=8",
+    "--environment_type=EXTERNAL", "--environment_config=localhost:50000"]. On a runner whose workers are
+    other machines, state_uri must be shared storage (the batch refuses a local path)."""
     state_uri: str | None = None
-    """Batch plans, staged outputs and pending sessions (any pyarrow filesystem URI; shared storage on a
-    distributed runner); default: <table.trajectories_uri>/_liverl_distill (hidden from Parquet readers)."""
+    """Batch plans, staged outputs and pending sessions (any pyarrow filesystem URI). Workers write the staged
+    outputs and read the carried state here, so on a distributed runner it must be shared storage (s3://,
+    gs://); default: <table.trajectories_uri>/_liverl_distill (hidden from Parquet readers)."""
     reward_horizon_s: float = 3600.0
     """A session is ready this long after its end event, so delayed signals (edit kept/reverted, feedback) join it."""
     idle_timeout_s: float = 7200.0
@@ -38,5 +45,13 @@ class PipelinesConfig(Section):
     """Log an MLflow run per committed batch in mlflow.audit_experiment (counts, offsets, rewards, samples)."""
     audit_sample_size: int = 20
     """Trajectories shown in each audit run's sample table."""
+    trace_sample_rate: float = Field(default=1.0, ge=0.0, le=1.0)
+    """Share of sessions whose committed trajectories are logged as MLflow traces (in mlflow.audit_experiment,
+    with the audit); the choice is a hash of (tenant, session), so a re-run picks the same ones. 0: no traces."""
+    max_traces_per_batch: int = Field(default=20, ge=0)
+    """At most this many traces per committed batch (the sampled trajectories with the smallest ids)."""
+    trace_tokenizer: str | None = None
+    """A Hugging Face tokenizer folder (the policy's) to decode model calls' token ids into text in traces;
+    unset: a model-call span shows the session's texts around it (user message, tool results, tool calls)."""
     keep_state_batches: int = 3
     """Staged folders of older committed batches beyond this many are deleted."""

@@ -41,6 +41,20 @@ class ServingConfig(Section):
     """Version label recorded for completions of policy_dir."""
     work_dir: Path | None = None
     """Downloaded versions and the recording spool; unset: <stack.data_dir>/serving."""
+    swap_mode: Literal["in_place", "two_engine"] = "in_place"
+    """How a new version replaces the serving one. "in_place": the serving engine loads the new weights
+    (new requests wait a moment, none fails, no second copy of the model); when that raises, serving falls
+    back to "two_engine" for that swap and logs it. "two_engine": a second engine is started beside the
+    serving one, smoke-tested and switched to (twice the memory, tens of seconds of load)."""
+    max_unavailable: int = Field(1, ge=1)
+    """Replicas following the same alias that may be updating at the same moment (a lease in the registry)."""
+    replica_id: str = ""
+    """This replica's name in the fleet's leases and tags; unset: <hostname>-<pid>."""
+    fleet_canary: bool = False
+    """This replica takes each new version first; the others wait until it has (or until it stops
+    renewing its canary lease, so a dead canary never blocks the fleet). Set it on one replica."""
+    lease_ttl_s: float = Field(120.0, gt=0)
+    """Life of a fleet lease (update or canary) unless renewed: how long a dead replica can block the others."""
     min_swap_interval_s: float = 3600.0
     """Least time between two automatic swaps (hours in production, seconds in the demo). ForceSwap ignores it."""
     smoke_prompt: str = "hello"

@@ -43,7 +43,7 @@ class StalenessConfig(Section):
     """How far off-policy a trajectory may be: K versions behind the trainer or H hours old."""
 
     max_version_lag: int = 4
-    """K: registry versions between the trajectory's oldest serving version and the trainer's current one."""
+    """K: versions promoted to champion since the row's oldest serving version (refused candidates never count)."""
     max_age_hours: float = 24.0
     """H: hours since the trajectory's first model call."""
     policy: Literal["drop", "downweight"] = "drop"
@@ -71,15 +71,26 @@ class DeepSpeedConfig(Section):
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     """Training precision; exports are always fp32 safetensors."""
     gradient_accumulation_steps: int = Field(2, ge=1)
-    """Micro-batches per optimizer step."""
+    """Micro-batches per optimizer step and rank: a step takes this × world size micro-batches of rows."""
     micro_batch_tokens: int = Field(4096, ge=1)
-    """Token budget of one micro-batch (padded tokens: trajectories × longest); one trajectory at least."""
+    """Token budget of one micro-batch, counted as computed (rows × widest row, padding included); one window
+    at least."""
+    pack_sequences: bool = True
+    """Pack several windows end to end into each row (positions restart per window, block-diagonal causal
+    attention: scores equal scoring each alone), so micro-batches carry little padding; false: one right-padded
+    row per window."""
+    pack_row_tokens: int = Field(256, ge=1)
+    """Width of a packed row (a longer window gets a row of its own). Attention is computed over the whole row,
+    so on tiny models a wide row costs more per token than the padding it saves; on large ones use max_seq_len."""
     gradient_clipping: float = 1.0
     """Global gradient-norm clip per optimizer step."""
     accelerator: str | None = None
     """DS_ACCELERATOR; unset: "cuda" when a GPU is visible, else "cpu"."""
     backend: str | None = None
     """torch.distributed backend; unset: nccl on cuda, gloo on cpu."""
+    shm_allreduce: bool = False
+    """CPU ranks only: DeepSpeed's shared-memory allreduce between ranks of one host (a ~50 s gcc build on first
+    use); false: plain gloo."""
 
 
 class GateConfig(Section):
@@ -141,6 +152,9 @@ class TrainerConfig(Section):
     """DeepSpeed checkpoints kept on disk (the newest); exports stay in the registry."""
     seed: int = 0
     """torch seed at start; with dropout off and a fixed table order, a resumed run equals an uninterrupted one."""
+    log_trained_ids: bool = False
+    """Every rank prints the trajectory ids it trained in each step ("trained ids | rank R | step S | ids"):
+    an audit that each trajectory is trained once across ranks."""
     loss: LossConfig = LossConfig()
     """The policy-gradient loss variant and its clip/mask parameters."""
     staleness: StalenessConfig = StalenessConfig()

@@ -40,7 +40,7 @@ PAUSE_S = (1.0, 5.0)  # dead time before the restart
 DRAIN_TIMEOUT_S = 150.0
 TRAINED_VERSION_TIMEOUT_S = 90.0
 STAGE_READY_TIMEOUT_S = 180.0
-BASE_FIT_STEPS = 150  # calls that mostly parse; learning is not what this test judges
+BASE_FIT_STEPS = 100  # calls that mostly parse; learning is not what this test judges
 DEMO_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "demo.toml"
 STAGES = {"capture": ["capture"], "serve": ["serve"], "distill": ["distill", "--follow"], "train": ["train", "--follow"]}
 
@@ -69,11 +69,24 @@ def chaos_config(data_dir: Path) -> DemoLiverlConfig:
 
 
 def say(line: str) -> None:
-    print(line, flush=True)
+    print(f"{time.strftime('%H:%M:%S')} {line}", flush=True)
+
+
+def fit_base_policy(out: Path) -> Path:
+    """The demo's base policy, fitted briefly on one thread (the stack's processes need the other core)."""
+    import torch
+
+    from demo.policy import bootstrap_base_policy
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return bootstrap_base_policy(out, seed=SEED, fit_steps=BASE_FIT_STEPS)
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_every_acknowledged_event_survives_kill_9_of_every_stage(tmp_path):
-    from demo.policy import bootstrap_base_policy
     from demo.product.configured import capture_client, grpc_policy, run_configured_traffic
     from infra.embedded.stack import down, up
 
@@ -84,7 +97,8 @@ def test_every_acknowledged_event_survives_kill_9_of_every_stage(tmp_path):
     proxy = client = policy = monkey = None
     try:
         up(config, say=lambda line: say(f"      {line}"))
-        base = bootstrap_base_policy(tmp_path / "base-policy", seed=SEED, fit_steps=BASE_FIT_STEPS)
+        base = fit_base_policy(tmp_path / "base-policy")
+        say("      base policy fitted")
         run_stage("train-init", ["train", "--init-from", str(base)], logs, STAGE_READY_TIMEOUT_S, env)
         for name in ("capture", "serve"):
             stages[name] = ChaosStage(name, STAGES[name], logs, env)

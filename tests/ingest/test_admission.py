@@ -50,7 +50,7 @@ def start_event() -> session_event_pb2.SessionEvent:
 def limited(fresh_topics, tmp_path):
     from ingest.service import CaptureServer
 
-    config = capture_config(fresh_topics, tmp_path / "spool", rate_limit_events_per_s=2.0,
+    config = capture_config(fresh_topics, tmp_path / "spool", rate_limit_events_per_s=0.01,
                             rate_limit_burst_events=4, max_request_bytes=1 << 20)
     server = CaptureServer(config).start()
     yield server

@@ -9,7 +9,7 @@ import time
 import grpc
 import pytest
 
-from ingest.capture import session_key
+from liverl.contracts.keys import session_key
 from ingest.sdk import CaptureClient, FeedbackKind
 from liverl.contracts import names
 from liverl.v1 import capture_pb2, capture_pb2_grpc, session_event_pb2

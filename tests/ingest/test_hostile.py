@@ -137,7 +137,7 @@ def start_event(session_id: str, event_id: str, kind: str = "session_start") -> 
 
 
 def test_two_tenants_with_the_same_session_and_event_ids_never_touch_each_other(capture):
-    from ingest.capture import session_key
+    from liverl.contracts.keys import session_key
 
     stub = grpc.insecure_channel(capture.grpc_address).unary_unary(
         "/liverl.v1.CaptureService/Capture", request_serializer=capture_pb2.CaptureRequest.SerializeToString,

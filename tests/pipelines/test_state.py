@@ -39,3 +39,22 @@ def test_staged_pending_records_come_back_and_old_batches_are_pruned(tmp_path):
     store.prune(committed_seq=3, keep=2)
     assert not (tmp_path / "state" / "batches" / f"{1:010d}").exists()
     assert (tmp_path / "state" / "batches" / f"{2:010d}").exists()
+
+
+def test_a_staged_output_streams_its_files_and_reads_only_what_is_asked(tmp_path):
+    store = StateStore(str(tmp_path / "state"))
+    store.reset_batch_dir(1)
+    records = [RawRecord("ev", p, offset, 11, b"k", b"v", ()) for p in (0, 1) for offset in range(3)]
+    for shard, part in enumerate((records[:3], records[3:])):
+        pq.write_table(pa.Table.from_pylist([r.to_row() for r in part], schema=RAW_RECORD_SCHEMA),
+                       f"{store.batch_dir(1)}/pending-{shard:05d}-of-00002.parquet")
+    extra = pa.Table.from_pylist([RawRecord("mc", 0, 9, 12, None, b"x", ()).to_row()], schema=RAW_RECORD_SCHEMA)
+    staged = store.open_staged(store.batch_dir(1), "pending", RAW_RECORD_SCHEMA).plus(extra)
+    assert staged.num_rows() == 7
+    assert staged.columns("topic").column_names == ["topic"]
+    assert staged.columns("topic").column("topic").to_pylist() == ["ev"] * 6 + ["mc"]
+    reader = staged.reader()
+    assert reader.schema == RAW_RECORD_SCHEMA
+    streamed = [RawRecord.from_row(row) for row in reader.read_all().to_pylist()]
+    assert streamed == records + [RawRecord("mc", 0, 9, 12, None, b"x", ())]
+    assert store.open_staged(store.batch_dir(1), "closed", RAW_RECORD_SCHEMA).num_rows() == 0

@@ -75,3 +75,52 @@ def test_top_k_one_is_greedy(tiny_policy_dir):
     top1, greedy = asyncio.run(main())
     assert top1[0] == greedy[0]
     assert all(abs(lp) < 1e-6 for lp in top1[1])  # the only token left has probability 1
+
+
+def test_update_weights_in_place_samples_like_the_new_weights(tiny_policy_dir, tmp_path):
+    from demo.policy.tiny_policy import build_policy
+
+    second = build_policy(tmp_path / "second", ["edit", "search", "ask", "fix", "file", "done"], seed=1)
+    sampling = Sampling(temperature=1.0, max_tokens=6, seed=5)
+
+    async def main():
+        engine = HfEngine(tiny_policy_dir)
+        await engine.start()
+        try:
+            before = await _generate(engine, [2, 60, 61], sampling)
+            report = await engine.update_weights(second, "2")
+            after = await _generate(engine, [2, 60, 61], sampling)
+            return before, after, report, await engine.weight_version()
+        finally:
+            await engine.shutdown()
+
+    before, after, report, version = asyncio.run(main())
+    assert version == "2" and report["seconds"] >= report["pause_s"] >= 0
+    assert torch.allclose(torch.tensor(after[1]), torch.tensor(_reference_logprobs(second, [2, 60, 61], after[0])),
+                          atol=1e-4)
+    assert not torch.allclose(torch.tensor(before[1]),
+                              torch.tensor(_reference_logprobs(second, [2, 60, 61], before[0])), atol=1e-4)
+
+
+def test_update_weights_refuses_another_architecture_and_keeps_serving(tiny_policy_dir, tmp_path):
+    from demo.policy.tiny_policy import build_policy
+
+    llama = build_policy(tmp_path / "llama", ["edit", "search", "ask", "fix", "file", "done"], arch="llama")
+    sampling = Sampling(temperature=1.0, max_tokens=4, seed=5)
+
+    async def main():
+        engine = HfEngine(tiny_policy_dir)
+        await engine.start()
+        try:
+            before = await _generate(engine, [2, 60], sampling)
+            try:
+                await engine.update_weights(llama, "2")
+                raise AssertionError("weights of another architecture must be refused")
+            except ValueError as error:
+                assert "two_engine" in str(error)
+            return before, await _generate(engine, [2, 60], sampling), await engine.weight_version()
+        finally:
+            await engine.shutdown()
+
+    before, after, version = asyncio.run(main())
+    assert before == after and version == ""

@@ -1,9 +1,10 @@
-"""Samples are segments: one per segment of a trajectory, and the step's token budget counts them."""
+"""Samples are windows of segments: one per segment (or per window of a long one), and the step's token budget
+counts them."""
 
 from __future__ import annotations
 
 from tests.trainer.conftest import commit_batch, make_row, step_sizes
-from trainer.step_builder import to_samples
+from trainer.batching import trajectory_samples as to_samples
 from trainer.trajectory import from_row
 
 
@@ -14,11 +15,19 @@ def _row(tid: str, starts=(0, 4), **kwargs) -> dict:
 
 
 def test_one_sample_per_segment_with_the_trajectory_advantage_and_weight():
-    samples = to_samples(from_row(_row("t"), 0), 0.5, max_seq_len=3, advantage=2.0)
-    assert [s.token_ids for s in samples] == [[5, 6, 7], [9, 6, 7]]  # each cut to max_seq_len on its own
-    assert [s.loss_mask for s in samples] == [[0, 1, 1], [0, 1, 1]]
-    assert [s.behaviour_logprobs for s in samples] == [[-0.0, -0.5, -0.5], [-0.0, -0.5, -0.5]]
+    samples = to_samples(from_row(_row("t"), 0), 0.5, max_seq_len=4, advantage=2.0)
+    assert [s.token_ids for s in samples] == [[5, 6, 7, 8], [9, 6, 7, 8]]  # each segment its own sequence
+    assert [s.loss_mask for s in samples] == [[0, 1, 1, 1], [0, 1, 1, 1]]
+    assert [s.behaviour_logprobs for s in samples] == [[-0.0, -0.5, -0.5, -0.5], [-0.0, -0.5, -0.5, -0.5]]
     assert {(s.advantage, s.weight) for s in samples} == {(2.0, 0.5)}
+
+
+def test_a_segment_longer_than_max_seq_len_is_trained_in_windows_not_cut():
+    samples = to_samples(from_row(_row("t"), 0), 1.0, max_seq_len=3)
+    trained = [(s.position_offset + i, s.token_ids[i]) for s in samples for i, m in enumerate(s.loss_mask) if m]
+    # every trainable token of both segments (positions within their segment) is trained exactly once
+    assert sorted(trained) == sorted([(1, 6), (2, 7), (3, 8), (1, 6), (2, 7), (3, 8)])
+    assert all(len(s.token_ids) <= 3 for s in samples)
 
 
 def test_old_rows_are_one_sample_and_segments_without_trainable_tokens_are_left_out():

@@ -109,3 +109,25 @@ def test_tokens_are_scored_as_sampled_and_greedy_calls_are_left_out(tiny_policy_
     assert abs(metrics["kl"]) < 1e-4 and metrics["clip_fraction"] == 0.0, metrics
     greedy = sum(row["loss_mask"][1:4])  # trained tokens of the greedy span, excluded by default
     assert greedy > 0 and metrics["excluded_fraction"] == pytest.approx(greedy / sum(row["loss_mask"][1:]))
+
+
+def test_a_packed_step_trains_like_a_padded_one(tiny_policy_dir, trajectories):
+    from trainer.training_step import run_step
+
+    rows = [trajectories.segmented_row(f"p-{i}", texts, float(i % 2)) for i, texts in enumerate(SEGMENTS)]
+    rows.append(trajectories.row("p-old", "fix the file : edit file done", 0.5))
+    plan = StepPlan(trajectories=[from_row(row, 0) for row in rows], weights=[1.0, 0.5, 1.0], lags=[0] * 3)
+    results, weights = {}, {}
+    for packed in (True, False):
+        config = _config(4096)  # one micro-batch (and a filler) either way: the same single optimizer step
+        config.trainer.deepspeed.pack_sequences = packed
+        engine = build_engine(load_policy(tiny_policy_dir), config.trainer)
+        results[packed] = run_step(engine, plan, 1, Baselines(), config)
+        weights[packed] = [p.detach().clone() for p in engine.module.parameters()]
+    packed, padded = results[True].metrics, results[False].metrics
+    assert packed["useful_share"] > padded["useful_share"]
+    assert packed["loss"] == pytest.approx(padded["loss"], abs=1e-6) and packed["kl"] == pytest.approx(padded["kl"], abs=1e-6)
+    worst = max(float((a - b).abs().max()) for a, b in zip(weights[True], weights[False]))
+    print(f"\nmax |packed - padded| weight after one step: {worst:.2e}")
+    assert worst < 1e-6
+    assert "useful" in results[True].line(1, [0])

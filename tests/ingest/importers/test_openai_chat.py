@@ -50,7 +50,8 @@ def test_chat_logs_become_sessions_and_bad_lines_are_reported(fresh_topics, tmp_
 
     events = messages_of(read_topic(fresh_topics, fresh_topics.kafka.session_events_topic, want=10),
                          session_event_pb2.SessionEvent)
-    calls = messages_of(read_topic(fresh_topics, fresh_topics.kafka.model_calls_topic, want=3), model_call_pb2.ModelCall)
+    calls = messages_of(read_topic(fresh_topics, fresh_topics.kafka.model_calls_topic, want=3),
+                        model_call_pb2.ModelCall)
     conversation = [e for e in events if e.session_id == "conv-1"]
     assert [e.WhichOneof("body") for e in conversation] == [
         "session_start", "user_message", "tool_call", "tool_result", "session_end"]
@@ -63,13 +64,13 @@ def test_chat_logs_become_sessions_and_bad_lines_are_reported(fresh_topics, tmp_
     mine = sorted((c for c in calls if c.session_id == "conv-1"), key=lambda c: c.request_time_ms)
     assert [c.model_name for c in mine] == ["gpt-4o-2024"] * 2 and mine[0].sampling.temperature == 0.5
     assert conversation[2].tool_call.request_id == mine[0].request_id
-    assert tokenizer.decode(mine[0].completion_token_ids) == '<tool_call>{"name":"search","arguments":{"q":"bug"}}</tool_call>'
+    tool_call = '<tool_call>{"name":"search","arguments":{"q":"bug"}}</tool_call>'
+    assert tokenizer.decode(mine[0].completion_token_ids) == tool_call
     assert tokenizer.decode(mine[1].completion_token_ids) == "fixed line 3"
-    assert tokenizer.decode(mine[1].prompt_token_ids).split("\n")[-1] if False else \
-        tokenizer.decode(mine[1].prompt_token_ids).endswith("tool call_1: found it in app.py line 3 assistant:")
+    assert tokenizer.decode(mine[1].prompt_token_ids).endswith("tool call_1: found it in app.py line 3 assistant:")
     assert all(c.origin == "import:openai-chat" and not c.completion_logprobs for c in calls)
 
-    flat = [e for e in events if e.session_id not in ("conv-1",)]
+    flat = [e for e in events if e.session_id != "conv-1"]
     texts = [e.user_message.text for e in flat if e.HasField("user_message")]
     assert texts == ["mail [REDACTED:email] the fix"]
     flat_call = next(c for c in calls if c.session_id != "conv-1")

@@ -74,7 +74,7 @@ def test_a_batch_the_service_always_fails_on_is_dead_lettered_locally(fresh_topi
 def test_a_rate_limited_client_waits_and_delivers_each_event_once(fresh_topics, tmp_path):
     from ingest.service import CaptureServer
 
-    config = capture_config(fresh_topics, tmp_path / "spool", rate_limit_events_per_s=20.0,
+    config = capture_config(fresh_topics, tmp_path / "spool", rate_limit_events_per_s=5.0,
                             rate_limit_burst_events=5)
     server = CaptureServer(config).start()
     try:

@@ -1,0 +1,86 @@
+"""One optimizer step shared by data-parallel ranks: every rank sees the whole plan, each trains every world-th
+micro-batch of it.
+
+Every rank computes the step's rewards, advantages and micro-batches from the same plan (rank 0 broadcast it),
+so advantages that depend on the whole step (leave-one-out groups, batch normalisation, running baselines)
+are the single-rank ones, and every rank knows the step's trained-token count without asking. The
+micro-batches are those one rank would build for world × accumulation micro-batches, dealt round-robin:
+micro-batch i goes to rank i % world, so every rank gets the same count (a multiple of its accumulation)
+and reaches DeepSpeed's gradient allreduce together. DeepSpeed averages the ranks' gradients, so each
+rank's objective is scaled by the world size: the update is the single-rank update of the same step, up to
+the order of floating-point sums.
+"""
+
+from __future__ import annotations
+
+import time
+
+from liverl.config import LiverlConfig
+from trainer.advantages import Baselines, compute_advantages
+from trainer.batching import Sample, collate_rows, trajectory_samples
+from trainer.losses import behaviour_kl
+from trainer.packing import micro_batches
+from trainer.ranks import Ranks
+from trainer.rewarding import mixed_rewards
+from trainer.staleness import describe
+from trainer.step_builder import StepPlan
+from trainer.training_step import StepResult, _filler, batch_loss, step_objective
+
+
+def run_sharded_step(engine, plan: StepPlan, step: int, baselines: Baselines, config: LiverlConfig, ranks: Ranks,
+                     reference=None) -> tuple[StepResult, list[str]]:
+    """(the step's result, summed over ranks; the trajectory ids this rank trained)."""
+    tc = config.trainer
+    started = time.perf_counter()
+    rewards = mixed_rewards(plan.trajectories, step, config.rewards)
+    advantages = compute_advantages(plan.trajectories, rewards, baselines, tc.advantages)
+    samples: list[Sample] = []
+    owners: list[str] = []  # trajectory id of each sample
+    for t, weight, advantage in zip(plan.trajectories, plan.weights, advantages):
+        for sample in trajectory_samples(t, weight, tc.max_seq_len, advantage):
+            samples.append(sample)
+            owners.append(t.trajectory_id)
+    groups = micro_batches(samples, tc.deepspeed)
+    per_step = tc.deepspeed.gradient_accumulation_steps * ranks.world
+    groups += [[[_filler(samples[0])]]] * (-len(groups) % per_step)  # zero-weight: completes the accumulation
+    batches = [collate_rows(rows) for rows in groups]
+    tokens = max(sum(batch.trained_tokens for batch in batches), 1)  # the whole step's, on every rank
+    owner_of = {id(sample): owner for sample, owner in zip(samples, owners)}
+    mine = deal(len(batches), ranks.world, ranks.rank)
+    trained_ids = sorted({owner_of[id(s)] for i in mine for row in groups[i] for s in row if id(s) in owner_of})
+    sums = [0.0, 0.0, 0.0, 0.0]  # loss, kl, clip, excluded: Σ over this rank's tokens
+    for i in mine:
+        batch = batches[i].to(engine.device)
+        weights, losses, scored = batch_loss(engine, batch, tc.loss, reference)
+        # DeepSpeed divides each micro-batch loss by the accumulation and averages gradients over the ranks.
+        engine.backward(step_objective(losses, weights, tokens) * per_step)
+        engine.step()
+        counted = (weights > 0).float()
+        sums[0] += float((losses.loss.detach() * weights).sum())
+        sums[1] += float((behaviour_kl(scored.logp, batch.behaviour_logprobs, counted) * counted).sum())
+        sums[2] += float((losses.clipped * counted).sum())
+        sums[3] += float(((batch.loss_mask > 0) & (weights <= 0)).sum())
+    loss, kl, clip, excluded = ranks.sum(sums)
+    elapsed = time.perf_counter() - started
+    real_tokens = sum(len(s.token_ids) for s in samples)
+    metrics = {
+        "loss": loss / tokens,
+        "reward": sum(rewards) / len(rewards),
+        "kl": kl / tokens,
+        "clip_fraction": clip / tokens,
+        "excluded_fraction": excluded / tokens,
+        "tokens_per_s": real_tokens / elapsed,  # all ranks together
+        "useful_share": real_tokens / max(sum(batch.computed_tokens for batch in batches), 1),
+        "trajectories": float(len(plan.trajectories)),
+        "segments": float(len(samples)),
+        "staleness_mean": sum(max(lag, 0) for lag in plan.lags) / max(len(plan.lags), 1),
+        "staleness_max": float(max(plan.lags, default=0)),
+        "dropped_stale": float(plan.skipped.get("stale", 0)),
+        "weight_mean": sum(plan.weights) / len(plan.weights),
+    }
+    return StepResult(metrics=metrics, staleness=describe(plan.lags), skipped=dict(plan.skipped)), trained_ids
+
+
+def deal(count: int, world: int, rank: int) -> range:
+    """The micro-batch indices rank `rank` trains out of `count`: every world-th, starting at its own."""
+    return range(rank, count, world)
