@@ -1,13 +1,17 @@
 """Serving benchmark: the same concurrent load through gRPC, through HTTP and straight into the engine,
-side by side in one run; then the same load before, during and after a forced hot-swap.
+side by side in one run; then the same load before, during and after a forced hot-swap, once in place
+and once on a second engine (the fallback), side by side.
 
     .venv/bin/python bench/serving_bench.py --engine vllm --concurrency 8 --requests 64 --max-tokens 16
 
-Starts its own embedded stack (broker + MLflow) in a temporary folder, registers two tiny policy
+Starts its own embedded stack (broker + MLflow) in a temporary folder, registers three tiny policy
 versions, serves version 1, and prints requests/s, tokens/s and p50/p99 latency per path with the
-ratio to direct engine calls; then failed requests during the swap (goal: zero) and the worst
-latency during the swap relative to steady state. Everything runs in one process on this machine,
-so client, server and engine share the CPUs (figures are relative, not absolute).
+ratio to direct engine calls; then, per swap mode: how long new requests were held (the pause), failed
+requests during the swap (goal 0), the worst latency during the swap relative to the steady p99 (goal
+<= 2x) and the peak memory (RSS of this process, which hosts the server, and its children, vLLM's engine
+process) relative to steady (goal <= 1.1x). Everything runs in one process on this machine, so client,
+server and engine share the CPUs (figures are relative, not absolute). The figures go to the benchmark
+summary (bench/report.py) under "serving".
 """
 
 from __future__ import annotations
@@ -33,6 +37,12 @@ class Run:
     tokens: int = 0
     failures: int = 0
     wall_s: float = 0.0
+
+    def figures(self) -> dict:
+        lat = sorted(self.latencies) or [0.0]
+        return {"requests_per_s": round(len(self.latencies) / self.wall_s, 2),
+                "tokens_per_s": round(self.tokens / self.wall_s, 1), "p50_ms": round(statistics.median(lat) * 1000, 2),
+                "p99_ms": round(lat[min(len(lat) - 1, int(0.99 * len(lat)))] * 1000, 2), "failed": self.failures}
 
     def line(self, baseline: "Run | None") -> str:
         lat = sorted(self.latencies) or [0.0]
@@ -74,6 +84,7 @@ def main(argv=None) -> None:
     parser.add_argument("--requests", type=int, default=64, help="requests per path")
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--swap-phase-s", type=float, default=20.0, help="steady load before the swap and after it")
+    parser.add_argument("--swap-modes", default="in_place,two_engine", help="swaps to run under load, in order")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _interrupt)  # so a stopped bench still stops the stack it started
 
@@ -94,11 +105,11 @@ def main(argv=None) -> None:
         print(f"starting the embedded stack in {tmp} ...", flush=True)
         up(config, say=lambda *_: None)
         try:
-            v1 = build_policy(tmp / "v1", WORDS, seed=0)
-            v2 = build_policy(tmp / "v2", WORDS, seed=1)
-            _register(config, v1, "champion")
-            second = _register(config, v2, None)
-            _bench(config, args, second)
+            _register(config, build_policy(tmp / "v1", WORDS, seed=0), "champion")
+            modes = [mode for mode in args.swap_modes.split(",") if mode]
+            versions = [_register(config, build_policy(tmp / f"v{n + 2}", WORDS, seed=n + 1), None)
+                        for n in range(len(modes))]
+            _bench(config, args, list(zip(modes, versions)))
         finally:
             down(config, say=lambda *_: None)
 
@@ -108,29 +119,18 @@ def _interrupt(*_):
 
 
 def _register(config, policy_dir: Path, alias: str | None) -> str:
-    from mlflow import MlflowClient
-    from mlflow.exceptions import MlflowException
+    from liverl.io.registry import ModelRegistry
 
-    from liverl.contracts import names
-
-    uri = config.mlflow.tracking_uri
-    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
-    run = client.create_run(client.create_experiment(f"bench-{time.time_ns()}"))
-    client.log_artifacts(run.info.run_id, str(policy_dir), names.POLICY_ARTIFACT_PATH)
-    client.set_terminated(run.info.run_id)
-    try:
-        client.create_registered_model(config.mlflow.registered_model)
-    except MlflowException:
-        pass
-    version = client.create_model_version(config.mlflow.registered_model,
-                                          f"runs:/{run.info.run_id}/{names.POLICY_ARTIFACT_PATH}",
-                                          run_id=run.info.run_id).version
+    registry = ModelRegistry(config.mlflow.tracking_uri, config.mlflow.registered_model)
+    version = registry.register_folder(policy_dir, {}, f"bench-{time.time_ns()}", "bench")
     if alias:
-        client.set_registered_model_alias(config.mlflow.registered_model, alias, version)
-    return str(version)
+        registry.set_alias(alias, version)
+    return version
 
 
-def _bench(config, args, second_version: str) -> None:
+def _bench(config, args, swaps: list[tuple[str, str]]) -> None:
+    from bench.report import environment_line, record
+
     from serving.server import PolicyServer
 
     loop = asyncio.new_event_loop()
@@ -143,15 +143,22 @@ def _bench(config, args, second_version: str) -> None:
 
     on_server(server.start())
     try:
-        _side_by_side(server, on_server, args)
-        _swap_under_load(server, args, second_version)
+        print(environment_line(), flush=True)
+        figures = {"engine": args.engine, "concurrency": args.concurrency, "max_tokens": args.max_tokens,
+                   **_side_by_side(server, on_server, args)}
+        for mode, version in swaps:
+            server.swapper.config.swap_mode = mode
+            figures[f"swap_{mode}"] = _swap_under_load(server, args, version, mode)
+            time.sleep(server.swapper.config.probation_s + 1)  # the replaced version is freed before the next
+        _compare_swaps(figures, [mode for mode, _ in swaps])
+        record("serving", figures)
     finally:
         on_server(server.stop(grace_s=10))
         loop.call_soon_threadsafe(loop.stop)
         thread.join(30)
 
 
-def _side_by_side(server, on_server, args) -> None:
+def _side_by_side(server, on_server, args) -> dict:
     import grpc
     import httpx
 
@@ -204,9 +211,44 @@ def _side_by_side(server, on_server, args) -> None:
     print(http_result.line(direct))
     print(f"records: sent {server.metrics.value('liverl_serving_records_total', {'outcome': 'sent'}):.0f}, "
           f"spooled {server.metrics.value('liverl_serving_records_total', {'outcome': 'spooled'}):.0f}", flush=True)
+    return {name: run.figures() for name, run in (("direct", direct), ("grpc", grpc_result), ("http", http_result))}
 
 
-def _swap_under_load(server, args, second_version: str) -> None:
+class MemoryWatch:
+    """Samples the RSS of this process (the server) and its children (vLLM's engine process) every 50 ms."""
+
+    def __init__(self):
+        self.samples: list[tuple[float, int]] = []  # (perf_counter, bytes)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        import psutil
+
+        me = psutil.Process()
+        while not self._stop.is_set():
+            total = me.memory_info().rss
+            for child in me.children(recursive=True):
+                try:
+                    total += child.memory_info().rss
+                except psutil.Error:
+                    pass  # gone meanwhile
+            self.samples.append((time.perf_counter(), total))
+            self._stop.wait(0.05)
+
+    def peak(self, start: float, end: float) -> int:
+        return max((rss for at, rss in self.samples if start <= at <= end), default=0)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def _swap_under_load(server, args, version: str, mode: str) -> dict:
     import grpc
 
     from liverl.v1 import common_pb2, serving_pb2, serving_pb2_grpc
@@ -240,33 +282,62 @@ def _swap_under_load(server, args, second_version: str) -> None:
             workers = [asyncio.create_task(worker(w)) for w in range(args.concurrency)]
             await asyncio.sleep(args.swap_phase_s)
             swap_window.append(time.perf_counter())
-            result = await admin.ForceSwap(serving_pb2.SwapRequest(version=second_version), timeout=600)
+            result = await admin.ForceSwap(serving_pb2.SwapRequest(version=version), timeout=600)
             swap_window.append(time.perf_counter())
             await asyncio.sleep(args.swap_phase_s)
             stop.set()
             await asyncio.gather(*workers)
             return result
 
-    print(f"\nswap under load: concurrency={args.concurrency}, {args.swap_phase_s:.0f} s before and after", flush=True)
-    result = asyncio.run(drive())
+    print(f"\nswap under load ({mode}): concurrency={args.concurrency}, {args.swap_phase_s:.0f} s before and after",
+          flush=True)
+    pause_before = server.metrics.value("liverl_serving_swap_pause_seconds_sum")
+    with MemoryWatch() as memory:
+        began = time.perf_counter()
+        result = asyncio.run(drive())
     start, end = swap_window
+    pause_s = server.metrics.value("liverl_serving_swap_pause_seconds_sum") - pause_before
     before = [lat for s, lat, _ in samples if s + lat < start]
     during = [lat for s, lat, _ in samples if s + lat >= start and s <= end]
     after = [lat for s, lat, _ in samples if s > end]
     steady_p50 = statistics.median(before)
     steady_p99 = sorted(before)[min(len(before) - 1, int(0.99 * len(before)))]
-    print(f"swap: ok={result.ok} {result.previous_version} -> {result.policy_version} in {end - start:.1f} s")
+    steady_rss, swap_rss = memory.peak(began, start), memory.peak(start, end + 1.0)
+    print(f"swap: ok={result.ok} {result.previous_version} -> {result.policy_version} in {end - start:.2f} s "
+          f"({result.message})")
     for name, lats in (("before", before), ("during", during), ("after", after)):
         if lats:
             print(f"{name:<7} requests {len(lats):5d} | p50 {statistics.median(lats) * 1000:7.1f} ms | "
                   f"max {max(lats) * 1000:8.1f} ms")
     print(f"failed requests: {failures} (goal 0)")
+    print(f"new requests held: {pause_s * 1000:.1f} ms")
+    worst = max(during) if during else 0.0
     if during:
-        print(f"worst latency during the swap: {max(during) * 1000:.1f} ms = x{max(during) / steady_p50:.2f} the "
-              f"steady p50, x{max(during) / steady_p99:.2f} the steady p99")
+        print(f"worst latency during the swap: {worst * 1000:.1f} ms = x{worst / steady_p50:.2f} the "
+              f"steady p50, x{worst / steady_p99:.2f} the steady p99 (goal <= 2)")
+    print(f"peak memory during the swap: {swap_rss / 2**20:.0f} MiB = x{swap_rss / steady_rss:.2f} the steady "
+          f"{steady_rss / 2**20:.0f} MiB (goal <= 1.1)")
     versions_after = {v for s, _, v in samples if s > end}
     print(f"versions served after the swap: {sorted(versions_after)}", flush=True)
+    return {"ok": result.ok, "swap_s": round(end - start, 3), "pause_ms": round(pause_s * 1000, 2),
+            "failed": failures, "requests_during": len(during), "steady_p99_ms": round(steady_p99 * 1000, 2),
+            "worst_during_ms": round(worst * 1000, 2), "worst_vs_steady_p99": round(worst / steady_p99, 3),
+            "steady_rss_mib": round(steady_rss / 2**20, 1), "peak_rss_mib": round(swap_rss / 2**20, 1),
+            "peak_vs_steady_rss": round(swap_rss / steady_rss, 3), "versions_after": sorted(versions_after)}
+
+
+def _compare_swaps(figures: dict, modes: list[str]) -> None:
+    """One line per swap mode, side by side: the figures issue #14 sets goals for."""
+    print("\nswap modes side by side:")
+    for mode in modes:
+        f = figures[f"swap_{mode}"]
+        print(f"{mode:<11} swap {f['swap_s']:7.2f} s | held {f['pause_ms']:8.1f} ms | failed {f['failed']} | "
+              f"worst/steady p99 x{f['worst_vs_steady_p99']:.2f} | peak/steady RSS x{f['peak_vs_steady_rss']:.2f}",
+              flush=True)
 
 
 if __name__ == "__main__":
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repo root for bench.report
     main()

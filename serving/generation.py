@@ -3,6 +3,8 @@
 Both APIs call `Completions.begin()` (which fixes the version, so a response header can carry it
 before the first token) and then iterate `Call.stream()`. The ModelCall is handed to the recorder
 after the last token, as an O(1) queue put: recording never delays or fails a response.
+A call that names no session is recorded as a session of its own whose id is its request id, so
+feedback on that one reply can still make it trainable (serving.session_ids).
 
 The input contract both APIs share lives here too: `sampling()` checks every sampling value against
 its real range and refuses (BadRequest) what it cannot serve exactly as asked, never coercing it, and
@@ -12,6 +14,7 @@ its real range and refuses (BadRequest) what it cannot serve exactly as asked, n
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import time
 import uuid
@@ -118,6 +121,10 @@ class Call:
     @property
     def version(self) -> str:
         return self.slot.version
+
+    @property
+    def session_id(self) -> str:
+        return self.caller.session_id
 
     async def stream(self) -> AsyncIterator[StreamPiece]:
         ok = False
@@ -266,6 +273,8 @@ class Completions:
             slot.release(True, 0.0)
             raise
         request_id = caller.request_id or f"req-{uuid.uuid4().hex}"
+        if not caller.session_id:  # no session named: the call is a session of its own, named by its id
+            caller = dataclasses.replace(caller, session_id=request_id)
         self.metrics.in_flight.labels(slot.version).inc()
         return Call(self, slot, caller, sampling, ids, request_id)
 

@@ -25,6 +25,7 @@ from serving.generation import (ROLES, BadRequest, Call, Caller, Completions, De
                                 parse_role, role_name)
 from serving.metrics import ServingMetrics
 from serving.rate_limit import RateLimiter
+from serving.session_ids import REQUEST_ID_HEADER, header_value
 from serving.swapper import HotSwapper
 
 POLICY_SERVICE = serving_pb2.DESCRIPTOR.services_by_name["PolicyService"].full_name
@@ -40,7 +41,7 @@ class PolicyServicer(serving_pb2_grpc.PolicyServiceServicer):
 
     async def Generate(self, request, context):
         call = await self._begin(request, context)
-        await context.send_initial_metadata(((names.META_POLICY_VERSION, call.version),))
+        await context.send_initial_metadata(_id_metadata(call))
         try:
             await call.run()
         except DeadlineExceeded as error:
@@ -51,7 +52,7 @@ class PolicyServicer(serving_pb2_grpc.PolicyServiceServicer):
 
     async def GenerateStream(self, request, context):
         call = await self._begin(request, context)
-        await context.send_initial_metadata(((names.META_POLICY_VERSION, call.version),))
+        await context.send_initial_metadata(_id_metadata(call))
         try:
             async for piece in call.stream():
                 yield serving_pb2.GenerateChunk(
@@ -110,6 +111,13 @@ class PolicyServicer(serving_pb2_grpc.PolicyServiceServicer):
         fields = [field.name for field, _ in request.ListFields()]
         payload = summary("grpc", request.ByteSize(), fields, fields, [error.param] if error.param else ())
         completions.recorder.dead_letter(error.reason, message, tenant, "", payload)
+
+
+def _id_metadata(call: Call) -> tuple[tuple[str, str], ...]:
+    """What the response's initial metadata says: the version, and the session (the request's own id when
+    none was named: a one-call session) and request ids a SessionEvent links to."""
+    return ((names.META_POLICY_VERSION, call.version), (names.META_SESSION_ID, header_value(call.session_id)),
+            (REQUEST_ID_HEADER, header_value(call.request_id)))
 
 
 class AdminServicer(serving_pb2_grpc.PolicyAdminServicer):

@@ -1,10 +1,14 @@
 """The OpenAI-compatible HTTP API: /v1/chat/completions, /v1/completions, /v1/models (+ admin, health).
 
-The official `openai` client works against it unchanged. Every response carries the version that
-served it in the x-liverl-policy-version header (and in the body's "liverl" extension, with the
-token ids and sampling logprobs). Session id and agent role travel as x-liverl-* headers; the tenant
-is the API key's. Handlers are module functions; what they share is an HttpContext on app.state, and
-what guards them (key, rate limit, headers, body) are the dependencies of serving.http_guard.
+The official `openai` client works against it unchanged, with or without liverl's headers. Every
+response carries the ids an SDK call links to: the body's `id` IS the recorded ModelCall's request id,
+and the headers x-liverl-session-id, x-liverl-request-id and x-liverl-policy-version repeat the
+session, the request and the version that served it (the body's "liverl" extension holds them too,
+with the token ids and sampling logprobs). The session is named by a header, a per-session base URL
+(/s/<session_id>/v1/...), the body's metadata or user, or else the call is a session of its own
+(serving.session_ids); agent id and role travel as x-liverl-* headers; the tenant is the API key's.
+Handlers are module functions; what they share is an HttpContext on app.state, and what guards them
+(key, rate limit, headers, body) are the dependencies of serving.http_guard.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -26,6 +31,8 @@ from serving.generation import BadRequest, Call, Caller, DeadlineExceeded
 from serving.http_guard import (ApiError, Body, HttpContext, admin, api_error_response, authenticated, caller,
                                 context, json_body, parse, reject, unexpected_error_response)
 from serving.openai_schema import ChatRequest, CompletionRequest, Sampled, Strict, one_prompt
+from serving.session_ids import (CHAT_ID_PREFIX, COMPLETION_ID_PREFIX, REQUEST_ID_HEADER, body_session_id,
+                                 header_value)
 
 router = APIRouter()
 
@@ -45,6 +52,7 @@ async def health(ctx: HttpContext = Depends(context)) -> dict:
 
 
 @router.get("/v1/models")
+@router.get("/s/{session_id}/v1/models")
 async def models(principal: Principal = Depends(authenticated), ctx: HttpContext = Depends(context)) -> JSONResponse:
     current = ctx.info()
     created, name = current.loaded_at_ms // 1000, ctx.completions.model_name
@@ -57,6 +65,7 @@ async def models(principal: Principal = Depends(authenticated), ctx: HttpContext
 
 
 @router.post("/v1/completions")
+@router.post("/s/{session_id}/v1/completions")
 async def complete(who: Caller = Depends(caller), body: Body = Depends(json_body),
                    principal: Principal = Depends(authenticated), ctx: HttpContext = Depends(context)):
     request = parse(CompletionRequest, body, ctx, principal)
@@ -65,10 +74,9 @@ async def complete(who: Caller = Depends(caller), body: Body = Depends(json_body
         prompt, ids = one_prompt(request.prompt)
     except ValueError as error:
         raise reject(ctx, principal, body, BadRequest("bad-prompt", str(error), "prompt"), CompletionRequest) from None
-    who.api = "openai-completions"
+    _name(ctx, principal, body, request, who, "openai-completions", COMPLETION_ID_PREFIX)
     call = await _begin(ctx, principal, body, request, who, prompt, ids, request.max_tokens)
-    created, cid = int(time.time()), f"cmpl-{call.request_id}"
-    headers = {names.META_POLICY_VERSION: call.version}
+    created, cid, headers = int(time.time()), call.request_id, _id_headers(call)
     if request.stream:
         return StreamingResponse(_completion_events(call, cid, created, ctx.completions.model_name),
                                  media_type="text/event-stream", headers=headers,
@@ -85,6 +93,7 @@ async def complete(who: Caller = Depends(caller), body: Body = Depends(json_body
 
 
 @router.post("/v1/chat/completions")
+@router.post("/s/{session_id}/v1/chat/completions")
 async def chat(who: Caller = Depends(caller), body: Body = Depends(json_body),
                principal: Principal = Depends(authenticated), ctx: HttpContext = Depends(context)):
     request = parse(ChatRequest, body, ctx, principal)
@@ -97,12 +106,11 @@ async def chat(who: Caller = Depends(caller), body: Body = Depends(json_body),
     except Exception as error:
         raise reject(ctx, principal, body, BadRequest("bad-messages", f"messages could not be rendered: {error}",
                                                       "messages"), ChatRequest) from None
-    who.api = "openai-chat"
+    _name(ctx, principal, body, request, who, "openai-chat", CHAT_ID_PREFIX)
     call = await _begin(ctx, principal, body, request, who, prompt, None,
                         request.max_completion_tokens if request.max_completion_tokens is not None
                         else request.max_tokens)
-    created, cid = int(time.time()), f"chatcmpl-{call.request_id}"
-    headers = {names.META_POLICY_VERSION: call.version}
+    created, cid, headers = int(time.time()), call.request_id, _id_headers(call)
     if request.stream:
         return StreamingResponse(_chat_events(call, request, cid, created, ctx.completions.model_name),
                                  media_type="text/event-stream", headers=headers,
@@ -161,6 +169,23 @@ def _check_model(ctx: HttpContext, principal: Principal, body: Body, request: Sa
     if request.model not in ("", name):
         raise reject(ctx, principal, body, BadRequest("unknown-model", f"this model is not served here: use {name!r}",
                                                       "model"), type(request), status=404)
+
+
+def _name(ctx: HttpContext, principal: Principal, body: Body, request: Sampled, who: Caller, api: str,
+          id_prefix: str) -> None:
+    """Fix the call's API, its request id (the reply's `id`) and, when no header or URL did, its session."""
+    who.api = api
+    who.request_id = f"{id_prefix}{uuid.uuid4().hex}"
+    if not who.session_id:
+        try:
+            who.session_id = body_session_id(request.metadata, request.user)
+        except BadRequest as error:
+            raise reject(ctx, principal, body, error, type(request)) from None
+
+
+def _id_headers(call: Call) -> dict[str, str]:
+    return {names.META_POLICY_VERSION: call.version, names.META_SESSION_ID: header_value(call.session_id),
+            REQUEST_ID_HEADER: header_value(call.request_id)}
 
 
 async def _begin(ctx: HttpContext, principal: Principal, body: Body, request: Sampled, who: Caller,
@@ -227,7 +252,8 @@ def _usage(call: Call) -> dict:
 
 
 def _ext(call: Call, token_ids: list[int], logprobs: list[float]) -> dict:
-    return {"policy_version": call.version, "request_id": call.request_id, "token_ids": list(token_ids),
+    return {"policy_version": call.version, "request_id": call.request_id, "session_id": call.session_id,
+            "token_ids": list(token_ids),
             "logprobs": list(logprobs)}
 
 

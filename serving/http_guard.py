@@ -28,6 +28,7 @@ from serving.auth import Forbidden, Keys, Principal
 from serving.dead_letters import summary
 from serving.generation import ROLES, BadRequest, Caller, Completions, check_id, parse_role, role_name
 from serving.rate_limit import RateLimiter
+from serving.session_ids import path_session_id
 from serving.swapper import HotSwapper
 
 log = logging.getLogger("liverl.serving.http")
@@ -109,12 +110,15 @@ def _rate_limited(ctx: HttpContext, principal: Principal) -> Principal:
 
 def caller(request: Request, principal: Principal = Depends(authenticated),
            ctx: HttpContext = Depends(context)) -> Caller:
-    """Who the call is recorded as: the key's tenant; session, agent id and role from the headers."""
+    """Who the call is recorded as: the key's tenant; agent id and role from the headers; the session from
+    the header, else the per-session base URL (the body may name it later: serving.session_ids)."""
     headers = request.headers
     try:
         role = principal.check_role(role_name(parse_role(headers.get(names.META_AGENT_ROLE, ""))))
         tenant = principal.tenant_for(headers.get(names.META_TENANT), ctx.completions.default_tenant)
-        return Caller(api="", session_id=check_id(headers.get(names.META_SESSION_ID, ""), names.META_SESSION_ID),
+        session_id = (check_id(headers.get(names.META_SESSION_ID, ""), names.META_SESSION_ID)
+                      or path_session_id(request.path_params))
+        return Caller(api="", session_id=session_id,
                       agent_id=check_id(headers.get(names.META_AGENT_ID, ""), names.META_AGENT_ID),
                       agent_role=ROLES[role], tenant_id=tenant)
     except Forbidden as error:

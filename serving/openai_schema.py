@@ -17,10 +17,15 @@ from serving.generation import INT32_MAX, INT64_MAX, INT64_MIN, MAX_STOP_SEQUENC
 MAX_MESSAGES = 4096
 MAX_TOOLS = 128
 MAX_NAME_CHARS = 256
+MAX_METADATA_PAIRS = 16  # OpenAI's own bounds on request metadata
+MAX_METADATA_KEY_CHARS, MAX_METADATA_VALUE_CHARS = 64, 512
 
 Name = Annotated[str, StringConstraints(max_length=MAX_NAME_CHARS)]
 FunctionName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.\-]{1,64}$")]
 TokenId = Annotated[int, Field(ge=0, le=INT32_MAX)]
+Metadata = Annotated[dict[Annotated[str, StringConstraints(max_length=MAX_METADATA_KEY_CHARS)],
+                          Annotated[str, StringConstraints(max_length=MAX_METADATA_VALUE_CHARS)]],
+                     Field(max_length=MAX_METADATA_PAIRS)]
 
 
 class Strict(BaseModel):
@@ -42,6 +47,8 @@ class Sampled(Strict):
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     logit_bias: dict[str, float] | None = None
+    user: Name | None = None  # may name the session (serving.session_ids)
+    metadata: Metadata | None = None  # {"liverl_session_id": ...} names the session (serving.session_ids)
 
     @field_validator("n")
     @classmethod

@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 from liverl.io.lineage import Lineage, encode
+from liverl.io.traces import training_traces_tag
 from trainer.registry import TAG_CHECKPOINT, TAG_METRICS
 from trainer.state import PendingPublish
 
@@ -41,6 +42,7 @@ def lineage_tags(
     )
     return {
         **encode(lineage),
+        **training_traces_tag(pending.table_versions),  # the search that opens its training data's MLflow traces
         TAG_METRICS: json.dumps(
             {**pending.metrics, "label_reward_config_versions": sorted(pending.reward_config_versions)}, sort_keys=True
         ),

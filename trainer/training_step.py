@@ -37,8 +37,8 @@ class StepResult:
         skipped = f" skipped {sum(self.skipped.values())}" if self.skipped else ""
         return (
             f"step {step} | loss {m['loss']:+.4f} | reward {m['reward']:+.3f} | stale {self.staleness}{skipped} "
-            f"| tok/s {m['tokens_per_s']:.0f} | useful {m['useful_share']:.2f} | KL {m['kl']:.4f} | clip {m['clip_fraction']:.2f} "
-            f"| traj {int(m['trajectories'])} | table v{','.join(map(str, table_versions))}"
+            f"| tok/s {m['tokens_per_s']:.0f} | useful {m['useful_share']:.2f} | KL {m['kl']:.4f} "
+            f"| clip {m['clip_fraction']:.2f} | traj {int(m['trajectories'])} | table v{','.join(map(str, table_versions))}"
         )
 
 

@@ -179,12 +179,15 @@ def table_versions_filter(table_versions: Iterable[int]) -> str:
 
 
 def training_traces_tag(table_versions: Iterable[int]) -> dict[str, str]:
-    """The registry version tag linking a version to its training data's traces (add to its lineage tags)."""
-    expression = table_versions_filter(table_versions)
+    """The registry version tag linking a version to its training data's traces (add to its lineage tags).
+
+    Exact for any realistic lineage (a training window is a few contiguous runs of table versions); a list
+    too scattered for one tag value falls back to its covering range, a superset, rather than failing a
+    registration over an audit link."""
+    versions = sorted({int(v) for v in table_versions})
+    expression = table_versions_filter(versions)
     if len(expression) > MAX_TAG_VALUE_CHARS:
-        raise ValueError(f"the trace search expression of these table versions has {len(expression)} characters, "
-                         f"over MLflow's {MAX_TAG_VALUE_CHARS} for a tag; register more often (fewer, contiguous "
-                         "table versions per version)")
+        expression = table_versions_filter(range(versions[0], versions[-1] + 1))
     return {TAG_TRAINING_TRACES: expression}
 
 
