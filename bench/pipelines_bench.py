@@ -1,18 +1,27 @@
-"""Distillation benchmark: the Beam distiller vs a plain kafka-python + pyarrow loop, on the same topics.
+"""Distillation benchmark: the Beam distiller on three runners vs a plain kafka-python + pyarrow loop.
 
-Both read the same topic contents from an embedded broker (tansu, memory storage, started here) and
-apply the same pure steps (parse, dedupe, readiness, token chains, liverl.rewards.label). The Beam path
-is the real `distill_once` (plan, Beam DirectRunner, staged Parquet, Delta commit with offsets); the
-plain path polls every partition in one consumer, groups in dicts and writes one Parquet file.
+All paths read the same topic contents from an embedded broker (tansu, memory storage, started here) and
+apply the same pure steps (parse, dedupe, readiness, token chains, liverl.rewards.label). The Beam paths are
+the real `distill_once` (plan, Beam graph, staged Parquet, Delta commit with offsets) on
 
-    .venv/bin/python bench/pipelines_bench.py [--sessions 1500] [--rounds 3] [--runner FnApiRunner]
+    direct     the in-process DirectRunner (the default of `liverl distill`)
+    multi      the DirectRunner with --workers worker processes (--direct_running_mode=multi_processing)
+    portable   PortableRunner -> Beam's local job service -> an external worker pool (the Fn API path of
+               Flink, Spark and Dataflow; both services started here)
 
-Prints, per round and as medians: sessions/s and events/s (Kafka records) of each path and their ratio.
+the plain path polls every partition in one consumer, groups in dicts and writes one Parquet file.
+
+    .venv/bin/python bench/pipelines_bench.py [--sessions 1500] [--rounds 3] [--paths direct,multi,portable]
+
+Prints the environment (cores, load average: the ratios mean little without it), each path's fixed cost (one
+batch of 2 sessions), per round and as medians: sessions/s and events/s (Kafka records), and each Beam path's
+ratio to the plain loop. The medians go to bench/report.py's JSON summary when LIVERL_BENCH_SUMMARY is set.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import tempfile
@@ -29,11 +38,26 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sessions", type=int, default=1500, help="sessions on the topics (about 10 records each)")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--runner", default="DirectRunner", help="Beam runner of the distiller")
+    parser.add_argument("--paths", default=",".join(PATHS), help=f"Beam paths to run, of {','.join(PATHS)}")
+    parser.add_argument("--workers", type=int, default=2, help="worker processes of the multi path")
+    parser.add_argument("--partitions", type=int, default=8, help="partitions of each topic")
     return parser.parse_args(argv)
 
 
-def start_broker(folder: Path):
+PATHS = ("direct", "multi", "portable")
+
+
+def beam_settings(path: str, workers: int, portable_options: list[str]) -> tuple[str, list[str]]:
+    """(pipelines.runner, pipelines.beam_options) of a Beam path."""
+    quiet = ["--default_sdk_harness_log_level=WARNING"]  # workers in other processes log INFO otherwise
+    if path == "multi":
+        return "DirectRunner", [f"--direct_num_workers={workers}", "--direct_running_mode=multi_processing", *quiet]
+    if path == "portable":
+        return "PortableRunner", [*portable_options, *quiet]
+    return "DirectRunner", []
+
+
+def start_broker(folder: Path, partitions: int):
     from liverl.io import processes
     from infra.embedded.broker import start_tansu
     from infra.embedded.topics import ensure_topics
@@ -41,10 +65,22 @@ def start_broker(folder: Path):
 
     port = processes.free_port()
     config = load_config(overrides=["--stack.data_dir", str(folder), "--stack.broker_port", str(port),
-                                    "--pipelines.audit", "false", "--pipelines.reward_horizon_s", "0"], environ={})
+                                    "--pipelines.audit", "false", "--pipelines.reward_horizon_s", "0",
+                                    "--kafka.partitions", str(partitions)], environ={})
     broker = start_tansu("127.0.0.1", port, folder, None)
     ensure_topics(config.kafka)
     return config, broker
+
+
+def topics_named(config, prefix: str):
+    """The config with topics of its own, created on the broker."""
+    from infra.embedded.topics import ensure_topics
+
+    config = config.model_copy(deep=True)
+    config.kafka.session_events_topic = f"{prefix}.session-events"
+    config.kafka.model_calls_topic = f"{prefix}.model-calls"
+    ensure_topics(config.kafka)
+    return config
 
 
 def produce_sessions(config, count: int) -> int:
@@ -60,11 +96,12 @@ def produce_sessions(config, count: int) -> int:
     return len(events) + len(calls)
 
 
-def run_beam(config, folder: Path) -> tuple[float, int, int]:
+def run_beam(config, folder: Path, runner: str, options: list[str]) -> tuple[float, int, int]:
     """(seconds, sessions, records) of one `distill_once` into a fresh table."""
     from pipelines.distill import distill_once
 
     config = config.model_copy(deep=True)
+    config.pipelines.runner, config.pipelines.beam_options = runner, options
     config.table.trajectories_uri = str(folder / "trajectories")
     config.table.dead_letters_uri = str(folder / "dead_letters")
     began = time.perf_counter()
@@ -121,36 +158,63 @@ def run_plain(config, folder: Path) -> tuple[float, int, int]:
     return time.perf_counter() - began, sessions, records
 
 
+def crc_line() -> str:
+    """kafka-python checks every record batch's CRC-32C: in C when the crc32c package is importable."""
+    from kafka.record import util
+
+    native = util._crc32c is not util.crc32c_py
+    return f"kafka-python crc32c | {'native (crc32c package)' if native else 'pure Python: pip install crc32c'}"
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
+    paths = [path for path in args.paths.split(",") if path]
+    unknown = set(paths) - set(PATHS)
+    if unknown:
+        raise SystemExit(f"unknown --paths {sorted(unknown)}; choose from {','.join(PATHS)}")
+    from bench.report import environment_line, record
     from liverl.io import processes
+    from tests.pipelines.beam_services import portable_beam
 
-    with tempfile.TemporaryDirectory() as tmp:
+    print(environment_line())
+    print(crc_line())
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as services:
         folder = Path(tmp)
-        config, broker = start_broker(folder)
-        config.pipelines.runner = args.runner
-        try:
-            total = produce_sessions(config, args.sessions)
-            print(f"topics hold {args.sessions} sessions, {total} records; runner {args.runner}")
-            beam_rates, plain_rates = [], []
-            for round_no in range(args.rounds):
-                b_s, b_sessions, b_records = run_beam(config, folder / f"beam-{round_no}")
-                p_s, p_sessions, p_records = run_plain(config, folder / f"plain-{round_no}")
-                assert b_sessions == p_sessions == args.sessions, (b_sessions, p_sessions)
-                beam_rates.append((b_sessions / b_s, b_records / b_s))
-                plain_rates.append((p_sessions / p_s, p_records / p_s))
-                print(f"round {round_no} | beam {b_sessions / b_s:8.1f} sessions/s {b_records / b_s:9.1f} events/s"
-                      f" ({b_s:.2f}s) | plain {p_sessions / p_s:8.1f} sessions/s {p_records / p_s:9.1f} events/s"
-                      f" ({p_s:.2f}s)")
-            beam_sessions = statistics.median(r[0] for r in beam_rates)
-            beam_events = statistics.median(r[1] for r in beam_rates)
-            plain_sessions = statistics.median(r[0] for r in plain_rates)
-            plain_events = statistics.median(r[1] for r in plain_rates)
-            print(f"median | beam {beam_sessions:.1f} sessions/s {beam_events:.1f} events/s | plain "
-                  f"{plain_sessions:.1f} sessions/s {plain_events:.1f} events/s | beam/plain sessions/s "
-                  f"{beam_sessions / plain_sessions:.2f} events/s {beam_events / plain_events:.2f}")
-        finally:
-            processes.stop(broker.pid)
+        config, broker = start_broker(folder, args.partitions)
+        services.callback(processes.stop, broker.pid)
+        portable_options = services.enter_context(portable_beam(folder / "beam"))[0] if "portable" in paths else []
+        settings = {path: beam_settings(path, args.workers, portable_options) for path in paths}
+        tiny = topics_named(config, "bench-tiny")
+        produce_sessions(tiny, 2)
+        fixed = {path: run_beam(tiny, folder / f"tiny-{path}", *settings[path])[0] for path in paths}
+        print("fixed cost (a batch of 2 sessions) | " + " | ".join(f"{path} {fixed[path]:.1f}s" for path in paths))
+        total = produce_sessions(config, args.sessions)
+        print(f"topics hold {args.sessions} sessions, {total} records in {args.partitions} partitions per topic")
+        rates: dict[str, list[tuple[float, float]]] = {path: [] for path in ["plain", *paths]}
+        for round_no in range(args.rounds):
+            p_s, p_sessions, p_records = run_plain(config, folder / f"plain-{round_no}")
+            assert p_sessions == args.sessions, p_sessions
+            rates["plain"].append((p_sessions / p_s, p_records / p_s))
+            cells = [f"plain {p_sessions / p_s:7.1f} sessions/s ({p_s:.1f}s)"]
+            for path in paths:
+                b_s, b_sessions, b_records = run_beam(config, folder / f"{path}-{round_no}", *settings[path])
+                assert b_sessions == args.sessions, (path, b_sessions)
+                rates[path].append((b_sessions / b_s, b_records / b_s))
+                cells.append(f"{path} {b_sessions / b_s:7.1f} sessions/s ({b_s:.1f}s)")
+            print(f"round {round_no} | " + " | ".join(cells))
+        medians = {path: {"sessions_per_s": round(statistics.median(r[0] for r in rows), 1),
+                          "events_per_s": round(statistics.median(r[1] for r in rows), 1)}
+                   for path, rows in rates.items()}
+        plain = medians["plain"]["sessions_per_s"]
+        for path in paths:
+            medians[path]["ratio_to_plain"] = round(medians[path]["sessions_per_s"] / plain, 3)
+            medians[path]["fixed_cost_s"] = round(fixed[path], 2)
+        print("median | " + " | ".join(
+            f"{path} {m['sessions_per_s']:.1f} sessions/s {m['events_per_s']:.0f} events/s"
+            + (f" (x{m['ratio_to_plain']:.2f} plain)" if path != "plain" else "") for path, m in medians.items()))
+        print(environment_line())
+        record("pipelines", {"sessions": args.sessions, "rounds": args.rounds, "partitions": args.partitions,
+                             "workers": args.workers, "medians": medians})
     return 0
 
 

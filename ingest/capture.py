@@ -6,6 +6,8 @@ reason; both are made durable in one delivery before the caller gets its answer,
 always means "stored". The tenant is always the token's, never the payload's. An event already stored
 (same tenant and event id, within ingest.dedupe_window_events) is acknowledged again, not stored twice.
 Events not reached within the request's deadline are answered "deadline_exceeded": not stored, resend them.
+With several replicas (ingest.replicas), events of sessions another replica owns are forwarded to it
+first (ingest/routing.py) and answered with its verdict; the rest take the path above here.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from collections.abc import Callable, Sequence
 from ingest.admission import RecentEvents, TenantRateLimiter
 from ingest.delivery import KafkaDelivery, Record
 from ingest.metrics import CaptureMetrics
+from ingest.routing import Forwarded, PeerForwarder, ReplicaRing
 from ingest.sessions import SessionRegistry
 from ingest.validation import Limits, Rejected, SessionEvent, validate
 from liverl.contracts import names
@@ -36,8 +39,12 @@ DEADLINE_EXCEEDED = "deadline_exceeded"  # the one rejection that means "not loo
 
 class CaptureCore:
     def __init__(self, config: LiverlConfig, delivery: KafkaDelivery, sessions: SessionRegistry,
-                 metrics: CaptureMetrics, clock: Callable[[], float] = time.time):
+                 metrics: CaptureMetrics, clock: Callable[[], float] = time.time,
+                 ring: ReplicaRing | None = None, peers: PeerForwarder | None = None):
         ingest = config.ingest
+        self.ring = ring
+        self.peers = peers
+        self.forward_timeout_s = ingest.replica_forward_timeout_s
         self.topics = config.kafka
         self.delivery = delivery
         self.sessions = sessions
@@ -61,9 +68,10 @@ class CaptureCore:
         return self._tenant_redactors[tenant]
 
     def capture(self, tenant: str, items: Sequence, parse: Callable[[object], SessionEvent],
-                api: str, time_left_s: float | None = None) -> capture_pb2.CaptureResponse:
+                api: str, time_left_s: float | None = None, forwarded: bool = False) -> capture_pb2.CaptureResponse:
         """Handle one request's events; raises SpoolFull when nothing could be made durable.
-        time_left_s: the caller's own deadline, when it has one (the handler timeout applies anyway)."""
+        time_left_s: the caller's own deadline, when it has one (the handler timeout applies anyway).
+        forwarded: sent by another replica, which found this one the owner: take every event here."""
         started = time.perf_counter()
         deadline = time.monotonic() + min(self.handler_timeout_s, float("inf") if time_left_s is None else time_left_s)
         now_ms = int(self.clock() * 1000)
@@ -72,6 +80,21 @@ class CaptureCore:
             response.dropped_opt_out = len(items)
             self.metrics.dropped.labels("opt_out").inc(len(items))
             return response
+        parsed, away = ({}, []) if forwarded else self._forward_foreign(tenant, items, parse, deadline)
+        try:
+            self._capture_here(tenant, items, parse, api, parsed, away, response, deadline, now_ms, started)
+            self._collect_forwarded(away, response, deadline)  # after: the owners count their own in metrics
+        finally:
+            if away and away[0].future is not None:
+                self.peers.waiting.release()
+        self._maybe_prune(now_ms)
+        return response
+
+    def _capture_here(self, tenant: str, items: Sequence, parse: Callable[[object], SessionEvent], api: str,
+                      parsed: dict[int, SessionEvent], away: list[Forwarded], response, deadline: float,
+                      now_ms: int, started: float) -> None:
+        """The events this replica owns (all but `away`'s): check, make durable, count."""
+        taken = {index for batch in away for index in batch.indexes}
         redactor = self.redactor_for(tenant)
         records: list[Record] = []
         dead: list[Record] = []
@@ -79,12 +102,14 @@ class CaptureCore:
         duplicates = 0
         redacted: Counter = Counter()
         for index, item in enumerate(items):
+            if index in taken:
+                continue
             if time.monotonic() > deadline:
-                self._out_of_time(response, index, len(items))
+                self._out_of_time(response, [i for i in range(index, len(items)) if i not in taken])
                 break
             event = None
             try:
-                event = parse(item)
+                event = parsed[index] if index in parsed else parse(item)
                 if self._opted_out(tenant, event):
                     response.dropped_opt_out += 1
                     continue
@@ -108,14 +133,63 @@ class CaptureCore:
         if duplicates:
             self.metrics.duplicates.labels(tenant).inc(duplicates)
         self._count(tenant, response, redacted, len(records), duplicates, api, time.perf_counter() - started)
-        self._maybe_prune(now_ms)
-        return response
 
-    def _out_of_time(self, response, first: int, total: int) -> None:
-        for index in range(first, total):
+    def _forward_foreign(self, tenant: str, items: Sequence, parse: Callable[[object], SessionEvent],
+                         deadline: float) -> tuple[dict[int, SessionEvent], list[Forwarded]]:
+        """Send the events of sessions other replicas own to them (in the background); returns the events
+        parsed on the way that stay here, and the batches sent. Unparseable events stay (rejected here)."""
+        if self.ring is None or self.peers is None or len(self.ring.replicas) == 1:
+            return {}, []
+        parsed: dict[int, SessionEvent] = {}
+        away: dict[str, Forwarded] = {}
+        for index, item in enumerate(items):
+            try:
+                event = parse(item)
+            except Exception:  # noqa: BLE001 - the local pass rejects and dead-letters it
+                continue
+            owner = self.ring.owner_of(tenant, event.session_id)
+            if owner == self.ring.own_address:
+                parsed[index] = event
+            else:
+                batch = away.setdefault(owner, Forwarded(owner))
+                batch.indexes.append(index)
+                batch.events.append(event)
+        if away and not self.peers.waiting.acquire(blocking=False):
+            return parsed, list(away.values())  # collected as "not stored: resend" (backpressure)
+        for batch in away.values():
+            self.peers.send(tenant, batch, min(self.forward_timeout_s, deadline - time.monotonic()))
+            self.metrics.forwarded.labels(batch.owner).inc(len(batch.events))
+        return parsed, list(away.values())
+
+    def _collect_forwarded(self, away: list[Forwarded], response, deadline: float) -> None:
+        """The owners' verdicts, under the caller's indexes; an owner that did not answer: resend those."""
+        for batch in away:
+            if batch.future is None:  # not sent: this replica had too many requests waiting on owners
+                self._out_of_time(response, batch.indexes, f"this replica already has {self.peers.max_waiting} "
+                                                           "requests waiting on their sessions' owners; resend "
+                                                           "this event (with backoff)")
+                continue
+            try:
+                answer = batch.future.result(timeout=max(0.0, deadline - time.monotonic()) + 1.0)
+            except Exception as error:  # noqa: BLE001 - any failure of the hop means "not stored here"
+                self.metrics.forward_failures.labels(batch.owner).inc()
+                log.warning(json.dumps({"msg": "forwarding to the session's owner failed", "owner": batch.owner,
+                                        "events": len(batch.indexes), "error": _rpc_error(error)}))
+                self._out_of_time(response, batch.indexes, f"the replica owning these sessions ({batch.owner}) did "
+                                                           f"not answer ({_rpc_error(error)}); resend this event")
+                continue
+            response.accepted += answer.accepted
+            response.dropped_opt_out += answer.dropped_opt_out
+            for rejected in answer.rejected:
+                response.rejected.add(index=batch.indexes[rejected.index], event_id=rejected.event_id,
+                                      reason=rejected.reason, message=rejected.message)
+
+    def _out_of_time(self, response, indexes: Sequence[int], why: str = "") -> None:
+        why = why or (f"the request ran past its deadline (ingest.handler_timeout_s={self.handler_timeout_s:g}); "
+                      "resend this event, in a smaller batch")
+        for index in indexes:
             response.rejected.add(index=index, reason=DEADLINE_EXCEEDED,
-                                  message=f"not stored: the request ran past its deadline (ingest.handler_timeout_s="
-                                          f"{self.handler_timeout_s:g}); resend this event, in a smaller batch")
+                                  message=f"not stored: {why}")
 
     def dead_letter(self, reason: str, message: str, tenant: str, raw: object, event: SessionEvent | None,
                     now_ms: int) -> Record:
@@ -176,7 +250,7 @@ class CaptureCore:
 
     def _count(self, tenant: str, response, redacted: Counter, stored: int, duplicates: int, api: str,
                seconds: float) -> None:
-        response.accepted = stored + duplicates
+        response.accepted += stored + duplicates  # the owners of forwarded events add theirs after
         self.metrics.accepted.labels(tenant).inc(stored)
         for kind, count in redacted.items():
             self.metrics.redacted.labels(kind).inc(count)
@@ -188,7 +262,7 @@ class CaptureCore:
             if reasons["tenant_mismatch"]:
                 self.metrics.cross_tenant.labels(tenant).inc(reasons["tenant_mismatch"])
             log.warning(json.dumps({"msg": "capture batch had rejections", "api": api, "tenant": tenant,
-                                    "accepted": stored + duplicates, "rejected": len(response.rejected),
+                                    "accepted": response.accepted, "rejected": len(response.rejected),
                                     "reasons": dict(reasons),
                                     "first": {"index": response.rejected[0].index,
                                               "message": self._scrub(response.rejected[0].message)}}))
@@ -204,6 +278,11 @@ def _internal(error: Exception) -> Rejected:
     log.exception("capture failed on one event")
     return Rejected("internal_error", f"the service failed on this event ({type(error).__name__}); it was "
                                       "dead-lettered for inspection, do not resend it unchanged")
+
+
+def _rpc_error(error: Exception) -> str:
+    code = getattr(error, "code", None)
+    return code().name if callable(code) else type(error).__name__
 
 
 def _headers(tenant: str, kind: bytes) -> tuple[tuple[str, bytes], ...]:

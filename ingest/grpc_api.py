@@ -9,6 +9,7 @@ import grpc
 from ingest.admission import RateLimited
 from ingest.auth import AuthError, TokenAuth
 from ingest.capture import CaptureCore
+from ingest.routing import REPLICA_TOKEN_META, PeerForwarder
 from liverl.io.spool import SpoolFull
 from ingest.validation import parse_binary
 from ingest.wire import MalformedRequest, split_events
@@ -22,10 +23,12 @@ AUTH_STATUS = {"unauthenticated": grpc.StatusCode.UNAUTHENTICATED,
 
 
 class CaptureHandler:
-    def __init__(self, core: CaptureCore, auth: TokenAuth, max_batch_events: int):
+    def __init__(self, core: CaptureCore, auth: TokenAuth, max_batch_events: int,
+                 peers: PeerForwarder | None = None):
         self.core = core
         self.auth = auth
         self.max_batch_events = max_batch_events
+        self.peers = peers
 
     def capture(self, request: bytes, context: grpc.ServicerContext) -> capture_pb2.CaptureResponse:
         metadata = dict(context.invocation_metadata())
@@ -42,15 +45,19 @@ class CaptureHandler:
             self._reject(context, "too_many_events", f"{len(events)} events in one request; send at most "
                                                      f"{self.max_batch_events} (ingest.max_batch_events)", tenant,
                          request)
+        # Forwarded by another replica: charged to the rate limit there, and owned here.
+        forwarded = self.peers is not None and self.peers.is_peer(metadata.get(REPLICA_TOKEN_META))
         try:
-            self.core.rate_limiter.take(tenant, len(events))
+            if not forwarded:
+                self.core.rate_limiter.take(tenant, len(events))
         except RateLimited as error:
             self.core.refuse_caller("rate_limited", str(error), api="grpc", tenant=tenant)
             # the SDK reads this to tell "slow down" from "the message is too big" (same status code)
             context.set_trailing_metadata(((RETRY_AFTER_KEY, f"{error.retry_after_s:.3f}"),))
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(error))
         try:
-            return self.core.capture(tenant, events, parse_binary, api="grpc", time_left_s=context.time_remaining())
+            return self.core.capture(tenant, events, parse_binary, api="grpc", time_left_s=context.time_remaining(),
+                                     forwarded=forwarded)
         except SpoolFull as error:
             context.abort(grpc.StatusCode.UNAVAILABLE, f"not stored, retry later: {error}")
 

@@ -36,5 +36,9 @@ class CaptureMetrics:
         self.end_to_end = Histogram("liverl_ingest_end_to_end_seconds",
                                     "Event time (producer clock) to Kafka acknowledgement.",
                                     buckets=LATENCY_BUCKETS, registry=r)
+        self.forwarded = Counter("liverl_ingest_events_forwarded", "Events forwarded to the replica owning their "
+                                 "session, by owner.", ["owner"], registry=r)
+        self.forward_failures = Counter("liverl_ingest_forward_failures", "Forwarded batches the owner did not "
+                                        "answer (the caller resends them), by owner.", ["owner"], registry=r)
         self.request_seconds = Histogram("liverl_ingest_request_seconds", "Capture request handling time.",
                                          ["api"], registry=r)

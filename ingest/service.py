@@ -21,15 +21,28 @@ from ingest.capture import CaptureCore
 from ingest.delivery import KafkaDelivery
 from ingest.grpc_api import SERVICE_NAME, CaptureHandler
 from ingest.metrics import CaptureMetrics
+from ingest.routing import PeerForwarder, ReplicaRing
 from ingest.sessions import SessionRegistry
 from liverl.io.spool import Spool
 from liverl.config import LiverlConfig
 
 log = logging.getLogger("liverl.ingest.service")
+GRPC_THREADS = 16  # half of them at most wait on other replicas (ingest/routing.py)
 
 
 def spool_dir(config: LiverlConfig) -> Path:
     return config.ingest.spool_dir or config.stack.data_dir / "ingest" / "spool"
+
+
+def replica_ring(config: LiverlConfig) -> ReplicaRing:
+    """The replicas sharing this service's sessions (ingest.replicas), checked before anything binds."""
+    ingest = config.ingest
+    if len(ingest.replicas) > 1 and not ingest.replica_token:
+        raise ValueError("ingest.replicas names several replicas but ingest.replica_token is empty; set it to a "
+                         "secret shared by the replicas (it marks the requests they forward to each other)")
+    if len(ingest.replicas) > 1 and not ingest.grpc_port:
+        raise ValueError("ingest.replicas needs a fixed ingest.grpc_port: the other replicas dial it")
+    return ReplicaRing(ingest.replicas, ingest.replica_address or f"{ingest.host}:{ingest.grpc_port}")
 
 
 class CaptureServer:
@@ -39,11 +52,16 @@ class CaptureServer:
         folder = spool_dir(config)
         self.metrics = CaptureMetrics()
         self.auth = TokenAuth(ingest.tenant_tokens)
+        self.ring = replica_ring(config)
+        self.peers = PeerForwarder(ingest.tenant_tokens, ingest.replica_token, ingest.tls_cert_file,
+                                   max_waiting=GRPC_THREADS // 2)
         self.spool = Spool(folder / "kafka", max_bytes=ingest.max_spool_bytes)
         self.sessions = SessionRegistry(folder / "sessions.sqlite", int(ingest.late_event_horizon_s * 1000),
-                                        ingest.enforce_sessions, now_ms=int(time.time() * 1000))
+                                        ingest.enforce_sessions, now_ms=int(time.time() * 1000),
+                                        start_grace_ms=int(ingest.session_start_grace_s * 1000),
+                                        scope=self.ring.scope)
         self.delivery = KafkaDelivery(config.kafka, self.spool, self.metrics, ingest.kafka_ack_timeout_s)
-        self.core = CaptureCore(config, self.delivery, self.sessions, self.metrics)
+        self.core = CaptureCore(config, self.delivery, self.sessions, self.metrics, ring=self.ring, peers=self.peers)
         self.grpc_port = 0
         self.http_port = 0
         self.metrics_port = 0
@@ -84,6 +102,7 @@ class CaptureServer:
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
             self._metrics_server.server_close()
+        self.peers.close()
         self.delivery.close()
         self.sessions.close()
 
@@ -91,8 +110,9 @@ class CaptureServer:
         ingest = self.config.ingest
         options = [("grpc.max_receive_message_length", ingest.max_request_bytes),
                    ("grpc.so_reuseport", 0)]
-        self._grpc = grpc.server(ThreadPoolExecutor(max_workers=8, thread_name_prefix="capture"), options=options)
-        handler = CaptureHandler(self.core, self.auth, ingest.max_batch_events)
+        self._grpc = grpc.server(ThreadPoolExecutor(max_workers=GRPC_THREADS, thread_name_prefix="capture"),
+                                 options=options)
+        handler = CaptureHandler(self.core, self.auth, ingest.max_batch_events, self.peers)
         self._grpc.add_generic_rpc_handlers((handler.generic_handler(),))
         health_servicer = health.HealthServicer()
         health_servicer.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)

@@ -2,12 +2,27 @@
 
 Rules (ingest.enforce_sessions):
 - session_start opens a session; session_end closes it and remembers the end's sequence number.
-- An event of an unknown session is rejected (unknown_session) unless this state is younger than the
-  event: a restarted service keeps its state (SQLite in the spool folder), but a fresh state folder
-  cannot know sessions that began before it existed, so those are let through.
+- An event of a session whose start was not seen is rejected (unknown_session), except:
+  - while the start may still be in flight: the event is numbered after it (sequence > 0; the SDK numbers
+    a session 0, 1, 2, ... from its start) and the session's first event came less than
+    session_start_grace_s ago (concurrent requests, retries and replicas reorder; order is restored
+    downstream from the sequence numbers);
+  - when this state is younger than the event: a restarted service keeps its state (SQLite in the spool
+    folder), but a fresh state folder, or one whose replica ring changed (`scope`), cannot know sessions
+    that began before, so those are let through.
 - After the close, feedback and outcomes are accepted for late_event_horizon_s (they arrive late on
   purpose); any other event is rejected (closed_session) unless its sequence is not past the end's,
   which is a retry or a reordering of something that happened before the close.
+
+Scale-out: the state is partitioned, not shared. Each session is owned by one capture replica (a
+rendezvous hash of tenant/session over ingest.replicas, ingest/routing.py); a replica forwards events of
+sessions it does not own to their owner, so this registry, the (tenant, event id) de-duplication window
+and a session's order in Kafka all live in one process per session, and the rules above hold across
+replicas exactly as on one. Chosen over a store all replicas share (a network round trip and an extra
+system on every event, and a race on each (tenant, event id) unless it locks) and over state derived
+from Kafka (every replica would read every event, which does not scale out, and could not de-duplicate
+two copies in flight at once). The cost is one hop for the events a load balancer sends elsewhere, and
+a ring change moves the sessions of one replica's share (handled as a fresh state, above).
 """
 
 from __future__ import annotations
@@ -25,15 +40,20 @@ CACHE_LIMIT = 200_000
 @dataclass
 class SessionState:
     user_id: str
-    opened_ms: int
+    opened_ms: int  # when its first event arrived (the start, or one that overtook it)
     closed_ms: int | None = None
     end_sequence: int | None = None
+    started: bool = True  # False while its start may still be in flight
 
 
 class SessionRegistry:
-    def __init__(self, path: Path, late_horizon_ms: int, enforce: bool = True, now_ms: int = 0):
+    def __init__(self, path: Path, late_horizon_ms: int, enforce: bool = True, now_ms: int = 0,
+                 start_grace_ms: int = 0, scope: str = ""):
+        """scope: what this state is the authority for (the replica ring); when it changes, sessions may
+        have moved here from another replica, so the state counts as new from now_ms."""
         path.parent.mkdir(parents=True, exist_ok=True)
         self.late_horizon_ms = late_horizon_ms
+        self.start_grace_ms = start_grace_ms
         self.enforce = enforce
         self._lock = threading.Lock()
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
@@ -42,8 +62,15 @@ class SessionRegistry:
         self._db.execute("CREATE TABLE IF NOT EXISTS sessions (tenant TEXT, session_id TEXT, user_id TEXT, "
                          "opened_ms INTEGER, closed_ms INTEGER, end_sequence INTEGER, "
                          "PRIMARY KEY (tenant, session_id))")
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(sessions)")}
+        if "started" not in columns:  # a state folder from before out-of-order starts were accepted
+            self._db.execute("ALTER TABLE sessions ADD COLUMN started INTEGER NOT NULL DEFAULT 1")
         self._db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER)")
         self._db.execute("INSERT OR IGNORE INTO meta VALUES ('created_ms', ?)", (now_ms,))
+        self._db.execute("INSERT OR IGNORE INTO meta VALUES ('scope', ?)", (scope,))
+        if self._db.execute("SELECT value FROM meta WHERE key='scope'").fetchone()[0] != scope:
+            self._db.execute("UPDATE meta SET value=? WHERE key='created_ms'", (now_ms,))
+            self._db.execute("UPDATE meta SET value=? WHERE key='scope'", (scope,))
         self.created_ms = self._db.execute("SELECT value FROM meta WHERE key='created_ms'").fetchone()[0]
         self._cache: dict[tuple[str, str], SessionState | None] = {}
         self._dirty: dict[tuple[str, str], SessionState] = {}
@@ -60,14 +87,24 @@ class SessionRegistry:
                 elif state.closed_ms is not None and self.enforce and not self._before_end(event, state):
                     raise Rejected("closed_session", f"session {event.session_id} already ended; "
                                                      "start a new session with a new session id")
+                elif not state.started:  # it was overtaken by later events
+                    state.started = True
+                    state.user_id = state.user_id or event.user_id
+                    self._put(key, state)
                 return
             if state is None:
-                if self.enforce and not self._may_predate_state(event, now_ms, kind):
+                awaited = self.enforce and not self._may_predate_state(event, now_ms, kind)
+                if awaited and not self._start_in_flight(event):
                     raise Rejected("unknown_session", f"no session_start was seen for session {event.session_id}; "
                                                       "send session_start first (the SDK does)")
-                state = SessionState(event.user_id, now_ms)
+                state = SessionState(event.user_id, now_ms, started=not awaited)
                 self._put(key, state)
-            elif state.closed_ms is not None and self.enforce:
+            elif not state.started and self.enforce and now_ms - state.opened_ms > self.start_grace_ms \
+                    and not self._may_predate_state(event, now_ms, kind):
+                raise Rejected("unknown_session", f"session {event.session_id} has had events for "
+                                                  f"{(now_ms - state.opened_ms) / 1000:.0f} s but its session_start "
+                                                  "never arrived; send session_start first (the SDK does)")
+            if state.closed_ms is not None and self.enforce:
                 self._check_closed(event, state, kind, now_ms)
             if kind == "session_end" and state.closed_ms is None:
                 state.closed_ms = now_ms
@@ -84,10 +121,11 @@ class SessionRegistry:
         with self._lock:
             if not self._dirty:
                 return
-            rows = [(t, s, st.user_id, st.opened_ms, st.closed_ms, st.end_sequence)
+            rows = [(t, s, st.user_id, st.opened_ms, st.closed_ms, st.end_sequence, int(st.started))
                     for (t, s), st in self._dirty.items()]
             self._db.execute("BEGIN")
-            self._db.executemany("INSERT OR REPLACE INTO sessions VALUES (?, ?, ?, ?, ?, ?)", rows)
+            self._db.executemany("INSERT OR REPLACE INTO sessions (tenant, session_id, user_id, opened_ms, "
+                                 "closed_ms, end_sequence, started) VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
             self._db.execute("COMMIT")
             self._dirty.clear()
 
@@ -117,6 +155,10 @@ class SessionRegistry:
     def _before_end(event: SessionEvent, state: SessionState) -> bool:
         return state.end_sequence is not None and event.sequence <= state.end_sequence
 
+    def _start_in_flight(self, event: SessionEvent) -> bool:
+        """Numbered after its start (which is 0), so the start may arrive after it."""
+        return self.start_grace_ms > 0 and event.sequence > 0
+
     def _may_predate_state(self, event: SessionEvent, now_ms: int, kind: str) -> bool:
         if event.event_time_ms < self.created_ms:
             return True
@@ -128,9 +170,9 @@ class SessionRegistry:
             return self._dirty[key]
         if key in self._cache:
             return self._cache[key]
-        row = self._db.execute("SELECT user_id, opened_ms, closed_ms, end_sequence FROM sessions "
+        row = self._db.execute("SELECT user_id, opened_ms, closed_ms, end_sequence, started FROM sessions "
                                "WHERE tenant=? AND session_id=?", key).fetchone()
-        state = SessionState(*row) if row else None
+        state = SessionState(*row[:4], started=bool(row[4])) if row else None
         if len(self._cache) > CACHE_LIMIT:
             self._cache.clear()
         self._cache[key] = state

@@ -4,7 +4,7 @@
               and the batch clock; written ahead to <state>/plans/<seq>.json, reused until committed
     distill   run DistillBatch on the configured runner; outputs staged as Parquet in <state>/batches/<seq>
     commit    dead letters, then trajectories + offsets + state pointer as ONE Delta version, each guarded
-              by the Delta app transaction (DISTILL_APP_ID, seq)
+              by the Delta app transaction (DISTILL_APP_ID, seq); the staged files are streamed, never loaded whole
     audit     an MLflow run for the committed batch (recovered on the next run if the process died first)
 
 `on_phase(name)` is called between phases ("planned", "distilled", "before_commit", "during_commit",

@@ -86,7 +86,8 @@ class PolicyServer:
         if self.registry is not None:
             self._watcher = asyncio.create_task(self.swapper.watch())
         self.say(f"serving ready grpc={c.host}:{self.grpc_port} http={c.host}:{self.http_port} "
-                 f"version={self.router.champion.version} engine={c.engine} alias={c.alias}")
+                 f"version={self.router.champion.version} engine={c.engine} alias={c.alias} swap_mode={c.swap_mode}"
+                 + (f" replica={self.swapper.fleet.replica}" if self.swapper.fleet is not None else ""))
 
     async def _wait_for_alias(self) -> str:
         """The version the alias points at; waits (polling) until the alias exists."""

@@ -136,6 +136,10 @@ class HotSwapper:
             current = self.router.champion.version if self.router.champion else ""
             if version == current:
                 return SwapResult(True, version, current, f"version {version} is already serving")
+            if reason == "alias" and (version in self.refused or
+                                      time.monotonic() - self.last_swap < self.config.min_swap_interval_s):
+                # Decided by the watcher before a swap or rollback that held this lock ended: stale now.
+                return SwapResult(False, current, current, f"version {version} is refused or comes too soon")
             async with self._update_lease(wait_s=0.0) as leased:
                 if not leased:
                     return SwapResult(False, current, current, f"{self.config.max_unavailable} other replica(s) "
@@ -321,6 +325,7 @@ class HotSwapper:
             return None
         self.router.canary = None
         self.metrics.serving_version.labels(version, "canary").set(0)
+        canary.reset_stats()  # judged as champion from now on, not on its canary share
         return canary
 
     def _start_probation(self, slot: Slot) -> None:
@@ -331,8 +336,7 @@ class HotSwapper:
     async def _watch_probation(self, slot: Slot) -> None:
         """Judge the new champion for probation_s; roll back on a breach, else free the old version."""
         c = self.config
-        deadline = time.monotonic() + c.probation_s
-        slot.reset_stats()
+        deadline = time.monotonic() + c.probation_s  # slot's counts start at its first request (held ones too)
         while time.monotonic() < deadline:
             await asyncio.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
             if self.router.champion is not slot:

@@ -69,4 +69,8 @@ def _quiet_libraries() -> None:
 
 
 def _say(line: str) -> None:
-    print(line, flush=True)
+    """One write per line: under a launcher the ranks share stdout, and print() writes the newline apart."""
+    import sys
+
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()

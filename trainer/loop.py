@@ -17,6 +17,7 @@ takes part in the export's gather. The checkpoint folder must be shared by the r
 from __future__ import annotations
 
 import shutil
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -181,7 +182,9 @@ class Trainer:
             result, mine = run_sharded_step(self.engine, plan, self.state.step, self.baselines, self.config,
                                             self.ranks, reference=self.reference)
         if self.tc.log_trained_ids:  # every rank: the audit that no trajectory is trained twice
-            print(f"trained ids | rank {self.ranks.rank} | step {self.state.step + 1} | {','.join(mine)}", flush=True)
+            # One write per line: the ranks share the launcher's stdout, and print() writes the newline apart.
+            sys.stdout.write(f"trained ids | rank {self.ranks.rank} | step {self.state.step + 1} | {','.join(mine)}\n")
+            sys.stdout.flush()
         self.state.step += 1
         self.state.trajectories_trained += len(plan.trajectories)
         self.window.steps += 1

@@ -5,6 +5,10 @@
     s.user_message("fix the bug"); call = s.tool_call("edit", '{"file": "a.py"}'); s.end("completed")
     client.feedback(s.session_id, FeedbackKind.EDIT_KEPT, value=1.0, target_call_id=call)  # any time later
     client.flush(timeout_s=10.0); client.stats(); client.close()
+
+Replies of serving link directly (ingest/sdk/completions.py): `s.tool_call(..., request_id=reply)`;
+`client.link_completion(reply)` is the session a reply was recorded in (opened here if this client does
+not hold it); `client.feedback(reply, ...)` makes even a call sent without any liverl header trainable.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from pathlib import Path
 
 import grpc
 
+from ingest.sdk.completions import completion_ref, fixed_event_id, one_call_session
 from ingest.sdk.sender import BackgroundSender
 from ingest.sdk.session import FeedbackKind, SessionRecorder, fill_feedback, new_event, role_value
 
@@ -49,12 +54,39 @@ class CaptureClient:
         self._sessions[session.session_id] = session
         return session
 
-    def feedback(self, session_id: str, kind: FeedbackKind | int, value: float = 1.0, target_call_id: str = "",
-                 comment: str = "", user_id: str = "") -> None:
-        """Feedback that may arrive long after the session ended (an edit kept an hour later)."""
+    def link_completion(self, reply: object, task_family: str = "", task_id: str = "", user_id: str = "",
+                        attributes: Mapping[str, str] | None = None) -> SessionRecorder:
+        """The session serving recorded `reply` in (an `openai` reply, its JSON body, or its id), to record
+        what happened around it. A session this client does not hold is opened here (session_start, with an
+        event id fixed by the session id, so opening it again anywhere stores it once); end it as usual."""
+        ref = completion_ref(reply)
+        session = self._sessions.get(ref.session_id)
+        if session is None:
+            session = SessionRecorder(self._sender.submit, ref.session_id, user_id, "main", "single")
+            session._start(task_family, task_id, 0, attributes or {}, event_id=fixed_event_id(ref.session_id, "start"),
+                           time_ms=ref.created_ms)
+            self._sessions[ref.session_id] = session
+        return session
+
+    def feedback(self, session_id: str | object, kind: FeedbackKind | int, value: float = 1.0,
+                 target_call_id: str = "", comment: str = "", user_id: str = "") -> None:
+        """Feedback that may arrive long after the session ended (an edit kept an hour later).
+        session_id: a session id, or a reply of serving (its session is used). Feedback on a call that named
+        no session (a one-call session, whose id is the reply's `id`) records the session's start and end
+        too, so the pipelines can train on it."""
+        if not isinstance(session_id, str):
+            ref = completion_ref(session_id)
+            session_id = ref.session_id
+        else:
+            ref = completion_ref(session_id) if one_call_session(session_id) else None
         session = self._sessions.get(session_id)
         if session is not None:
             session.feedback(kind, value, target_call_id, comment)
+            return
+        if ref is not None and ref.one_call:
+            session = self.link_completion(ref, user_id=user_id)
+            session.feedback(kind, value, target_call_id, comment)
+            session._end("completed", event_id=fixed_event_id(session_id, "end"))
             return
         event = new_event(session_id, user_id, "main", role_value("single"),
                           LATE_SEQUENCE_BASE + int(time.time() * 1000))

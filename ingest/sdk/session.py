@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from enum import IntEnum
 
+from ingest.sdk.completions import request_id_of
 from liverl.contracts import names
 from liverl.v1 import common_pb2, session_event_pb2
 
@@ -77,8 +78,11 @@ class SessionRecorder:
     def _event(self) -> session_event_pb2.SessionEvent:
         return new_event(self.session_id, self.user_id, self.agent_id, self._role, self._sequence.next())
 
-    def _start(self, task_family: str, task_id: str, token_budget: int, attributes: Mapping[str, str]) -> None:
+    def _start(self, task_family: str, task_id: str, token_budget: int, attributes: Mapping[str, str],
+               event_id: str = "", time_ms: int = 0) -> None:
         event = self._event()
+        event.event_id = event_id or event.event_id
+        event.event_time_ms = time_ms or event.event_time_ms
         event.session_start.SetInParent()
         event.session_start.task_family = task_family
         event.session_start.task_id = task_id
@@ -92,15 +96,16 @@ class SessionRecorder:
         event.user_message.follow_up = follow_up
         self._submit(event)
 
-    def tool_call(self, name: str, arguments_json: str, request_id: str = "", valid: bool = True, error: str = "",
-                  call_id: str | None = None) -> str:
-        """Record a tool call (broken ones too: valid=False, never discard them); returns its call id."""
+    def tool_call(self, name: str, arguments_json: str, request_id: str | object = "", valid: bool = True,
+                  error: str = "", call_id: str | None = None) -> str:
+        """Record a tool call (broken ones too: valid=False, never discard them); returns its call id.
+        request_id: the model call that asked for it: serving's reply itself, or its `id`."""
         call_id = call_id or uuid.uuid4().hex
         event = self._event()
         event.tool_call.SetInParent()
         body = event.tool_call
         body.call_id, body.name, body.arguments_json = call_id, name, arguments_json
-        body.request_id, body.valid, body.error = request_id, valid, error
+        body.request_id, body.valid, body.error = request_id_of(request_id), valid, error
         self._submit(event)
         return call_id
 
@@ -113,11 +118,12 @@ class SessionRecorder:
         event.tool_result.chunk_ids.extend(chunk_ids)
         self._submit(event)
 
-    def summary(self, text: str, request_id: str = "") -> None:
+    def summary(self, text: str, request_id: str | object = "") -> None:
+        """A self-summary; request_id: the model call that wrote it (serving's reply, or its `id`)."""
         event = self._event()
         event.summary.SetInParent()
         event.summary.text = text
-        event.summary.request_id = request_id
+        event.summary.request_id = request_id_of(request_id)
         self._submit(event)
 
     def subagent_created(self, subagent_id: str, name: str) -> None:
@@ -157,7 +163,11 @@ class SessionRecorder:
         self._submit(event)
 
     def end(self, reason: str = "completed") -> None:
+        self._end(reason)
+
+    def _end(self, reason: str, event_id: str = "") -> None:
         event = self._event()
+        event.event_id = event_id or event.event_id
         event.session_end.reason = reason
         self._submit(event)
 

@@ -52,8 +52,24 @@ class IngestConfig(Section):
     max_event_age_s: float = 7 * 24 * 3600.0
     """Events older than this are rejected (too_old); SDK spools may hold events for hours."""
     enforce_sessions: bool = True
-    """Reject events of sessions this service never saw start (unknown_session) or already closed
-    (closed_session). Scale-out must route a session to one instance, or turn this off."""
+    """Reject events of sessions never seen to start (unknown_session) or already closed (closed_session).
+    Across replicas the session's owner (ingest.replicas) applies these rules, so they hold as on one."""
+    session_start_grace_s: float = 60.0
+    """An event numbered after its session's start (sequence > 0) may overtake that start in flight
+    (concurrent requests, retries): it is accepted for this long after the session's first event, and
+    unknown_session after that if the start never came."""
+    replicas: list[str] = []
+    """gRPC addresses (host:port) of every capture replica, this one included, the same list on each.
+    Each session belongs to one replica (rendezvous hash of tenant/session), which holds its state and
+    de-duplication; the others forward its events there, so any load balancer works. Empty: one replica."""
+    replica_token: str = ""
+    """A secret the replicas share (required with two or more): forwarded requests carry it, so the owner
+    neither charges them to the rate limit again nor forwards them on."""
+    replica_address: str = ""
+    """This replica's own entry in ingest.replicas (default: host:grpc_port), e.g. the pod's stable name."""
+    replica_forward_timeout_s: float = 5.0
+    """How long a replica waits for the owner of a forwarded session; past it (or if the owner is down)
+    those events are answered "deadline_exceeded" (not stored: the SDK resends them)."""
     late_event_horizon_s: float = 24 * 3600.0
     """Feedback and outcomes of a closed session are accepted for this long after it closed."""
     opt_out_tenants: list[str] = []

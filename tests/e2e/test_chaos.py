@@ -12,7 +12,9 @@ versions. Model calls that died with serving before answering are not acknowledg
 from __future__ import annotations
 
 import random
+import re
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -72,6 +74,12 @@ def say(line: str) -> None:
     print(f"{time.strftime('%H:%M:%S')} {line}", flush=True)
 
 
+def error_status(error: str) -> str:
+    """"UNAVAILABLE" from a failed session's "_InactiveRpcError: ... status = StatusCode.UNAVAILABLE ..."."""
+    found = re.search(r"StatusCode\.(\w+)", error)
+    return found.group(1) if found else error[:60]
+
+
 def fit_base_policy(out: Path) -> Path:
     """The demo's base policy, fitted briefly on one thread (the stack's processes need the other core)."""
     import torch
@@ -84,6 +92,20 @@ def fit_base_policy(out: Path) -> Path:
         return bootstrap_base_policy(out, seed=SEED, fit_steps=BASE_FIT_STEPS)
     finally:
         torch.set_num_threads(threads)
+
+
+def start_stages(config: DemoLiverlConfig, logs: Path, env: dict[str, str], stages: dict[str, ChaosStage]) -> None:
+    """capture and serve, ready; then distill and train. Each lands in `stages` at once, so a failure stops it."""
+    for name in ("capture", "serve"):
+        stages[name] = ChaosStage(name, STAGES[name], logs, env)
+    capture, serve = stages["capture"].current, stages["serve"].current
+    wait_until(lambda: port_open(config.ingest.host, config.ingest.grpc_port), STAGE_READY_TIMEOUT_S, "capture",
+               capture.process, capture.log)
+    wait_until(lambda: bool(serving_version(config)), STAGE_READY_TIMEOUT_S, "serve", serve.process, serve.log,
+               interval_s=1.0)
+    for name in ("distill", "train"):
+        stages[name] = ChaosStage(name, STAGES[name], logs, env)
+    say(f"      stages up: {', '.join(f'{n} pid {s.pid}' for n, s in stages.items())}")
 
 
 def test_every_acknowledged_event_survives_kill_9_of_every_stage(tmp_path):
@@ -100,16 +122,7 @@ def test_every_acknowledged_event_survives_kill_9_of_every_stage(tmp_path):
         base = fit_base_policy(tmp_path / "base-policy")
         say("      base policy fitted")
         run_stage("train-init", ["train", "--init-from", str(base)], logs, STAGE_READY_TIMEOUT_S, env)
-        for name in ("capture", "serve"):
-            stages[name] = ChaosStage(name, STAGES[name], logs, env)
-        wait_until(lambda: port_open(config.ingest.host, config.ingest.grpc_port), STAGE_READY_TIMEOUT_S,
-                   "capture", stages["capture"].current.process, stages["capture"].current.log)
-        wait_until(lambda: bool(serving_version(config)), STAGE_READY_TIMEOUT_S, "serve",
-                   stages["serve"].current.process, stages["serve"].current.log, interval_s=1.0)
-        for name in ("distill", "train"):
-            stages[name] = ChaosStage(name, STAGES[name], logs, env)
-        say(f"      stages up: {', '.join(f'{n} pid {s.pid}' for n, s in stages.items())}")
-
+        start_stages(config, logs, env, stages)
         proxy = AckProxy(f"{config.ingest.host}:{config.ingest.grpc_port}",
                          {token: tenant for tenant, token in config.ingest.tenant_tokens.items()}).start()
         config.ingest.grpc_port = proxy.port  # the product records through the ledger (stages keep their env)
@@ -119,11 +132,12 @@ def test_every_acknowledged_event_survives_kill_9_of_every_stage(tmp_path):
         say(f"      kill schedule: {', '.join(f'{k.stage}@{k.at_s:.0f}s' for k in schedule)}")
         monkey = ChaosMonkey(stages, schedule, say).start()
         traffic = run_configured_traffic(config, policy, client, duration_s=TRAFFIC_S)
-        monkey.stop()
+        monkey.stop()  # after the restart in progress: every stage is up for the drain
         assert monkey.error is None, f"the chaos monkey failed: {monkey.error!r}"
         for stage in stages.values():
-            stage.revive_if_exited()
-        say(f"      traffic: {len(traffic.sessions)} sessions, {len(traffic.errors)} failed, "
+            stage.revive_if_exited()  # recorded as unexpected; restarted so the drain still runs
+        say(f"      traffic: {len(traffic.sessions)} sessions, {len(traffic.errors)} failed "
+            f"({dict(Counter(error_status(e) for e in traffic.errors))}), "
             f"feedback {traffic.feedback_sent} sent / {traffic.feedback_failed} failed")
 
         assert client.flush(timeout_s=60.0), f"the SDK could not deliver everything: {client.stats()}"
@@ -135,7 +149,8 @@ def test_every_acknowledged_event_survives_kill_9_of_every_stage(tmp_path):
         waiting, behind = wait_drained(config, proxy, DRAIN_TIMEOUT_S, say)
         wait_until(lambda: check_lineage(config.mlflow.tracking_uri, config.mlflow.registered_model,
                                          config.table.trajectories_uri).trained,
-                   TRAINED_VERSION_TIMEOUT_S, "a trained version", interval_s=3.0)
+                   TRAINED_VERSION_TIMEOUT_S, "a trained version", stages["train"].current.process,
+                   stages["train"].current.log, interval_s=3.0)
 
         letters = index_dead_letters(read_delta(config.table.dead_letters_uri), config.kafka.session_events_topic)
         rows = read_delta(config.table.trajectories_uri,
@@ -150,7 +165,7 @@ def test_every_acknowledged_event_survives_kill_9_of_every_stage(tmp_path):
             say(f"        {problem}")
 
         assert all(n >= 1 for n in kills.values()), f"every stage must be killed at least once: {kills}"
-        unexpected = [exit for stage in stages.values() for exit in stage.unexpected_exits]
+        unexpected = [line for stage in stages.values() for line in stage.unexpected_exits]
         assert not unexpected, "stages exited by themselves:\n" + "\n\n".join(unexpected)
         assert not proxy.mismatches, f"capture answers that miscount their events: {proxy.mismatches[:5]}"
         assert sdk["dropped"] == sdk["dead_lettered"] == sdk["rejected"] == 0, f"the SDK lost or was refused events: {sdk}"

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import socket
-import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -18,9 +17,9 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from liverl.io import processes
 from pipelines.distill import BatchReport, distill_once
 from tests.conftest import with_topics
+from tests.pipelines.beam_services import portable_beam
 from tests.pipelines.conftest import distiller_on
 from tests.pipelines.producing import T0, coding_session, orchestrator_session, produce
 
@@ -125,26 +124,8 @@ def test_two_worker_processes_commit_the_same_table(batch, tmp_path):
 
 @pytest.fixture
 def portable_services(tmp_path):
-    """Beam's local job service and an external worker pool, on ports of 127.0.0.1; stopped by PID.
-
-    The pool starts each SDK worker as `python -c ...` found on PATH, so this interpreter's folder leads PATH.
-    """
-    job_port, pool_port = processes.free_port(), processes.free_port()
-    path = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    job = processes.start("beam-job-service", [
-        sys.executable, "-m", "apache_beam.runners.portability.local_job_service_main",
-        f"--port={job_port}", f"--staging_dir={tmp_path / 'artifacts'}"], tmp_path / "job-service.log")
-    pool = processes.start("beam-worker-pool", [
-        sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main", f"--service_port={pool_port}"],
-        tmp_path / "worker-pool.log", env=path)
-    try:
-        for process, port, log in ((job, job_port, "job-service.log"), (pool, pool_port, "worker-pool.log")):
-            processes.wait_until(lambda: processes.port_open("127.0.0.1", port), 60, log, process, tmp_path / log)
-        yield ["--job_endpoint=127.0.0.1:%d" % job_port, "--environment_type=EXTERNAL",
-               "--environment_config=127.0.0.1:%d" % pool_port], {job.pid, pool.pid}
-    finally:
-        processes.stop(pool.pid)
-        processes.stop(job.pid)
+    with portable_beam(tmp_path) as services:
+        yield services
 
 
 def test_the_portable_runner_with_an_external_worker_pool_commits_the_same_table(batch, tmp_path, portable_services):

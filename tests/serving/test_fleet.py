@@ -162,7 +162,8 @@ def test_rolling_swap_and_fleet_wide_rollback_under_load(stack, tmp_path, tiny_p
         assert served == {"1", good, bad}, (n, served)
         assert any(line.startswith(f"serving swap version={good} previous=1") and "mode=in_place" in line
                    for line in replica_lines)
-        assert any(line.startswith(f"serving rollback version={good} from={bad}") for line in replica_lines)
+        assert any(line.startswith(f"serving rollback version={good} from={bad}") for line in replica_lines), \
+            (n, replica_lines)
     # The canary took each version before any other replica started updating to it.
     first_update = [min(start for start, _ in state) for state, _ in swapper_state]
     assert first_update[0] == min(first_update)

@@ -6,7 +6,7 @@ import openai
 
 from liverl.contracts import names
 from liverl.contracts.keys import split_session_key
-from liverl.v1 import model_call_pb2, serving_pb2, serving_pb2_grpc
+from liverl.v1 import common_pb2, model_call_pb2, serving_pb2, serving_pb2_grpc
 from serving.session_ids import REQUEST_ID_HEADER, header_value
 from tests.serving.conftest import read_topic
 
@@ -100,7 +100,7 @@ def test_grpc_without_a_session_is_a_one_call_session_too(api_server):
     with grpc.insecure_channel(api_server.grpc_target) as channel:
         stub = serving_pb2_grpc.PolicyServiceStub(channel)
         response, call = stub.Generate.with_call(
-            serving_pb2.GenerateRequest(prompt="fix the file", sampling=serving_pb2.SamplingParams(max_tokens=2)),
+            serving_pb2.GenerateRequest(prompt="fix the file", sampling=common_pb2.SamplingParams(max_tokens=2)),
             metadata=(("authorization", "Bearer user-key"),))
     metadata = dict(call.initial_metadata())
     assert metadata[names.META_SESSION_ID] == metadata[REQUEST_ID_HEADER] == response.request_id

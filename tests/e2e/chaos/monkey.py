@@ -20,9 +20,10 @@ class Kill:
 
 def kill_schedule(rng: random.Random, stages: Sequence[str], window: tuple[float, float], extra_kills: int,
                   min_gap_s: float, pause_s: tuple[float, float]) -> list[Kill]:
-    """One kill per stage plus `extra_kills` on random stages, at random times in `window`, in time order.
+    """One kill per stage plus up to `extra_kills` on random stages, at random times in `window`, in time order.
 
-    Two kills of one stage are at least min_gap_s apart, so a restarted stage gets to work before it dies again.
+    Two kills of one stage are at least min_gap_s apart, so a restarted stage gets to work before it dies again;
+    an extra kill that finds no such room is left out (a stage's own first kill never is: that raises).
     """
     first, last = window
     kills: list[Kill] = []

@@ -1,0 +1,147 @@
+"""OTLP/HTTP traces for products already instrumented with OpenTelemetry GenAI semantic conventions.
+
+    POST /v1/traces   Authorization: Bearer <tenant token>
+    Content-Type: application/json (OTLP JSON) or application/x-protobuf; Content-Encoding: gzip optional
+
+Point the product's OTLP exporter at the capture service (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=
+http://<capture>:8081/v1/traces, OTEL_EXPORTER_OTLP_TRACES_HEADERS="authorization=Bearer <token>").
+Spans are mapped by ingest/importers/otlp.py (chat spans -> ModelCalls, execute_tool spans -> tool
+calls and results; the session is gen_ai.conversation.id, else the trace) and built like `liverl import`
+builds them: redacted, re-tokenized with the policy's tokenizer, origin "import:otlp", no behaviour
+logprobs (these calls were not sampled by serving). The events then pass the same checks as every other
+capture (validation, dedupe, session rules, redaction, dead letters); a session whose start is refused has
+its model calls dead-lettered with it. Spans keep arriving while a conversation goes on, so no session_end
+is written: the pipelines close the session when it goes idle. The answer is OTLP's ExportTraceServiceResponse,
+with partialSuccess counting the spans that were dead-lettered.
+"""
+
+from __future__ import annotations
+
+import base64
+import threading
+from pathlib import Path
+
+from ingest.capture import CaptureCore
+from ingest.importers import otlp
+from ingest.importers.build import SessionBuilder
+from ingest.importers.model import Exchange
+from ingest.importers.publish import records_of
+
+SOURCE = "otlp-http"
+ID_FIELDS = ("traceId", "spanId", "parentSpanId")  # bytes in protobuf, hex strings in OTLP JSON
+
+
+class NotConfigured(RuntimeError):
+    """The endpoint has no tokenizer to rebuild token ids with (HTTP 501: exporters do not retry it)."""
+
+
+class NotOtlp(ValueError):
+    """The body is not an ExportTraceServiceRequest (HTTP 400)."""
+
+
+class OtlpTraces:
+    """Turns one tenant's ExportTraceServiceRequest into stored SessionEvents, ModelCalls and dead letters."""
+
+    def __init__(self, core: CaptureCore, tokenizer_dir: Path | None):
+        self.core = core
+        self.tokenizer_dir = tokenizer_dir
+        self._tokenizer = None
+        self._lock = threading.Lock()
+
+    def tokenizer(self):
+        if self.tokenizer_dir is None:
+            raise NotConfigured("the OTLP endpoint rebuilds token ids with the policy's tokenizer and none is set: "
+                                "set serving.policy_dir (the policy's Hugging Face folder) for the capture service")
+        with self._lock:
+            if self._tokenizer is None:
+                from transformers import AutoTokenizer
+
+                self._tokenizer = AutoTokenizer.from_pretrained(str(self.tokenizer_dir))
+        return self._tokenizer
+
+    def capture(self, tenant: str, document: object) -> tuple[int, str]:
+        """Store what the spans say; returns (spans dead-lettered, why the first one was). Raises NotOtlp,
+        NotConfigured, and SpoolFull when nothing could be made durable."""
+        spans, bad = otlp.spans_of(document, SOURCE)
+        if bad:
+            raise NotOtlp(bad[0].message)
+        core, now_ms = self.core, int(self.core.clock() * 1000)
+        if tenant in core.opt_out_tenants:
+            core.metrics.dropped.labels("opt_out").inc(len(spans))
+            return 0, ""
+        sessions, bad = otlp.sessions_from_spans(spans, SOURCE)
+        builder = SessionBuilder(tenant, otlp.FORMAT, self.tokenizer(), core.redactor_for(tenant), now_ms)
+        dead = [core.dead_letter(b.reason, b.message, tenant, b.source.encode(), None, now_ms) for b in bad]
+        refused, first_reason = len(bad), (f"{bad[0].reason}: {bad[0].message}" if bad else "")
+        events, calls = [], []
+        for session in sessions:
+            session.end_reason = ""  # more spans of this conversation may come: it ends by idleness
+            try:
+                built = builder.build(session)
+                calls.append((built, records_of(built, tenant, core.topics)[len(built.events):]))
+            except (ValueError, TypeError, KeyError) as error:  # one session's content, never the request
+                message = f"session {session.session_id[:80]!r} cannot be built: {type(error).__name__}: {error}"
+                dead.append(core.dead_letter("unbuildable_session", message, tenant, session.source.encode(), None,
+                                             now_ms))
+                refused += len(session.items)
+                first_reason = first_reason or message
+                continue
+            events += built.events
+        response = core.capture(tenant, events, lambda event: event, "otlp")
+        refused_starts = {events[r.index].session_id: r for r in response.rejected
+                          if events[r.index].WhichOneof("body") == "session_start"}
+        records = []
+        for built, call_records in calls:
+            rejection = refused_starts.get(built.session_id)
+            if rejection is None:
+                records += call_records
+                continue
+            spans_lost = sum(isinstance(item, Exchange) for item in _items_of(sessions, built.session_id))
+            refused += spans_lost
+            first_reason = first_reason or f"{rejection.reason}: {rejection.message}"
+            dead += [core.dead_letter(rejection.reason, f"model call of a refused session: {rejection.message}",
+                                      tenant, call.SerializeToString(), None, now_ms) for call in built.calls]
+        core.delivery.deliver(records + dead)
+        if response.rejected and not first_reason:
+            first = response.rejected[0]
+            first_reason = f"{first.reason}: {first.message}"
+        return refused, first_reason
+
+
+def _items_of(sessions, session_id: str) -> list:
+    return next((s.items for s in sessions if s.session_id == session_id), [])
+
+
+def protobuf_document(body: bytes) -> dict:
+    """An ExportTraceServiceRequest in protobuf as the OTLP JSON the mapping reads (hex span and trace ids)."""
+    from google.protobuf import json_format
+    from google.protobuf.message import DecodeError
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    try:
+        document = json_format.MessageToDict(ExportTraceServiceRequest.FromString(body))
+    except DecodeError as error:
+        raise NotOtlp(f"the body is not a protobuf ExportTraceServiceRequest ({error})") from None
+    for resource_spans in document.get("resourceSpans", []):
+        for scope_spans in resource_spans.get("scopeSpans", []):
+            for span in scope_spans.get("spans", []):
+                for field in ID_FIELDS:
+                    if field in span:
+                        span[field] = base64.b64decode(span[field]).hex()
+    return document
+
+
+def protobuf_response(rejected_spans: int, message: str) -> bytes:
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+
+    response = ExportTraceServiceResponse()
+    if rejected_spans or message:
+        response.partial_success.rejected_spans = rejected_spans
+        response.partial_success.error_message = message
+    return response.SerializeToString()
+
+
+def json_response(rejected_spans: int, message: str) -> dict:
+    if not rejected_spans and not message:
+        return {}
+    return {"partialSuccess": {"rejectedSpans": str(rejected_spans), "errorMessage": message}}
