@@ -18,13 +18,13 @@ import apache_beam as beam
 from liverl.config.rewards import RewardsConfig
 from liverl.contracts.table_schema import DEAD_LETTER_SCHEMA, TRAJECTORY_SCHEMA
 from liverl.contracts.trajectory_row import rows_to_table
-from pipelines import dead_letters, parse, sessionize, trajectories
+from pipelines import dead_letters, parse, sessionize, traces, trajectories
 from pipelines.kafka_source import GAP, SKIP, OffsetRange, ReadOffsetRange
 from pipelines.records import CLOSED_SESSION_SCHEMA, RAW_RECORD_SCHEMA, RawRecord
 
 # Staged outputs: name -> schema. The driver reads `<staging>/<name>-*.parquet`.
 STAGED = {"trajectories": TRAJECTORY_SCHEMA, "dead_letters": DEAD_LETTER_SCHEMA, "pending": RAW_RECORD_SCHEMA,
-          "closed": CLOSED_SESSION_SCHEMA}
+          "closed": CLOSED_SESSION_SCHEMA, traces.STAGED_NAME: traces.TRACE_SOURCE_SCHEMA}
 
 
 class DistillBatch(beam.PTransform):
@@ -32,8 +32,10 @@ class DistillBatch(beam.PTransform):
 
     def __init__(self, ranges: list[OffsetRange], carried_state: str | None,
                  events_topic: str, calls_topic: str, client_kwargs: dict, read_timeout_s: float,
-                 timing: sessionize.Timing, rewards: RewardsConfig, batch_id: str, on_retention_gap: str = SKIP):
+                 timing: sessionize.Timing, rewards: RewardsConfig, batch_id: str, on_retention_gap: str = SKIP,
+                 trace_sample_rate: float = 0.0):
         super().__init__()
+        self._trace_sample_rate = trace_sample_rate  # sessions whose events are staged for MLflow traces
         self._on_retention_gap = on_retention_gap
         self._ranges, self._carried_state = ranges, carried_state
         self._topics = (events_topic, calls_topic)
@@ -63,8 +65,10 @@ class DistillBatch(beam.PTransform):
         dead = ((read[GAP], parsed[parse.DEAD], decided[sessionize.DEAD], built[trajectories.DEAD])
                 | "AllDeadLetters" >> beam.Flatten()
                 | "StampDeadLetters" >> beam.Map(stamp_dead_letter, self._batch_id, self._timing.as_of_ms))
+        # The sampled sessions' events and calls, staged so that the driver can trace what it commits.
+        sources = decided.ready | "TraceSources" >> beam.FlatMap(traces.trace_sources, self._trace_sample_rate)
         return {"trajectories": built.rows, "dead_letters": dead, "pending": decided[sessionize.PENDING],
-                "closed": decided[sessionize.CLOSED]}
+                "closed": decided[sessionize.CLOSED], traces.STAGED_NAME: sources}
 
 
     def _read_state(self, pbegin, name: str, label: str):

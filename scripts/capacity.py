@@ -62,7 +62,8 @@ def per_unit_figures(summary: dict, args) -> dict[str, Figure]:
     replicas = summary.get("ingest_replicas")
     capture = summary.get("capture")
     if replicas:
-        figures["capture"] = Figure(replicas["one_replica_events_per_s"], "measured: ingest_replicas (1 replica)")
+        figures["capture"] = Figure(replicas["one_replica_events_per_s"],
+                                    f"measured: ingest_replicas (1 replica){load(replicas)}")
         cores = replicas.get("environment", {}).get("cores") or 0
         if cores >= 6:  # two replicas, broker and client each had a core: the ratio is the hop's cost
             figures["replica_efficiency"] = Figure(min(1.0, replicas["ratio"] / 2), "measured: ingest_replicas ratio / 2")
@@ -71,7 +72,7 @@ def per_unit_figures(summary: dict, args) -> dict[str, Figure]:
                 DEFAULT_REPLICA_EFFICIENCY, f"default: measured ratio {replicas['ratio']:.2f} on {cores} cores "
                                             "shared by 2 replicas, broker and client says little about the hop")
     elif capture:
-        figures["capture"] = Figure(capture["sdk_events_per_s"], "measured: capture (SDK + 1 service)")
+        figures["capture"] = Figure(capture["sdk_events_per_s"], f"measured: capture (SDK + 1 service){load(capture)}")
     else:
         figures["capture"] = Figure(DEFAULT_CAPTURE_EVENTS_PER_S, "default: no capture benchmark in the summary")
     figures.setdefault("replica_efficiency", Figure(DEFAULT_REPLICA_EFFICIENCY, "default: no ingest_replicas run"))
@@ -92,8 +93,17 @@ def pipeline_figure(pipelines: dict | None) -> Figure:
     medians, workers = pipelines.get("medians", {}), max(1, int(pipelines.get("workers", 1)))
     for path in ("portable", "multiprocess", "multi_processing", "direct"):
         if path in medians:
-            return Figure(medians[path]["events_per_s"] / workers, f"measured: pipelines {path} / {workers} workers")
+            return Figure(medians[path]["events_per_s"] / workers,
+                          f"measured: pipelines {path} / {workers} workers{load(pipelines)}")
     return Figure(DEFAULT_PIPELINE_RECORDS_PER_S, "default: the pipelines entry has no Beam path")
+
+
+def load(entry: dict) -> str:
+    """The load the figure was measured under: on a shared machine, a per-process rate is a lower bound."""
+    env = entry.get("environment", {})
+    if not env.get("load_average"):
+        return ""
+    return f", on {env.get('cores')} cores at load average {env['load_average'][0]:g} (a lower bound)"
 
 
 def size(rate: float, figures: dict[str, Figure], args) -> dict[str, object]:

@@ -47,7 +47,8 @@ class Sampled(Strict):
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     logit_bias: dict[str, float] | None = None
-    user: Name | None = None  # may name the session (serving.session_ids)
+    # A string `user` may name the session (serving.session_ids); any other value is ignored, as it always was.
+    user: Any = None
     metadata: Metadata | None = None  # {"liverl_session_id": ...} names the session (serving.session_ids)
 
     @field_validator("n")

@@ -28,11 +28,11 @@ COMPLETION_ID_PREFIX = "cmpl-"
 _HEADER_SAFE = "".join(c for c in string.printable if c.isprintable() and c != "%")
 
 
-def body_session_id(metadata: dict[str, str] | None, user: str | None) -> str:
+def body_session_id(metadata: dict[str, str] | None, user: object) -> str:
     """The session the body names (rules 3 and 4), or ""; BadRequest when the name is not a valid id."""
     if metadata and metadata.get(SESSION_METADATA_KEY):
         return check_id(metadata[SESSION_METADATA_KEY], f"metadata.{SESSION_METADATA_KEY}")
-    if user:
+    if isinstance(user, str) and user:
         return check_id(user, "user")
     return ""
 

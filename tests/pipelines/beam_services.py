@@ -22,11 +22,12 @@ def portable_beam(folder: Path, timeout_s: float = 60.0) -> Iterator[tuple[list[
     job_port, pool_port = processes.free_port(), processes.free_port()
     # The pool starts each SDK worker as `python -c ...` found on PATH: this interpreter's folder leads PATH.
     path = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    loopback = str(Path(__file__).with_name("loopback_beam.py"))  # Beam binds "[::]" otherwise
     job = processes.start("beam-job-service", [
-        sys.executable, "-m", "apache_beam.runners.portability.local_job_service_main",
+        sys.executable, loopback, "apache_beam.runners.portability.local_job_service_main",
         f"--port={job_port}", f"--staging_dir={folder / 'artifacts'}"], folder / "job-service.log")
     pool = processes.start("beam-worker-pool", [
-        sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main", f"--service_port={pool_port}"],
+        sys.executable, loopback, "apache_beam.runners.worker.worker_pool_main", f"--service_port={pool_port}"],
         folder / "worker-pool.log", env=path)
     try:
         for process, port, log in ((job, job_port, folder / "job-service.log"),

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import apache_beam as beam
 import pytest
 from deltalake import DeltaTable
 
 from liverl.io.traces import TAG_TABLE_VERSION, table_versions_filter, traces_filter
 from liverl.io.tracking import Tracking
-from liverl.rewards.session import SessionRecord
 from liverl.v1 import session_event_pb2 as se
 from pipelines import table
 from pipelines.audit import TRACES_FILTER_TAG, ensure_audited
 from pipelines.distill import distill_once
-from pipelines.traces import STAGED_NAME, TRACE_SOURCE_SCHEMA, log_batch_traces, sampled, trace_sources
+from pipelines.traces import log_batch_traces, sampled, trace_sources
 from tests.pipelines.producing import T0, coding_session, event, orchestrator_session, produce
 
 LATER = T0 + 3600_000
@@ -28,27 +26,11 @@ def _coding(session_id: str, version: str, outcome: float, email_in_request: boo
     return events, calls
 
 
-def _stage_trace_sources(config, sessions: list[tuple[list, list]]) -> None:
-    """Run the graph's trace_sources step on the Beam runner into the committed batch's staging folder.
-
-    (What DistillBatch does itself once pipelines/job.py wires `traces.trace_sources`.)"""
-    state = table.read_committed(config.table.trajectories_uri).state_uri
-    records = [SessionRecord(events[0].session_id, events[0].tenant_id, tuple(events), tuple(calls))
-               for events, calls in sessions]
-    with beam.Pipeline() as pipeline:
-        (pipeline
-         | beam.Create(records)
-         | beam.FlatMap(trace_sources, config.pipelines.trace_sample_rate)
-         | beam.io.WriteToParquet(f"{state}/{STAGED_NAME}", TRACE_SOURCE_SCHEMA, file_name_suffix=".parquet"))
-
-
 def _distill_and_trace(config, sessions) -> table.Committed:
+    """One real batch with the audit on: the graph stages the sampled sessions, the commit is traced."""
     produce(config, [e for events, _ in sessions for e in events], [c for _, calls in sessions for c in calls])
     assert distill_once(config, now_ms=LATER).committed
-    _stage_trace_sources(config, sessions)
-    committed = table.read_committed(config.table.trajectories_uri)
-    ensure_audited(config, committed)
-    return committed
+    return table.read_committed(config.table.trajectories_uri)
 
 
 def _traces(config, filter_string: str | None = None) -> list:
@@ -63,7 +45,8 @@ def _tag(trace, key: str) -> str | None:
 
 
 def test_committed_trajectories_become_searchable_traces_once(distill_config, monkeypatch):
-    config = distill_config
+    config = distill_config.model_copy(deep=True)
+    config.pipelines.audit = True
     monkeypatch.setenv("MLFLOW_TRACKING_URI", config.mlflow.tracking_uri)  # for mlflow.search_traces only
     c1 = _coding("c1", "1", 1.0, email_in_request=True)
     c1[0].insert(-1, event("c1", 7, feedback=se.Feedback(kind=se.FEEDBACK_KIND_THUMBS_DOWN, target_call_id="k1",

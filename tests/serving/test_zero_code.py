@@ -84,7 +84,7 @@ def test_bad_session_names_are_refused_like_any_bad_field(api_server):
     base = api_server.http_base
     auth = {"authorization": "Bearer user-key"}
     chat = {"messages": [{"role": "user", "content": "ask"}], "max_tokens": 2}
-    for body in ({**chat, "metadata": {"liverl_session_id": "x" * 300}}, {**chat, "user": 7},
+    for body in ({**chat, "metadata": {"liverl_session_id": "x" * 300}}, {**chat, "user": "u" * 300},
                  {**chat, "metadata": {f"k{i}": "v" for i in range(17)}}):
         refused = httpx.post(base + "/v1/chat/completions", json=body, headers=auth)
         assert refused.status_code == 400 and refused.json()["error"]["type"] == "invalid_request_error"

@@ -84,7 +84,7 @@ def _trained_ids(lines: list[str]) -> dict[int, dict[int, list[str]]]:
     earlier one's: a killed run's steps after its last checkpoint are trained again after resume)."""
     steps: dict[int, dict[int, list[str]]] = defaultdict(dict)
     for line in lines:
-        if match := re.match(r"trained ids \| rank (\d+) \| step (\d+) \| (.*)$", line):
+        if match := re.match(r"trained ids \| rank (\d+) \| step (\d+) \|\s*(.*)$", line):
             rank, step, ids = int(match[1]), int(match[2]), match[3]
             steps[step][rank] = ids.split(",") if ids else []
     return steps
