@@ -7,6 +7,7 @@ from deltalake import DeltaTable
 
 from liverl.io.traces import TAG_TABLE_VERSION, table_versions_filter, traces_filter
 from liverl.io.tracking import Tracking
+from liverl.rewards.session import SessionRecord
 from liverl.v1 import session_event_pb2 as se
 from pipelines import table
 from pipelines.audit import TRACES_FILTER_TAG, ensure_audited
