@@ -12,6 +12,10 @@ adds to the caller's call (one recording call: build the event and queue it).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import signal
+import subprocess
 import statistics
 import sys
 import tempfile
@@ -28,6 +32,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--events", type=int, default=20000, help="events per path per round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--session-length", type=int, default=20, help="events per session")
+    parser.add_argument("--profile", type=Path, default=None,
+                        help="folder: record py-spy profiles of the capture service and of this process (the SDK) "
+                             "during each round's SDK run, and print their hottest frames (bench/README.md)")
     return parser.parse_args(argv)
 
 
@@ -124,7 +131,8 @@ def main(argv=None) -> int:
             sdk_rates, plain_rates, all_calls = [], [], []
             for round_index in range(args.rounds):
                 plain = run_plain(config, args.events, args.session_length)
-                sdk, calls = run_sdk(config, args.events, args.session_length, folder / f"sdk-spool-{round_index}")
+                with profiled(args.profile, round_index, {"capture": service.pid, "sdk": os.getpid()}):
+                    sdk, calls = run_sdk(config, args.events, args.session_length, folder / f"sdk-spool-{round_index}")
                 sdk_rates.append(sdk)
                 plain_rates.append(plain)
                 all_calls.extend(calls)
@@ -146,6 +154,46 @@ def main(argv=None) -> int:
         "caller_p50_us": percentile(all_calls, 50) / 1000, "caller_p99_us": percentile(all_calls, 99) / 1000,
     })
     return 0
+
+
+@contextlib.contextmanager
+def profiled(folder: Path | None, round_index: int, pids: dict[str, int]):
+    """py-spy (on-CPU samples, raw collapsed stacks) attached to each pid while the block runs."""
+    if folder is None:
+        yield
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    spy = Path(sys.executable).with_name("py-spy")
+    recorders = {name: subprocess.Popen([str(spy), "record", "--pid", str(pid), "--rate", "200", "--format", "raw",
+                                         "--output", str(folder / f"{name}-round{round_index + 1}.txt")],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                 for name, pid in pids.items()}
+    time.sleep(0.5)  # attached before the load starts
+    try:
+        yield
+    finally:
+        for name, recorder in recorders.items():
+            recorder.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+            recorder.wait(timeout=60)
+        for name in pids:
+            print(hottest(folder / f"{name}-round{round_index + 1}.txt", name), flush=True)
+
+
+def hottest(path: Path, name: str, top: int = 12) -> str:
+    """The frames with the most on-CPU samples (self time) and their share, from a raw py-spy profile."""
+    if not path.exists():
+        return f"profile {name}: no samples written (is py-spy installed in the venv? see bench/README.md)"
+    own: dict[str, int] = {}
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        total += int(count)
+        frame = stack.rsplit(";", 1)[-1]
+        own[frame] = own.get(frame, 0) + int(count)
+    lines = [f"profile {name} ({total} samples, {path}): hottest frames by self time"]
+    for frame, count in sorted(own.items(), key=lambda item: -item[1])[:top]:
+        lines.append(f"  {100 * count / max(total, 1):5.1f}%  {frame}")
+    return "\n".join(lines)
 
 
 def percentile(values: list[int], q: float) -> float:

@@ -135,7 +135,8 @@ class CaptureServer:
         from ingest.http_api import build_app
 
         ingest = self.config.ingest
-        app = build_app(self.core, self.auth, ingest.max_batch_events, ingest.max_request_bytes)
+        app = build_app(self.core, self.auth, ingest.max_batch_events, ingest.max_request_bytes,
+                        tokenizer_dir=ingest.otlp_tokenizer_dir or self.config.serving.policy_dir)
         tls = {}
         if ingest.tls_cert_file and ingest.tls_key_file:
             tls = {"ssl_certfile": str(ingest.tls_cert_file), "ssl_keyfile": str(ingest.tls_key_file)}

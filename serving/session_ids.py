@@ -18,9 +18,10 @@ from __future__ import annotations
 import string
 from urllib.parse import quote
 
+from liverl.contracts import names
 from serving.generation import BadRequest, check_id
 
-REQUEST_ID_HEADER = "x-liverl-request-id"  # response header: the recorded ModelCall's request id (= reply.id)
+REQUEST_ID_HEADER = names.META_REQUEST_ID  # response header: the recorded ModelCall's request id (= reply.id)
 SESSION_METADATA_KEY = "liverl_session_id"
 CHAT_ID_PREFIX = "chatcmpl-"  # request ids serving mints, shaped like OpenAI's completion ids
 COMPLETION_ID_PREFIX = "cmpl-"

@@ -1,4 +1,4 @@
-"""The README's capture examples (docs/zero_code.md), run verbatim against a running serving (hf engine), a
+"""The README's capture examples (its "Capturing an agent product" section), run verbatim against a running serving (hf engine), a
 running capture service and the real broker, then distilled: each example's session must be in the table."""
 
 from __future__ import annotations
@@ -14,7 +14,14 @@ from tests.ingest.conftest import capture_config
 from tests.pipelines.conftest import distiller_on
 from tests.serving.conftest import ServerThread, serving_config
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "docs" / "zero_code.md"
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def capture_section() -> str:
+    """The README's "## Capturing an agent product" section, up to its first subsection or the next section."""
+    text = README.read_text()
+    start = text.index("## Capturing an agent product")
+    return re.split(r"^##+ ", text[start + 3:], flags=re.M)[0]
 
 
 def python_blocks(markdown: str) -> list[str]:
@@ -24,8 +31,8 @@ def python_blocks(markdown: str) -> list[str]:
 def test_the_capture_examples_produce_trajectories(fresh_topics, tiny_policy_dir, tmp_path, monkeypatch):
     from ingest.service import CaptureServer
 
-    blocks = python_blocks(EXAMPLES.read_text())
-    assert len(blocks) == 3, "docs/zero_code.md changed: check that this test still runs every example"
+    blocks = python_blocks(capture_section())
+    assert len(blocks) == 3, "the README's capture section changed: check that this test still runs every example"
     config = serving_config(fresh_topics, tmp_path, "liverl-policy", policy_dir=tiny_policy_dir,
                             api_keys={"demo-key": {"tenant": "demo"}}, default_max_tokens=4)
     capture = CaptureServer(capture_config(fresh_topics, tmp_path / "capture", tenant_tokens={

@@ -3,6 +3,10 @@
 A prompt is rarely sampled several times in production, so GRPO-style groups are the exception: a
 trajectory is compared with the other trajectories of its (task_family, task_id) in the same step
 when there are any, and with its family's running mean reward otherwise.
+
+Imported trajectories (`liverl import`) get no advantage: their rewards measure the policy that produced the
+traces, not ours, so they never move a baseline, join a group or the batch normalisation. `step_signals` gives
+them their supervised weight instead (`imported_weight`, the rule trainer/losses.py explains).
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from liverl.config.trainer import AdvantageConfig
+from liverl.config.trainer import AdvantageConfig, LossConfig
 from trainer.trajectory import Trajectory
 
 MIN_STD = 1e-6  # below it the advantages are treated as equal
@@ -59,6 +63,27 @@ def compute_advantages(
         advantages = _standardised(advantages)
     baselines.update(by_family, config.baseline_momentum)
     return advantages
+
+
+def step_signals(
+    trajectories: list[Trajectory], rewards: list[float], baselines: Baselines, advantages: AdvantageConfig,
+    loss: LossConfig,
+) -> list[float]:
+    """What each trajectory's tokens are multiplied by in the loss: a served trajectory's advantage (computed
+    among the served ones only; updates `baselines`), an imported one's SFT weight w (0: left out of the step)."""
+    served = [i for i, t in enumerate(trajectories) if not t.imported]
+    served_advantages = compute_advantages([trajectories[i] for i in served], [rewards[i] for i in served],
+                                           baselines, advantages)
+    signals = [imported_weight(reward, loss) for reward in rewards]
+    for index, advantage in zip(served, served_advantages):
+        signals[index] = advantage
+    return signals
+
+
+def imported_weight(reward: float, config: LossConfig) -> float:
+    """w of an imported trajectory's supervised term -w·log π: import_weight when its mixed reward reaches
+    import_min_reward, else 0 (left out of the step)."""
+    return config.import_weight if reward >= config.import_min_reward else 0.0
 
 
 def _standardised(values: list[float]) -> list[float]:

@@ -25,6 +25,9 @@ class Sample:
     top_p: list[float] = field(default_factory=list)
     top_k: list[int] = field(default_factory=list)
     position_offset: int = 0  # position of token 0 within its segment (windows after the first)
+    # An imported trajectory's window: its loss-masked tokens get the supervised term -advantage·log π (the
+    # advantage is then the trajectory's SFT weight), never an importance ratio (trainer/losses.py).
+    supervised: bool = False
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,9 @@ class MicroBatch:
     temperature: torch.Tensor  # (B, T) float, 1 on padding
     top_p: torch.Tensor  # (B, T) float, 1 on padding
     top_k: torch.Tensor  # (B, T) long, 0 on padding
+    # (B, T) bool: tokens of supervised (imported) samples, False on padding. Per token because a packed row
+    # mixes served and imported windows.
+    supervised: torch.Tensor
     position_ids: torch.Tensor | None = None  # (B, T) long, each sample's own; None: every row starts at 0
     # (B, T) long: which sample of its row each token belongs to, -1 on padding; None: one sample per row.
     sequence_ids: torch.Tensor | None = None
@@ -74,16 +80,20 @@ def trajectory_samples(trajectory: Trajectory, weight: float, max_seq_len: int, 
     """One sample per window (Trajectory.windows): every segment is its own sequence, as serving sampled it,
     and a segment longer than max_seq_len is split into windows that are all trained. Every window shares
     the trajectory's advantage and staleness weight (the final reward covers the whole chain); windows
-    with nothing to train are left out."""
+    with nothing to train are left out.
+
+    An imported trajectory's windows are supervised: `advantage` is then its SFT weight, and its tokens are scored
+    at temperature 1 untruncated whatever the original call's sampling was (the target is π itself; there is no
+    behaviour distribution to match)."""
     t = trajectory
     samples = []
     for w in t.windows(max_seq_len):
         mask = [0] * (w.trained_from - w.start) + list(t.loss_mask[w.trained_from:w.end])
         if not any(mask[1:]):
             continue
-        temperature, top_p, top_k = t.token_sampling(w.start, w.end)
+        temperature, top_p, top_k = ([], [], []) if t.imported else t.token_sampling(w.start, w.end)
         samples.append(Sample(list(t.token_ids[w.start:w.end]), mask, list(t.behaviour_logprobs[w.start:w.end]),
-                              advantage, weight, temperature, top_p, top_k, w.position_offset))
+                              advantage, weight, temperature, top_p, top_k, w.position_offset, t.imported))
     return samples
 
 
@@ -121,6 +131,7 @@ def collate_rows(rows: list[list[Sample]]) -> MicroBatch:
     top_k = torch.zeros(shape, dtype=torch.long)
     positions = torch.zeros(shape, dtype=torch.long)
     sequence_ids = torch.full(shape, -1, dtype=torch.long)
+    supervised = torch.zeros(shape, dtype=torch.bool)
     for r, row in enumerate(rows):
         start = 0
         for index, sample in enumerate(row):
@@ -138,6 +149,7 @@ def collate_rows(rows: list[list[Sample]]) -> MicroBatch:
                 top_k[r, span] = torch.tensor(sample.top_k)
             positions[r, span] = torch.arange(len(sample.token_ids)) + sample.position_offset
             sequence_ids[r, span] = index
+            supervised[r, span] = sample.supervised
             start = span.stop
     packed = any(len(row) > 1 for row in rows)
     shifted = packed or any(sample.position_offset for row in rows for sample in row)
@@ -151,6 +163,7 @@ def collate_rows(rows: list[list[Sample]]) -> MicroBatch:
         temperature=temperature,
         top_p=top_p,
         top_k=top_k,
+        supervised=supervised,
         position_ids=positions if shifted else None,
         sequence_ids=sequence_ids if packed else None,
     )

@@ -8,6 +8,14 @@ so a token with |log r| in the hundreds (a corrupt behaviour logprob, a token th
 a masked position can never turn the step's loss or gradient into inf or NaN. Past the clamp the ratio's
 gradient is 0 (such a token is clipped or masked by every variant anyway), except TIS, whose gradient
 min(r, C)·A·∇log π stays exact: it is taken through log π directly, never through exp.
+
+Imported trajectories (`liverl import`: a team's existing traces, origin "import:<format>") have no behaviour
+logprobs (the row holds 0) and no served version, so no ratio exists for them. Their tokens (`supervised`) get
+reward-weighted supervised fine-tuning instead: loss -w·log π, no ratio, no clip, never counted as clipped. The
+rule for w (trainer/advantages.py `imported_weight`): LossConfig.import_weight when the trajectory's mixed reward is at least
+LossConfig.import_min_reward, else 0, and a trajectory of weight 0 is left out of the step altogether (by default:
+learn from successful imported sessions only, do not push away from failed ones, whose tokens came from another
+policy). The caller passes w in `advantages` on those tokens.
 """
 
 from __future__ import annotations
@@ -45,8 +53,12 @@ def token_losses(
     config: LossConfig,
     mask: torch.Tensor | None = None,  # (B, T) positions that carry a loss (bool or weights); None: all
     reference_logp: torch.Tensor | None = None,  # (B, T) log π_ref(token), needed when kl_to_reference > 0
+    supervised: torch.Tensor | None = None,  # (B, T) bool: imported tokens (advantages hold w there); None: none
 ) -> TokenLoss:
-    raw = log_ratio(logp, behaviour_logp, mask)
+    ratio_mask = mask  # no ratio is ever formed against an imported token's missing logprob: log r is 0 there
+    if supervised is not None:
+        ratio_mask = ~supervised if mask is None else (mask > 0) & ~supervised
+    raw = log_ratio(logp, behaviour_logp, ratio_mask)
     clamped = raw.clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
     ratio = torch.exp(clamped)
     adv = (advantages[:, None] if advantages.dim() == 1 else advantages).to(logp.dtype)
@@ -77,6 +89,10 @@ def token_losses(
         clipped = ((ratio < low) | (ratio > high)).float()
     else:  # the config's Literal makes this unreachable unless a new kind is added without a formula
         raise ValueError(f"unknown loss kind {config.kind!r}; use ppo, tis, kimi or cispo")
+    if supervised is not None:
+        # Every variant's term is finite there (log r is 0), so torch.where passes no NaN or inf gradient.
+        loss = torch.where(supervised, -adv * logp, loss)
+        clipped = torch.where(supervised, torch.zeros_like(clipped), clipped)
     if config.kl_to_reference > 0:
         if reference_logp is None:
             raise ValueError("loss.kl_to_reference > 0 needs reference_logp: score the tokens with the frozen "
@@ -98,3 +114,4 @@ def behaviour_kl(logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torch.T
     """(B, T) k3 estimate of KL(π_behaviour || π_θ) on tokens sampled by the behaviour policy: r - 1 - log r."""
     d = log_ratio(logp, behaviour_logp, mask).detach().clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
     return torch.exp(d) - 1.0 - d
+

@@ -12,6 +12,8 @@ flash-attention varlen kernels, or by guessing boundaries from position jumps, w
 positions happen to continue the previous window's.
 
 Layout: a micro-batch is a list of rows, a row a list of samples; the padded layout is one sample per row.
+A row may hold served and imported (supervised) windows side by side: collate_rows marks imported tokens one by
+one in MicroBatch.supervised, so the loss never forms an importance ratio on them.
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""How off-policy a trajectory is, and what that does to it: keep, drop or down-weight."""
+"""How off-policy a trajectory is, and what that does to it: keep, drop or down-weight.
+
+An imported trajectory (`liverl import`) was never served by a policy version ("import"): it has no version lag
+(it is trained without a ratio, so no version can make its correction wrong) and is aged by wall time only, and
+only when its first call's time is known; an unknown time leaves it fresh rather than beyond H."""
 
 from __future__ import annotations
 
@@ -27,9 +31,11 @@ def version_lag(trajectory: Trajectory, current_version: str) -> int:
 
 
 def assess(trajectory: Trajectory, current_version: str, now_ms: int, config: StalenessConfig) -> Staleness:
-    lag = version_lag(trajectory, current_version)
     served = trajectory.first_served_ms
     age_hours = None if served is None else max(now_ms - served, 0) / 3_600_000
+    if trajectory.imported:
+        return _assess_imported(age_hours, config)
+    lag = version_lag(trajectory, current_version)
     versions_beyond = max(lag - config.max_version_lag, 0) if lag != UNKNOWN_LAG else None
     # An unknown age cannot be shown to be within H: it is treated as beyond H (dropped, or down-weighted once).
     too_old = age_hours is None or age_hours > config.max_age_hours
@@ -42,6 +48,14 @@ def assess(trajectory: Trajectory, current_version: str, now_ms: int, config: St
     else:
         weight = config.downweight ** (versions_beyond + int(too_old))
     return Staleness(version_lag=lag, age_hours=age_hours, weight=weight)
+
+
+def _assess_imported(age_hours: float | None, config: StalenessConfig) -> Staleness:
+    if age_hours is None or age_hours <= config.max_age_hours:
+        weight = 1.0
+    else:
+        weight = 0.0 if config.policy == "drop" else config.downweight
+    return Staleness(version_lag=0, age_hours=age_hours, weight=weight)
 
 
 def describe(lags: list[int]) -> str:

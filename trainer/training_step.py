@@ -5,6 +5,10 @@ the step reports the useful share, real tokens over computed tokens, so padding 
 
 Tokens are scored under the sampling processing serving used (trainer/scoring.py); unscorable ones (greedy
 calls, tokens outside the truncated set) get no loss term unless loss.exclude_unscorable is false.
+
+Imported trajectories (`liverl import`) train by reward-weighted supervised fine-tuning (trainer/losses.py):
+successful ones with weight loss.import_weight, unsuccessful ones are left out. The behaviour KL and the clip
+fraction compare with behaviour logprobs, which they lack: both are means over served tokens only.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import torch
 
 from liverl.config import LiverlConfig
 from liverl.config.trainer import LossConfig
-from trainer.advantages import Baselines, compute_advantages
+from trainer.advantages import Baselines, step_signals
 from trainer.batching import MicroBatch, Sample, collate_rows, score_batch, trajectory_samples
 from trainer.losses import TokenLoss, behaviour_kl, token_losses
 from trainer.packing import micro_batches
@@ -24,6 +28,7 @@ from trainer.rewarding import mixed_rewards
 from trainer.scoring import ScoredTokens
 from trainer.staleness import describe
 from trainer.step_builder import StepPlan
+from trainer.trajectory import Trajectory
 
 
 @dataclass(frozen=True)
@@ -51,40 +56,31 @@ def run_step(engine, plan: StepPlan, step: int, baselines: Baselines, config: Li
                          "load one, or set trainer.loss.kl_to_reference = 0")
     started = time.perf_counter()
     rewards = mixed_rewards(plan.trajectories, step, config.rewards)
-    advantages = compute_advantages(plan.trajectories, rewards, baselines, tc.advantages)
-    samples = [  # one per window of each segment of each trajectory
-        sample
-        for t, weight, advantage in zip(plan.trajectories, plan.weights, advantages)
-        for sample in trajectory_samples(t, weight, tc.max_seq_len, advantage)
-    ]
+    signals = step_signals(plan.trajectories, rewards, baselines, tc.advantages, tc.loss)
+    samples = [sample for _, sample in step_samples(plan.trajectories, plan.weights, signals, tc.max_seq_len)]
     groups = micro_batches(samples, tc.deepspeed)
     accumulation = tc.deepspeed.gradient_accumulation_steps
     # DeepSpeed steps every `accumulation` micro-batches: a short step is padded with zero-weight fillers.
     # Only a lone trajectory whose segments overflow the step's budget needs more; it then spans whole
     # optimizer steps (padded to a multiple) rather than leaking gradients into the next trainer step.
-    groups += [[[_filler(groups[-1][0][0])]]] * (-len(groups) % accumulation)
+    # No micro-batch at all (every trajectory an unsuccessful import): no optimizer step.
+    groups += [[[_filler(samples[0])]]] * (-len(groups) % accumulation) if samples else []
     batches = [collate_rows(rows).to(engine.device) for rows in groups]
     tokens = max(sum(batch.trained_tokens for batch in batches), 1)
-    sums = {"loss": 0.0, "kl": 0.0, "clip": 0.0, "excluded": 0.0}
+    sums = [0.0] * len(SUMMED)
     for batch in batches:
         weights, losses, scored = batch_loss(engine, batch, tc.loss, reference)
         # Token-level mean over the step's trained tokens (unweighted count, so staleness weights scale the
         # gradient); DeepSpeed divides each micro-batch loss by `accumulation`.
         engine.backward(step_objective(losses, weights, tokens) * accumulation)
         engine.step()
-        counted = (weights > 0).float()
-        sums["loss"] += float((losses.loss.detach() * weights).sum())
-        sums["kl"] += float((behaviour_kl(scored.logp, batch.behaviour_logprobs, counted) * counted).sum())
-        sums["clip"] += float((losses.clipped * counted).sum())
-        sums["excluded"] += float(((batch.loss_mask > 0) & (weights <= 0)).sum())
+        sums = [a + b for a, b in zip(sums, micro_batch_sums(batch, weights, losses, scored))]
     elapsed = time.perf_counter() - started
     real_tokens = sum(len(s.token_ids) for s in samples)
     metrics = {
-        "loss": sums["loss"] / tokens,
+        **step_figures(dict(zip(SUMMED, sums)), tokens),
         "reward": sum(rewards) / len(rewards),
-        "kl": sums["kl"] / tokens,
-        "clip_fraction": sums["clip"] / tokens,
-        "excluded_fraction": sums["excluded"] / tokens,
+        "imported": float(sum(t.imported for t in plan.trajectories)),
         "tokens_per_s": real_tokens / elapsed,
         "useful_share": real_tokens / max(sum(batch.computed_tokens for batch in batches), 1),
         "trajectories": float(len(plan.trajectories)),
@@ -95,6 +91,49 @@ def run_step(engine, plan: StepPlan, step: int, baselines: Baselines, config: Li
         "weight_mean": sum(plan.weights) / len(plan.weights),
     }
     return StepResult(metrics=metrics, staleness=describe(plan.lags), skipped=dict(plan.skipped))
+
+
+SUMMED = ("loss", "kl", "clip", "excluded", "served", "supervised")  # what micro_batch_sums adds up, in order
+
+
+def step_samples(trajectories: list[Trajectory], weights: list[float], signals: list[float],
+                 max_seq_len: int) -> list[tuple[str, Sample]]:
+    """(trajectory id, sample) of each window the step trains, in order. An imported trajectory of SFT weight 0
+    (unsuccessful) is left out: it would add nothing but tokens to the mean's denominator."""
+    return [(t.trajectory_id, sample)
+            for t, weight, signal in zip(trajectories, weights, signals) if not (t.imported and signal == 0.0)
+            for sample in trajectory_samples(t, weight, max_seq_len, signal)]
+
+
+def micro_batch_sums(batch: MicroBatch, weights: torch.Tensor, losses: TokenLoss,
+                     scored: ScoredTokens) -> list[float]:
+    """One micro-batch's sums, in SUMMED's order: Σ weight·loss; behaviour KL and clipped tokens over served
+    tokens only (an imported token has no behaviour logprob to compare with); excluded (unscorable) tokens; the
+    trained served and supervised tokens (counted like MicroBatch.trained_tokens)."""
+    trained, counted = batch.loss_mask > 0, weights > 0
+    served = (counted & ~batch.supervised).float()
+    return [
+        float((losses.loss.detach() * weights).sum()),
+        float((behaviour_kl(scored.logp, batch.behaviour_logprobs, served) * served).sum()),
+        float((losses.clipped * served).sum()),
+        float((trained & ~counted).sum()),
+        float((trained & ~batch.supervised).sum()),
+        float((trained & batch.supervised).sum()),
+    ]
+
+
+def step_figures(sums: dict[str, float], trained_tokens: int) -> dict[str, float]:
+    """The step's loss (mean over trained tokens), KL and clip fraction (means over served trained tokens: with
+    no import in the step, the same figures as over all of them), and the shares of excluded and imported
+    (supervised) tokens."""
+    served = max(sums["served"], 1.0)
+    return {
+        "loss": sums["loss"] / trained_tokens,
+        "kl": sums["kl"] / served,
+        "clip_fraction": sums["clip"] / served,
+        "excluded_fraction": sums["excluded"] / trained_tokens,
+        "imported_fraction": sums["supervised"] / trained_tokens,
+    }
 
 
 def _filler(sample: Sample) -> Sample:
@@ -116,7 +155,8 @@ def batch_loss(model, batch: MicroBatch, config: LossConfig,
     if config.kl_to_reference > 0:
         with torch.no_grad():
             reference_logp = score_batch(reference, batch, config.scoring_chunk_tokens).logp
-    losses = token_losses(scored.logp, batch.behaviour_logprobs, batch.advantages, config, weights, reference_logp)
+    losses = token_losses(scored.logp, batch.behaviour_logprobs, batch.advantages, config, weights, reference_logp,
+                          batch.supervised)
     return weights, losses, scored
 
 

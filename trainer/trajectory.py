@@ -56,6 +56,13 @@ class Trajectory:
     # The sampling parameters of each model call's span; tokens outside every span (or rows written before
     # the columns existed) are scored at temperature 1 without truncation.
     span_sampling: tuple[SpanSampling, ...] = ()
+    # "" served by liverl; "import:<format>" built from a team's existing traces (`liverl import`): no behaviour
+    # logprobs (all 0) and no served version, so it is never importance-weighted (trainer/losses.py).
+    origin: str = ""
+
+    @property
+    def imported(self) -> bool:
+        return self.origin.startswith("import:")
 
     def segments(self, max_seq_len: int | None = None) -> list[tuple[int, int]]:
         """[start, end) of each non-empty segment, each cut to its first max_seq_len tokens when given.
@@ -126,6 +133,7 @@ def from_typed_row(row: TrajectoryRow, table_version: int) -> Trajectory:
         first_served_ms=row.first_served_ms,
         segment_starts=_segment_starts(row),
         span_sampling=_span_sampling(row),
+        origin=row.origin,
     )
 
 

@@ -76,5 +76,8 @@ class IngestConfig(Section):
     """Tenants whose events are dropped at the edge (counted, never stored)."""
     opt_out_users: dict[str, list[str]] = {}
     """tenant id -> user ids whose events are dropped at the edge."""
+    otlp_tokenizer_dir: Path | None = None
+    """The policy's Hugging Face folder whose tokenizer rebuilds token ids of spans posted to /v1/traces (OTLP);
+    default: serving.policy_dir. With neither, /v1/traces answers 501 and says to set one."""
     redaction: RedactionConfig = RedactionConfig()
     """Masking of personal data and secrets."""

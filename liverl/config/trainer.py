@@ -12,7 +12,8 @@ from liverl.config.section import Section
 
 
 class LossConfig(Section):
-    """Token-level policy gradient on loss-masked tokens, importance-weighted against the behaviour logprobs."""
+    """Token-level policy gradient on loss-masked tokens, importance-weighted against the behaviour logprobs;
+    imported trajectories, which have none, get a reward-weighted supervised term instead (import_*)."""
 
     kind: Literal["ppo", "tis", "kimi", "cispo"] = "ppo"
     """r = π/π_behaviour per token. ppo: -min(r·A, clip(r)·A); tis: -sg(min(r, tis_cap)/r)·r·A (truncated
@@ -37,6 +38,12 @@ class LossConfig(Section):
     """β of an optional β·KL(π_θ || π_ref) term per token (k3 estimator) against the frozen base policy; 0: off."""
     scoring_chunk_tokens: int = Field(512, ge=1)
     """Tokens projected to the vocabulary at once when scoring (memory O(chunk × vocab), not O(tokens × vocab))."""
+    import_min_reward: float = 0.5
+    """Imported trajectories (`liverl import`: no behaviour logprobs, no ratio) are learned by reward-weighted
+    supervised fine-tuning, -import_weight·log π per token, only when their mixed reward is at least this; below it
+    they are left out of the step. The default keeps successful sessions (outcome 1) and skips failed ones (0)."""
+    import_weight: float = Field(1.0, ge=0.0)
+    """w of the supervised term -w·log π on an imported trajectory's tokens (0: imported rows never train)."""
 
 
 class StalenessConfig(Section):

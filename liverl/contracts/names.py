@@ -17,6 +17,7 @@ META_AGENT_ROLE = "x-liverl-agent-role"  # "single" | "orchestrator" | "subagent
 META_AGENT_ID = "x-liverl-agent-id"
 META_TENANT = "x-liverl-tenant"
 META_POLICY_VERSION = "x-liverl-policy-version"  # response header: the version that served
+META_REQUEST_ID = "x-liverl-request-id"  # response header: the recorded ModelCall's request id (= the reply's id)
 
 # Registry aliases: the trainer sets `candidate`, the promotion gate moves `champion`, serving follows one.
 ALIAS_CANDIDATE = "candidate"

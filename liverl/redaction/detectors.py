@@ -7,6 +7,7 @@ the token rules and an IBAN's digits are not taken for a card or a phone.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
@@ -65,11 +66,30 @@ BUILTIN: dict[str, list[Detector]] = {
 TRIGGER = r"(?i:\d\d|@|bearer|eyj|-----begin|sk[-_]|akia|xox|aiza|gh[pousr]_|secret|token|passw|key|credential)"
 
 
+def any_finding_pattern(names: list[str]) -> str:
+    """One RE2 alternation that matches wherever any of the named detectors could change a text, so text
+    it does not match is returned unchanged after a single scan instead of one scan per detector.
+
+    Exactness: a detector changes text only at a match of its own pattern, so the alternation of all
+    patterns matches whenever one of them would (a text no detector matched is still the original when the
+    next detector runs). Named groups are made plain (names must be unique in one pattern). A phone match
+    is only ever kept when it stands alone (the redactor's `_standalone`), so the phone alternative also
+    asks for a non-token character (or the edge of the text) on each side: looser than `_standalone`
+    (which also refuses Unicode letters and ".5"-style tails), never stricter, and it stops the digit runs
+    inside hex ids (uuids, hashes) from making every id look like a phone candidate."""
+    alternatives = []
+    for name in names:
+        for detector in BUILTIN[name]:
+            pattern = re.sub(r"\(\?P<\w+>", "(?:", detector.pattern)
+            if detector.name == "phone":
+                pattern = rf"(?:^|[^A-Za-z0-9+_/.\-])(?:{pattern})(?:$|[^A-Za-z0-9_/])"
+            alternatives.append(f"(?:{pattern})")
+    return "|".join(alternatives)
+
+
 @cache
 def compiled_bounded(pattern: str):
     """A bounded pattern (Detector.bounded) for Python's `re`; ASCII digits and word characters, as RE2."""
-    import re
-
     return re.compile(pattern, re.ASCII)
 
 

@@ -12,7 +12,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from liverl.config.redaction import DETECTORS, RedactionConfig
-from liverl.redaction.detectors import BUILTIN, TRIGGER, compiled, compiled_bounded
+from liverl.redaction.detectors import BUILTIN, TRIGGER, any_finding_pattern, compiled, compiled_bounded
 
 # Join keys: serving's ModelCalls and the pipelines join on them, so a finding in one is replaced by a
 # keyed hash of the whole value (the same in every stage) instead of a marker.
@@ -46,6 +46,9 @@ class Redactor:
                 raise ValueError(f"custom redaction pattern {name!r} is not a valid RE2 regex: {error}") from None
         self._has_custom = bool(custom)
         self._trigger = compiled(TRIGGER)
+        # One scan standing for every built-in detector (see any_finding_pattern): most strings that pass
+        # the trigger (ids full of digits, "line 42") hold no finding at all.
+        self._any_finding = compiled(any_finding_pattern([name for name in DETECTORS if name in builtin]))
 
     # --- text ------------------------------------------------------------------------------------
 
@@ -71,7 +74,7 @@ class Redactor:
         return self.redact_text(raw.decode("latin-1"), counts).encode("latin-1", errors="replace"), counts
 
     def _detect(self, text: str, counts: Counter) -> str:
-        if not self._has_custom and not self._trigger.search(text):
+        if not self._has_custom and not self._may_hold_finding(text):
             return text
         for name, pattern, check in self._rules:
             text = self._apply(name, pattern, check, text, counts)
@@ -118,11 +121,26 @@ class Redactor:
         return f"redacted-{kind}-{digest}"
 
     def _may_need_walk(self, message: Message) -> bool:
-        """One cheap pass over the serialized message (every string lies in it, byte for byte)."""
+        """Whether any string of the message could change: first the trigger over the serialized message
+        when it is ASCII (every string lies in it, character for character; non-ASCII text is not scanned
+        that way, as case folding (the long s, the Kelvin sign) would not see through its bytes), then
+        every detector at once over its strings, each on its own line (a line break is no token
+        character, so each string keeps its own edges)."""
         if self._has_custom:
             return True
         blob = message.SerializeToString()
-        return len(blob) > self.max_field_chars or self._trigger.search(blob.decode("latin-1")) is not None
+        if len(blob) > self.max_field_chars:
+            return True
+        if blob.isascii() and self._trigger.search(blob.decode("ascii")) is None:
+            return False
+        strings: list[str] = []
+        _collect_strings(message, strings)
+        return any(len(text) > self.max_field_chars for text in strings) or \
+            self._any_finding.search("\n".join(strings)) is not None
+
+    def _may_hold_finding(self, text: str) -> bool:
+        """False only when no built-in detector can change text (custom patterns are not covered)."""
+        return self._trigger.search(text) is not None and self._any_finding.search(text) is not None
 
     def _redact_id(self, value: str, counts: Counter) -> str:
         found: Counter = Counter()
@@ -184,6 +202,34 @@ class Redactor:
                 entries[new].CopyFrom(value)
             else:
                 entries[new] = value
+
+
+def _collect_strings(message: Message, out: list[str]) -> None:
+    """Every string the walk would look at (fields, repeated fields, map keys and values), in any order."""
+    for field, value in message.ListFields():
+        kind = _field_kind(field)
+        if kind in ("id", "string"):
+            if field.is_repeated:
+                out.extend(value)
+            else:
+                out.append(value)
+        elif kind == "strings":
+            out.extend(value)
+        elif kind == "message":
+            _collect_strings(value, out)
+        elif kind == "messages":
+            for item in value:
+                _collect_strings(item, out)
+        elif kind == "map":
+            entry = field.message_type
+            if entry.fields_by_name["key"].type == FieldDescriptor.TYPE_STRING:
+                out.extend(value)
+            value_type = entry.fields_by_name["value"].type
+            if value_type == FieldDescriptor.TYPE_STRING:
+                out.extend(value.values())
+            elif value_type == FieldDescriptor.TYPE_MESSAGE:
+                for item in value.values():
+                    _collect_strings(item, out)
 
 
 def _standalone(text: str, start: int, end: int) -> bool:
