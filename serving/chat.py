@@ -1,8 +1,5 @@
-"""OpenAI chat messages to a prompt, and a completion's text back to tool calls.
-
-A policy with a chat template renders with it (tools included). The tiny policies of tests and the
-demo have none; they get a plain transcript ("role: content" lines) that keeps tool calls and
-tool results visible to the model. Tool calls come back when the completion is a JSON object
+"""OpenAI chat messages to a prompt (liverl.contracts.chat, shared with `liverl import`), and a completion's text
+back to tool calls. Tool calls come back when the completion is a JSON object
 {"name": ..., "arguments": {...}} (optionally inside <tool_call>...</tool_call>) naming an offered tool.
 """
 
@@ -14,36 +11,6 @@ import uuid
 from typing import Any
 
 TOOL_CALL_TAG = re.compile(r"<tool_call>(.*?)</tool_call>", re.S)
-
-
-def render_chat(tokenizer, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
-    if getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template(messages, tools=tools or None, add_generation_prompt=True,
-                                             tokenize=False)
-    lines = []
-    if tools:
-        lines.append("tools: " + json.dumps([t.get("function", t) for t in tools], separators=(",", ":")))
-    for message in messages:
-        role = message.get("role", "user")
-        content = _content_text(message.get("content"))
-        for call in message.get("tool_calls") or []:
-            function = call.get("function", {})
-            content += (" " if content else "") + json.dumps(
-                {"name": function.get("name"), "arguments": function.get("arguments")}, separators=(",", ":"))
-        if role == "tool":
-            role = f"tool {message.get('tool_call_id', '')}".strip()
-        lines.append(f"{role}: {content}")
-    lines.append("assistant:")
-    return "\n".join(lines)
-
-
-def _content_text(content) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    # [{"type": "text", "text": ...}, ...]
-    return " ".join(part.get("text", "") for part in content if isinstance(part, dict))
 
 
 def parse_tool_calls(text: str, tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:

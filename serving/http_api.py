@@ -25,8 +25,9 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.background import BackgroundTask
 
 from liverl.contracts import names
+from liverl.contracts.chat import render_chat
 from serving.auth import Principal
-from serving.chat import parse_tool_calls, render_chat
+from serving.chat import parse_tool_calls
 from serving.generation import BadRequest, Call, Caller, DeadlineExceeded
 from serving.http_guard import (ApiError, Body, HttpContext, admin, api_error_response, authenticated, caller,
                                 context, json_body, parse, reject, unexpected_error_response)

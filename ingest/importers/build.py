@@ -16,7 +16,8 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 
-from ingest.importers.chat import completion_text, content_text, render_prompt, tool_calls_of
+from liverl.contracts.chat import content_text
+from ingest.importers.chat import completion_text, render_prompt, tool_calls_of
 from ingest.importers.model import (OBSERVATION_OF, Exchange, ImportedSession, ToolCallSpec, ToolExecution)
 from liverl.contracts import names
 from liverl.v1 import common_pb2, model_call_pb2, session_event_pb2

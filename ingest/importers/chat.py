@@ -13,17 +13,7 @@ import json
 from typing import Any
 
 from ingest.importers.model import OBSERVATION_OF, ToolCallSpec
-
-
-def content_text(content: Any) -> str:
-    """A message's content as text: a string, or the text parts of a list of parts."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return " ".join(part.get("text", "") if isinstance(part, dict) else str(part) for part in content)
-    return str(content)
+from liverl.contracts.chat import content_text, render_chat
 
 
 def tool_calls_of(message: dict, fallback_id: str) -> list[ToolCallSpec]:
@@ -83,22 +73,5 @@ def completion_text(text: str, tool_calls: list[ToolCallSpec]) -> str:
 
 
 def render_prompt(tokenizer, messages: list[dict], tools: list[dict] | None) -> str:
-    """The prompt text as serving would render these messages for this tokenizer."""
-    clean = [{k: v for k, v in m.items() if k != OBSERVATION_OF} for m in messages]
-    if getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template(clean, tools=tools or None, add_generation_prompt=True, tokenize=False)
-    lines = []
-    if tools:
-        lines.append("tools: " + json.dumps([t.get("function", t) for t in tools], separators=(",", ":")))
-    for message in clean:
-        role = message.get("role", "user")
-        content = content_text(message.get("content"))
-        for call in message.get("tool_calls") or []:
-            function = call.get("function", {}) if isinstance(call, dict) else {}
-            content += (" " if content else "") + json.dumps(
-                {"name": function.get("name"), "arguments": function.get("arguments")}, separators=(",", ":"))
-        if role == "tool":
-            role = f"tool {message.get('tool_call_id', '')}".strip()
-        lines.append(f"{role}: {content}")
-    lines.append("assistant:")
-    return "\n".join(lines)
+    """The prompt text as serving would render these messages for this tokenizer (liverl.contracts.chat)."""
+    return render_chat(tokenizer, [{k: v for k, v in m.items() if k != OBSERVATION_OF} for m in messages], tools)

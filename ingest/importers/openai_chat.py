@@ -14,7 +14,8 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-from ingest.importers.chat import content_text, tool_calls_of
+from liverl.contracts.chat import content_text
+from ingest.importers.chat import tool_calls_of
 from ingest.importers.model import BadInput, Exchange, ImportedSession, digest
 
 FORMAT = "openai-chat"

@@ -22,7 +22,8 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-from ingest.importers.chat import content_text, parsed_call, tool_calls_of
+from liverl.contracts.chat import content_text
+from ingest.importers.chat import parsed_call, tool_calls_of
 from ingest.importers.model import BadInput, Exchange, ImportedSession, ToolExecution, digest
 
 FORMAT = "otlp"

@@ -18,7 +18,8 @@ import math
 from collections.abc import Iterator
 from pathlib import Path
 
-from ingest.importers.chat import content_text, tool_calls_of
+from liverl.contracts.chat import content_text
+from ingest.importers.chat import tool_calls_of
 from ingest.importers.model import (OBSERVATION_OF, BadInput, Exchange, ImportedSession, SourceOutcome,
                                     ToolCallSpec, digest)
 

@@ -18,6 +18,8 @@ import threading
 import time
 from dataclasses import dataclass
 
+from kafka.partitioner.default import DefaultPartitioner, murmur2
+
 from liverl.config.kafka import KafkaConfig
 from liverl.io.spool import Spool
 
@@ -28,6 +30,10 @@ HEADER_ENTRY = struct.Struct(">HI")  # header name length, header value length
 ENVELOPE_VERSION = 1
 DRAIN_BATCH = 500
 MAX_BACKOFF_S = 5.0
+# A write waits for acks=all anyway and then flushes, so its records need not wait for linger to form batches:
+# a long linger packs one write into one batch per partition instead of a batch every few milliseconds.
+LINGER_MS = 100
+KEY_HASH_CACHE = 100_000
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,27 @@ class Record:
             headers.append((name, blob[at:at + value_length]))
             at += value_length
         return Record(topic, key, blob[at:], tuple(headers), event_time_ms)
+
+
+class KeyHashPartitioner(DefaultPartitioner):
+    """kafka-python's default partitioner (murmur2 of the key, as every Kafka client: same key, same
+    partition), remembering each key's hash: kafka-python hashes in pure Python, once per record, and the
+    records of one session share their key."""
+
+    def __init__(self, capacity: int = KEY_HASH_CACHE):
+        self.capacity = capacity
+        self._hashes: dict[bytes, int] = {}
+
+    def partition(self, topic, key, serialized_key, value, serialized_value, cluster):
+        if serialized_key is None or topic not in cluster.topics():
+            return super().partition(topic, key, serialized_key, value, serialized_value, cluster)
+        hashed = self._hashes.get(serialized_key)
+        if hashed is None:
+            if len(self._hashes) >= self.capacity:
+                self._hashes.clear()
+            hashed = self._hashes[serialized_key] = murmur2(serialized_key) & 0x7FFFFFFF
+        partitions = sorted(cluster.partitions_for_topic(topic))
+        return partitions[hashed % len(partitions)]
 
 
 class WriterListener:
@@ -180,6 +207,10 @@ class KafkaWriter:
             log.warning("kafka send failed: %s", error)
             return 0
         deadline = time.monotonic() + self.ack_timeout_s
+        try:
+            producer.flush(timeout=self.ack_timeout_s)  # send now, without waiting out linger_ms
+        except Exception as error:  # a timeout: the futures below say which records are acknowledged
+            log.warning("kafka flush did not complete: %s", error)
         for index, future in enumerate(futures):
             try:
                 future.get(timeout=max(0.0, deadline - time.monotonic()))
@@ -248,8 +279,9 @@ class KafkaWriter:
         timeout_ms = int(self.ack_timeout_s * 1000)
         try:
             return KafkaProducer(
-                **self.kafka.client_kwargs(), enable_idempotence=True, acks="all", linger_ms=2,
-                request_timeout_ms=timeout_ms, delivery_timeout_ms=timeout_ms + 10, max_block_ms=timeout_ms,
+                **self.kafka.client_kwargs(), enable_idempotence=True, acks="all", linger_ms=LINGER_MS,
+                partitioner=KeyHashPartitioner(),
+                request_timeout_ms=timeout_ms, delivery_timeout_ms=timeout_ms + LINGER_MS + 10, max_block_ms=timeout_ms,
                 bootstrap_timeout_ms=timeout_ms, reconnect_backoff_max_ms=1000,
             )
         except Exception as error:  # unreachable brokers: stay in spool mode and retry later

@@ -5,7 +5,8 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from serving.chat import parse_tool_calls, render_chat
+from liverl.contracts.chat import render_chat
+from serving.chat import parse_tool_calls
 
 TOOLS = [{"type": "function", "function": {"name": "edit", "parameters": {"type": "object"}}}]
 

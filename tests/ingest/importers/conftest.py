@@ -25,7 +25,8 @@ def traj_paths() -> list[Path]:
 def source_words(fmt: str, paths: Iterable[Path]) -> set[str]:
     """Every whitespace-separated word the importer can render from these sources, raw and redacted, so a
     word-level tokenizer over them decodes the token ids back to the text."""
-    from ingest.importers.chat import completion_text, content_text, render_prompt
+    from liverl.contracts.chat import content_text
+    from ingest.importers.chat import completion_text, render_prompt
     from ingest.importers.importer import FORMATS
     from ingest.importers.model import Exchange, ImportedSession
     from liverl.redaction import Redactor
