@@ -45,7 +45,7 @@ def test_the_capture_examples_produce_trajectories(fresh_topics, tiny_policy_dir
             monkeypatch.setenv("LIVERL_CAPTURE_TOKEN", "demo-token")
             namespace: dict = {}
             for block in blocks:
-                exec(compile(block, str(EXAMPLES), "exec"), namespace)  # noqa: S102 - the examples, verbatim
+                exec(compile(block, str(README), "exec"), namespace)  # noqa: S102 - the examples, verbatim
             assert serving.server.recorder.flush(30)
             stats = namespace["capture"].stats()
     finally:

@@ -1,8 +1,9 @@
 """How off-policy a trajectory is, and what that does to it: keep, drop or down-weight.
 
 An imported trajectory (`liverl import`) was never served by a policy version ("import"): it has no version lag
-(it is trained without a ratio, so no version can make its correction wrong) and is aged by wall time only, and
-only when its first call's time is known; an unknown time leaves it fresh rather than beyond H."""
+(it is trained without a ratio, so no version can make its correction wrong) and is aged by wall time only against
+its own limit (`max_import_age_hours`, none by default: backfills are old by nature), and only when its first
+call's time is known; an unknown time leaves it fresh."""
 
 from __future__ import annotations
 
@@ -51,7 +52,8 @@ def assess(trajectory: Trajectory, current_version: str, now_ms: int, config: St
 
 
 def _assess_imported(age_hours: float | None, config: StalenessConfig) -> Staleness:
-    if age_hours is None or age_hours <= config.max_age_hours:
+    limit = config.max_import_age_hours
+    if age_hours is None or limit is None or age_hours <= limit:
         weight = 1.0
     else:
         weight = 0.0 if config.policy == "drop" else config.downweight

@@ -57,6 +57,9 @@ class StalenessConfig(Section):
     """What happens beyond K or H: drop the trajectory, or scale its loss by `downweight` per step beyond."""
     downweight: float = 0.5
     """downweight: factor per version beyond K (and once more when beyond H)."""
+    max_import_age_hours: float | None = None
+    """H for imported trajectories (`liverl import`), which are trained without a ratio: None keeps them whatever
+    their age, since importing last month's traces is the point of a backfill."""
 
 
 class AdvantageConfig(Section):

@@ -129,8 +129,10 @@ def test_staleness_keeps_imported_rows_and_ages_them_by_wall_time_only():
         assert (fresh.version_lag, fresh.weight) == (0, 1.0)
         assert assess(lineage.on_timeline(unknown_time), lineage.current, now, config).weight == 1.0
     old = from_row(row | {"first_served_ms": now - 30 * HOUR_MS}, 0)
-    assert assess(old, "4", now, StalenessConfig()).weight == 0.0  # beyond H, dropped by the default policy
-    assert assess(old, "4", now, StalenessConfig(policy="downweight", downweight=0.5)).weight == 0.5
+    assert assess(old, "4", now, StalenessConfig()).weight == 1.0  # a backfill: no import age limit by default
+    limited = StalenessConfig(max_import_age_hours=24.0)
+    assert assess(old, "4", now, limited).weight == 0.0  # beyond its limit, dropped by the default policy
+    assert assess(old, "4", now, limited.model_copy(update={"policy": "downweight", "downweight": 0.5})).weight == 0.5
     served_as_import = from_row(row | {"origin": ""}, 0)  # a served row naming no real version stays untrainable
     assert assess(served_as_import, "4", now, StalenessConfig()).weight == 0.0
 
