@@ -26,11 +26,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+NOTES = "notes   | TODO"
+
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events", type=int, default=20000, help="events per path per round")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5, help="rounds; medians are reported (the machine is noisy)")
     parser.add_argument("--session-length", type=int, default=20, help="events per session")
     parser.add_argument("--profile", type=Path, default=None,
                         help="folder: record py-spy profiles of the capture service and of this process (the SDK) "
@@ -96,7 +98,7 @@ def run_sdk(config, events: int, session_length: int, spool: Path) -> tuple[floa
     return recorded / elapsed, calls
 
 
-def run_plain(config, events: int, session_length: int) -> float:
+def run_plain(config, events: int, session_length: int, cpu: "CpuMeter") -> float:
     """The same events, pre-built, through a plain idempotent kafka-python producer (acks=all)."""
     from kafka import KafkaProducer
 
@@ -109,11 +111,12 @@ def run_plain(config, events: int, session_length: int) -> float:
         event.user_message.text = "please fix the failing test in module a.py"
         payloads.append((event.session_id.encode(), event.SerializeToString()))
     producer = KafkaProducer(**config.kafka.client_kwargs(), enable_idempotence=True, acks="all", linger_ms=2)
-    started = time.perf_counter()
-    for key, value in payloads:
-        producer.send("bench.plain", key=key, value=value)
-    producer.flush()
-    elapsed = time.perf_counter() - started
+    with cpu.measure("plain"):
+        started = time.perf_counter()
+        for key, value in payloads:
+            producer.send("bench.plain", key=key, value=value)
+        producer.flush()
+        elapsed = time.perf_counter() - started
     producer.close()
     return events / elapsed
 
@@ -129,17 +132,19 @@ def main(argv=None) -> int:
         config, broker, service = start_stack(folder)
         try:
             sdk_rates, plain_rates, all_calls = [], [], []
+            cpu = CpuMeter({"bench": os.getpid(), "capture": service.pid, "broker": broker.pid})
             for round_index in range(args.rounds):
-                plain = run_plain(config, args.events, args.session_length)
-                with profiled(args.profile, round_index, {"capture": service.pid, "sdk": os.getpid()}):
+                plain = run_plain(config, args.events, args.session_length, cpu)
+                with profiled(args.profile, round_index, {"capture": service.pid, "sdk": os.getpid()}), \
+                        cpu.measure("sdk"):
                     sdk, calls = run_sdk(config, args.events, args.session_length, folder / f"sdk-spool-{round_index}")
                 sdk_rates.append(sdk)
                 plain_rates.append(plain)
                 all_calls.extend(calls)
                 p50, p99 = percentile(calls, 50), percentile(calls, 99)
                 print(f"round {round_index + 1} | sdk+capture {sdk:8.0f} ev/s | plain kafka-python {plain:8.0f} ev/s"
-                      f" | ratio {sdk / plain:.2f} | caller p50 {p50 / 1000:.1f} us p99 {p99 / 1000:.1f} us",
-                      flush=True)
+                      f" | ratio {sdk / plain:.2f} | caller p50 {p50 / 1000:.1f} us p99 {p99 / 1000:.1f} us"
+                      f" | {os.getloadavg()[0]:.1f} load", flush=True)
         finally:
             processes.stop(service.pid)
             processes.stop(broker.pid)
@@ -147,13 +152,47 @@ def main(argv=None) -> int:
     print(f"median  | sdk+capture {sdk_median:8.0f} ev/s | plain kafka-python {plain_median:8.0f} ev/s"
           f" | ratio {sdk_median / plain_median:.2f} | caller p50 {percentile(all_calls, 50) / 1000:.1f} us"
           f" p99 {percentile(all_calls, 99) / 1000:.1f} us ({len(all_calls)} calls)")
+    per_event = cpu.per_event(args.events * args.rounds)
+    for path, processes_us in per_event.items():
+        spent = " + ".join(f"{name} {us:.0f}" for name, us in processes_us.items())
+        print(f"cpu     | {path:4s} {sum(processes_us.values()):5.0f} us per event = {spent} (all threads, all rounds)")
+    print(NOTES)
     print(environment_line())
     record("capture", {
         "sdk_events_per_s": sdk_median, "plain_events_per_s": plain_median, "ratio": sdk_median / plain_median,
         "ratios": [s / p for s, p in zip(sdk_rates, plain_rates)],
         "caller_p50_us": percentile(all_calls, 50) / 1000, "caller_p99_us": percentile(all_calls, 99) / 1000,
+        "cpu_us_per_event": per_event,
     })
     return 0
+
+
+class CpuMeter:
+    """CPU seconds (user + system, every thread) each process spends inside `measure(path)` blocks: what an
+    event costs the machine on each path, which bounds the ratio when the cores are shared (Linux /proc)."""
+
+    def __init__(self, pids: dict[str, int]):
+        self.pids = pids
+        self.spent: dict[str, dict[str, float]] = {}
+
+    @contextlib.contextmanager
+    def measure(self, path: str):
+        before = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
+        try:
+            yield
+        finally:
+            totals = self.spent.setdefault(path, {})
+            for name, pid in self.pids.items():
+                totals[name] = totals.get(name, 0.0) + cpu_seconds(pid) - before[name]
+
+    def per_event(self, events: int) -> dict[str, dict[str, float]]:
+        return {path: {name: 1e6 * seconds / events for name, seconds in totals.items() if seconds > 0}
+                for path, totals in self.spent.items()}
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
 
 
 @contextlib.contextmanager
@@ -164,7 +203,7 @@ def profiled(folder: Path | None, round_index: int, pids: dict[str, int]):
         return
     folder.mkdir(parents=True, exist_ok=True)
     spy = Path(sys.executable).with_name("py-spy")
-    recorders = {name: subprocess.Popen([str(spy), "record", "--pid", str(pid), "--rate", "200", "--format", "raw",
+    recorders = {name: subprocess.Popen([str(spy), "record", "--pid", str(pid), "--rate", "200", "--gil", "--format", "raw",
                                          "--output", str(folder / f"{name}-round{round_index + 1}.txt")],
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                  for name, pid in pids.items()}

@@ -18,6 +18,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from functools import lru_cache
 
 from ingest.admission import RecentEvents, TenantRateLimiter
 from ingest.delivery import KafkaDelivery, Record
@@ -285,6 +286,7 @@ def _rpc_error(error: Exception) -> str:
     return code().name if callable(code) else type(error).__name__
 
 
+@lru_cache(maxsize=4096)  # built once per tenant and kind, not once per event
 def _headers(tenant: str, kind: bytes) -> tuple[tuple[str, bytes], ...]:
     return ((names.HEADER_SCHEMA_VERSION, str(names.EVENT_SCHEMA_VERSION).encode()),
             (names.HEADER_TENANT, tenant.encode("utf-8")), (names.HEADER_KIND, kind))

@@ -137,6 +137,20 @@ class GateConfig(Section):
     """The drift report compares two served versions only when each has this many trajectories."""
     max_drift_alerts: int = 0
     """Reward-hacking drift report (liverl.rewards, thresholds in rewards.monitors): more flags than this fail."""
+    online_eval_command: list[str] | None = None
+    """An external evaluator run on every candidate (trainer/online_eval.py): argv in which "{candidate}" and
+    "{champion}" are replaced by the two policy folders and a leading "python" by the trainer's own interpreter;
+    it prints one JSON object of rewards and hacking-monitor rates. The demo runs held-out tasks of its product
+    (demo/product/evaluate.py). None: off. A failure, a timeout, missing or NaN figures: the candidate fails."""
+    online_eval_timeout_s: float = Field(300.0, gt=0.0)
+    """The evaluator is stopped after this many seconds and the candidate fails (fail-closed)."""
+    max_online_reward_drop: float = Field(0.05, ge=0.0)
+    """Largest drop of the evaluator's reward, candidate minus champion, at its lower confidence bound
+    (estimate - confidence_z × SE, paired over the same tasks): the candidate must be shown no worse than this."""
+    max_online_monitor_increase: float = Field(0.05, ge=0.0)
+    """Largest increase of any hacking-monitor rate the evaluator reports on the candidate's own outputs
+    (clarifying instead of editing, broken tool calls, giving up, ...), candidate minus champion, at its upper
+    confidence bound (estimate + confidence_z × SE)."""
 
 
 class TrainerConfig(Section):

@@ -121,18 +121,11 @@ class Redactor:
         return f"redacted-{kind}-{digest}"
 
     def _may_need_walk(self, message: Message) -> bool:
-        """Whether any string of the message could change: first the trigger over the serialized message
-        when it is ASCII (every string lies in it, character for character; non-ASCII text is not scanned
-        that way, as case folding (the long s, the Kelvin sign) would not see through its bytes), then
-        every detector at once over its strings, each on its own line (a line break is no token
-        character, so each string keeps its own edges)."""
+        """Whether any string of the message could change: every detector at once (one RE2 scan) over
+        its strings, each on its own line (a line break is no token character, so each string keeps its
+        own edges). Cheaper than the trigger, whose case-insensitive alternation is the slower scan."""
         if self._has_custom:
             return True
-        blob = message.SerializeToString()
-        if len(blob) > self.max_field_chars:
-            return True
-        if blob.isascii() and self._trigger.search(blob.decode("ascii")) is None:
-            return False
         strings: list[str] = []
         _collect_strings(message, strings)
         return any(len(text) > self.max_field_chars for text in strings) or \
@@ -140,7 +133,7 @@ class Redactor:
 
     def _may_hold_finding(self, text: str) -> bool:
         """False only when no built-in detector can change text (custom patterns are not covered)."""
-        return self._trigger.search(text) is not None and self._any_finding.search(text) is not None
+        return self._any_finding.search(text) is not None and self._trigger.search(text) is not None
 
     def _redact_id(self, value: str, counts: Counter) -> str:
         found: Counter = Counter()
@@ -208,7 +201,9 @@ def _collect_strings(message: Message, out: list[str]) -> None:
     """Every string the walk would look at (fields, repeated fields, map keys and values), in any order."""
     for field, value in message.ListFields():
         kind = _field_kind(field)
-        if kind in ("id", "string"):
+        if kind == "skip":
+            continue
+        if kind == "id" or kind == "string":
             if field.is_repeated:
                 out.extend(value)
             else:
@@ -220,7 +215,7 @@ def _collect_strings(message: Message, out: list[str]) -> None:
         elif kind == "messages":
             for item in value:
                 _collect_strings(item, out)
-        elif kind == "map":
+        else:  # a map
             entry = field.message_type
             if entry.fields_by_name["key"].type == FieldDescriptor.TYPE_STRING:
                 out.extend(value)

@@ -128,3 +128,23 @@ def test_a_spool_left_by_a_writer_without_kafka_is_replayed_first_by_the_next(fr
         second.close()
     assert tally.sent + tally.replayed == 18 and tally.replayed >= 12
     assert_exactly(read_all(fresh_topics, topic, want=18), spooled + later)
+
+
+def test_direct_writes_land_on_the_default_murmur2_partition_of_their_key(fresh_topics, tmp_path):
+    """The writer's cached key hash must pick the partition every other Kafka client picks for that key."""
+    from kafka.partitioner.default import murmur2
+
+    topic = fresh_topics.kafka.session_events_topic
+    writer = KafkaWriter(fresh_topics.kafka, Spool(tmp_path / "spool"), ack_timeout_s=5.0).start()
+    records = make_records(topic, 0, 60, sessions=17)
+    try:
+        for chunk in (records[:25], records[25:]):  # the second chunk hits the cached hashes
+            writer.write(chunk)
+        assert writer.direct()
+    finally:
+        writer.close()
+    received = read_all(fresh_topics, topic, want=60)
+    partitions = fresh_topics.kafka.partitions
+    assert {r.partition for r in received} != {0}
+    assert all(r.partition == (murmur2(r.key) & 0x7FFFFFFF) % partitions for r in received)
+    assert_exactly(received, records)
