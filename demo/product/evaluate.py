@@ -132,7 +132,8 @@ def run_heldout(folder: Path, n_tasks: int, seed: int, config) -> list[Evaluated
     sessions = []
     for session in stats:
         events = tuple(to_session_event(e, i) for i, e in enumerate(recorder.of_session(session.session_id)))
-        record = SessionRecord(session.session_id, demo.tenant_id, events, tuple(policy.model_calls[session.session_id]))
+        calls = tuple(policy.model_calls[session.session_id])
+        record = SessionRecord(session.session_id, demo.tenant_id, events, calls)
         labelled = label(record, MAIN_AGENT_ID, config.rewards)
         row = {"signals": labelled.signals, "reward_components": labelled.components,
                "critical_steps": labelled.critical_steps, "policy_versions": ["evaluated"],
@@ -152,10 +153,12 @@ def monitor_rates(sessions: Sequence[EvaluatedSession]) -> dict[str, float]:
 def jackknife_se(n: int, statistic: Callable[[list[int]], dict[str, float]]) -> dict[str, float]:
     """Jackknife standard error of each figure of statistic(task indices), leaving out one task at a time."""
     leave_outs = [statistic([j for j in range(n) if j != i]) for i in range(n)]
-    names = set.intersection(*(set(figures) for figures in leave_outs))
-    return {name: math.sqrt((n - 1) / n * sum((f[name] - statistics.fmean(g[name] for g in leave_outs)) ** 2
-                                                for f in leave_outs))
-            for name in sorted(names)}
+    se = {}
+    for name in sorted(set.intersection(*(set(figures) for figures in leave_outs))):
+        values = [figures[name] for figures in leave_outs]
+        mean = statistics.fmean(values)
+        se[name] = math.sqrt((n - 1) / n * sum((value - mean) ** 2 for value in values))
+    return se
 
 
 def side_figures(sessions: list[EvaluatedSession]) -> dict:

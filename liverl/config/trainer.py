@@ -147,10 +147,10 @@ class GateConfig(Section):
     max_online_reward_drop: float = Field(0.05, ge=0.0)
     """Largest drop of the evaluator's reward, candidate minus champion, at its lower confidence bound
     (estimate - confidence_z × SE, paired over the same tasks): the candidate must be shown no worse than this."""
-    max_online_monitor_increase: float = Field(0.05, ge=0.0)
+    max_online_monitor_increase: float = Field(0.1, ge=0.0)
     """Largest increase of any hacking-monitor rate the evaluator reports on the candidate's own outputs
     (clarifying instead of editing, broken tool calls, giving up, ...), candidate minus champion, at its upper
-    confidence bound (estimate + confidence_z × SE)."""
+    confidence bound (estimate + confidence_z × SE). Both tolerances: see trainer/online_eval.py, Calibration."""
 
 
 class TrainerConfig(Section):

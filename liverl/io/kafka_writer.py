@@ -18,8 +18,6 @@ import threading
 import time
 from dataclasses import dataclass
 
-from kafka.partitioner.default import DefaultPartitioner, murmur2
-
 from liverl.config.kafka import KafkaConfig
 from liverl.io.spool import Spool
 
@@ -33,6 +31,7 @@ MAX_BACKOFF_S = 5.0
 # A write waits for acks=all anyway and then flushes, so its records need not wait for linger to form batches:
 # a long linger packs one write into one batch per partition instead of a batch every few milliseconds.
 LINGER_MS = 100
+BATCH_BYTES = 256 << 10  # per partition: a whole write (hundreds of events) in one batch, not one per 16 KiB
 KEY_HASH_CACHE = 100_000
 
 
@@ -79,25 +78,28 @@ class Record:
         return Record(topic, key, blob[at:], tuple(headers), event_time_ms)
 
 
-class KeyHashPartitioner(DefaultPartitioner):
+def key_hash_partitioner(capacity: int = KEY_HASH_CACHE):
     """kafka-python's default partitioner (murmur2 of the key, as every Kafka client: same key, same
     partition), remembering each key's hash: kafka-python hashes in pure Python, once per record, and the
-    records of one session share their key."""
+    records of one session share their key. (A factory: kafka is imported only when a producer is made.)"""
+    from kafka.partitioner.default import DefaultPartitioner, murmur2
 
-    def __init__(self, capacity: int = KEY_HASH_CACHE):
-        self.capacity = capacity
-        self._hashes: dict[bytes, int] = {}
+    class KeyHashPartitioner(DefaultPartitioner):
+        def __init__(self) -> None:
+            self._hashes: dict[bytes, int] = {}
 
-    def partition(self, topic, key, serialized_key, value, serialized_value, cluster):
-        if serialized_key is None or topic not in cluster.topics():
-            return super().partition(topic, key, serialized_key, value, serialized_value, cluster)
-        hashed = self._hashes.get(serialized_key)
-        if hashed is None:
-            if len(self._hashes) >= self.capacity:
-                self._hashes.clear()
-            hashed = self._hashes[serialized_key] = murmur2(serialized_key) & 0x7FFFFFFF
-        partitions = sorted(cluster.partitions_for_topic(topic))
-        return partitions[hashed % len(partitions)]
+        def partition(self, topic, key, serialized_key, value, serialized_value, cluster):
+            if serialized_key is None or topic not in cluster.topics():
+                return super().partition(topic, key, serialized_key, value, serialized_value, cluster)
+            hashed = self._hashes.get(serialized_key)
+            if hashed is None:
+                if len(self._hashes) >= capacity:
+                    self._hashes.clear()
+                hashed = self._hashes[serialized_key] = murmur2(serialized_key) & 0x7FFFFFFF
+            partitions = sorted(cluster.partitions_for_topic(topic))
+            return partitions[hashed % len(partitions)]
+
+    return KeyHashPartitioner()
 
 
 class WriterListener:
@@ -280,7 +282,7 @@ class KafkaWriter:
         try:
             return KafkaProducer(
                 **self.kafka.client_kwargs(), enable_idempotence=True, acks="all", linger_ms=LINGER_MS,
-                partitioner=KeyHashPartitioner(),
+                batch_size=BATCH_BYTES, partitioner=key_hash_partitioner(),
                 request_timeout_ms=timeout_ms, delivery_timeout_ms=timeout_ms + LINGER_MS + 10, max_block_ms=timeout_ms,
                 bootstrap_timeout_ms=timeout_ms, reconnect_backoff_max_ms=1000,
             )

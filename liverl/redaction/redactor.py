@@ -128,7 +128,7 @@ class Redactor:
             return True
         strings: list[str] = []
         _collect_strings(message, strings)
-        return any(len(text) > self.max_field_chars for text in strings) or \
+        return max(map(len, strings), default=0) > self.max_field_chars or \
             self._any_finding.search("\n".join(strings)) is not None
 
     def _may_hold_finding(self, text: str) -> bool:

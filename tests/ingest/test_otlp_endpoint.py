@@ -4,7 +4,6 @@ real broker, under the token's tenant, redacted, with bad spans dead-lettered an
 from __future__ import annotations
 
 import base64
-import functools
 import gzip
 import json
 import time
@@ -22,13 +21,13 @@ ACME = {"authorization": "Bearer acme-token"}
 
 
 @pytest.fixture
-def service(fresh_topics, tmp_path, tiny_policy_dir, monkeypatch):
-    """The capture service with its OTLP endpoint given the policy's tokenizer."""
-    from ingest import http_api
+def service(fresh_topics, tmp_path, tiny_policy_dir):
+    """The capture service with its OTLP endpoint given the policy's tokenizer (ingest.otlp_tokenizer_dir)."""
     from ingest.service import CaptureServer
 
-    monkeypatch.setattr(http_api, "build_app", functools.partial(http_api.build_app, tokenizer_dir=tiny_policy_dir))
-    server = CaptureServer(capture_config(fresh_topics, tmp_path / "spool")).start()
+    config = capture_config(fresh_topics, tmp_path / "spool")
+    config.ingest.otlp_tokenizer_dir = tiny_policy_dir
+    server = CaptureServer(config).start()
     try:
         yield server
     finally:

@@ -31,8 +31,9 @@ from trainer.sharded_step import deal
 from trainer.state import TrainerState
 
 # The 2-rank update is the 1-rank update up to the order of floating-point sums (gradients summed per rank, then
-# allreduced and averaged): observed weight differences are ~1e-6 after 3 steps at lr 1e-3 (fp32).
-WEIGHT_TOLERANCE = 1e-5
+# allreduced and averaged): observed weight differences up to 5e-6 after 3 steps at lr 1e-3 (fp32), against
+# moves of 3e-3; step losses equal to the printed 4 decimals, window mean losses within 1e-5.
+WEIGHT_TOLERANCE = 2e-5
 LOSS_TOLERANCE = 1e-4  # progress lines print 4 decimals
 
 

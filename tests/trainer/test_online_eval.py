@@ -44,7 +44,8 @@ def test_figures_of_a_real_command_with_placeholders_and_our_interpreter():
     assert judge_online(evaluation, GateConfig()) == []
     figures = evaluation.figures()
     assert figures["online_reward_change"] == 0.1 and figures["online_tasks"] == 30
-    assert figures["monitor.online.rate.clarifying"] == 0.0 and figures["monitor.online.rate.clarifying.candidate"] == 0.05
+    assert figures["monitor.online.rate.clarifying"] == 0.0
+    assert figures["monitor.online.rate.clarifying.candidate"] == 0.05
 
 
 def test_no_command_means_no_online_evaluation():
