@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from liverl.config.trainer import TrainerConfig
@@ -23,8 +24,10 @@ def prepare_environment(config: TrainerConfig) -> None:
         from liverl.io.processes import free_port
 
         os.environ.update(
-            MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", LOCAL_RANK="0", WORLD_SIZE="1"
+            MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", LOCAL_RANK="0", WORLD_SIZE="1",
+            LIVERL_WORLD_OF_ONE="1",
         )
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # a world of one talks to nobody: loopback only
 
 
 def deepspeed_config(config: TrainerConfig) -> dict:
@@ -56,7 +59,14 @@ def start_distributed(config: TrainerConfig) -> Ranks:
     if os.environ["WORLD_SIZE"] == "1" or (accelerator == "cpu" and not ds.shm_allreduce):
         # The shared-memory allreduce only helps CPU ranks on one host; without it, skip its ~50 s gcc build.
         deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
-    deepspeed.init_distributed(dist_backend=backend)
+    if os.environ.get("LIVERL_WORLD_OF_ONE"):
+        # A file rendezvous: a TCP store would listen on every interface for a world nobody else joins.
+        import tempfile
+
+        store = Path(tempfile.mkdtemp(prefix="liverl-rendezvous-")) / "store"
+        deepspeed.init_distributed(dist_backend=backend, init_method=f"file://{store}", rank=0, world_size=1)
+    else:
+        deepspeed.init_distributed(dist_backend=backend)
     device = "cpu"
     if accelerator != "cpu":
         from deepspeed.accelerator import get_accelerator

@@ -48,6 +48,8 @@ def held_out_rows(rows: Sequence[dict], fraction: float, limit: int, max_seq_len
             trajectory = from_row(row, -1)
         except (ValueError, KeyError, TypeError):
             continue  # the trainer already reported it when it streamed past
+        if trajectory.imported:
+            continue  # no behaviour logprobs: the gate's importance weights against them would mean nothing
         if trajectory.trainable_within(max_seq_len):
             kept.append((trajectory, row))
     kept.sort(key=lambda pair: (pair[0].first_served_ms or 0, pair[0].trajectory_id))  # None: unknown

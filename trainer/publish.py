@@ -119,9 +119,25 @@ class Publisher:
             return GateReport("fail", ["gate disabled (trainer.gate.enabled=false): champion stays"], {})
         if champion is None or champion == version:
             return GateReport("fail", [f"no champion to compare with (champion: {champion})"], {})
-        return evaluate(
+        champion_folder = self.registry.download(champion, self.download_dir)
+        offline = evaluate(
             candidate=load_policy(checkpoint.folder),  # loading the export also checks that serving can
-            champion=load_policy(self.registry.download(champion, self.download_dir)),
+            champion=load_policy(champion_folder),
             evidence=checkpoint.evidence, config=self.gate, loss_config=self.loss, monitors=self.monitors,
             max_seq_len=self.max_seq_len,
         )
+        reasons, figures = self.online_verdict(checkpoint.folder, champion_folder)
+        reasons = [*offline.reasons, *reasons]
+        return GateReport("fail" if reasons else "pass", reasons, {**offline.figures, **figures})
+
+    def online_verdict(self, candidate: Path, champion: Path) -> tuple[list[str], dict]:
+        """The candidate run on held-out tasks by the configured evaluator (gate.online_eval_command), if any;
+        fail-closed: an evaluator that fails refuses the candidate."""
+        from trainer.online_eval import OnlineEvalError, evaluate_online, judge_online
+
+        try:
+            online = evaluate_online(self.gate.online_eval_command, candidate, champion,
+                                     self.gate.online_eval_timeout_s)
+        except OnlineEvalError as error:
+            return [f"online evaluation failed: {error}"], {"online": "failed"}
+        return (judge_online(online, self.gate), online.figures()) if online else ([], {})

@@ -16,15 +16,15 @@ from __future__ import annotations
 import time
 
 from liverl.config import LiverlConfig
-from trainer.advantages import Baselines, compute_advantages
-from trainer.batching import Sample, collate_rows, trajectory_samples
-from trainer.losses import behaviour_kl
+from trainer.advantages import Baselines, step_signals
+from trainer.batching import collate_rows
 from trainer.packing import micro_batches
 from trainer.ranks import Ranks
 from trainer.rewarding import mixed_rewards
 from trainer.staleness import describe
 from trainer.step_builder import StepPlan
-from trainer.training_step import StepResult, _filler, batch_loss, step_objective
+from trainer.training_step import (SUMMED, StepResult, filler, batch_loss, micro_batch_sums, step_figures,
+                                   step_objective, step_samples)
 
 
 def run_sharded_step(engine, plan: StepPlan, step: int, baselines: Baselines, config: LiverlConfig, ranks: Ranks,
@@ -33,42 +33,33 @@ def run_sharded_step(engine, plan: StepPlan, step: int, baselines: Baselines, co
     tc = config.trainer
     started = time.perf_counter()
     rewards = mixed_rewards(plan.trajectories, step, config.rewards)
-    advantages = compute_advantages(plan.trajectories, rewards, baselines, tc.advantages)
-    samples: list[Sample] = []
-    owners: list[str] = []  # trajectory id of each sample
-    for t, weight, advantage in zip(plan.trajectories, plan.weights, advantages):
-        for sample in trajectory_samples(t, weight, tc.max_seq_len, advantage):
-            samples.append(sample)
-            owners.append(t.trajectory_id)
+    signals = step_signals(plan.trajectories, rewards, baselines, tc.advantages, tc.loss)
+    owned = step_samples(plan.trajectories, plan.weights, signals, tc.max_seq_len)  # (trajectory id, sample)
+    samples = [sample for _, sample in owned]
     groups = micro_batches(samples, tc.deepspeed)
     per_step = tc.deepspeed.gradient_accumulation_steps * ranks.world
-    groups += [[[_filler(samples[0])]]] * (-len(groups) % per_step)  # zero-weight: completes the accumulation
+    # Zero-weight fillers complete the accumulation; no sample at all (only failed imports): no optimizer step.
+    groups += [[[filler(samples[0])]]] * (-len(groups) % per_step) if samples else []
     batches = [collate_rows(rows) for rows in groups]
     tokens = max(sum(batch.trained_tokens for batch in batches), 1)  # the whole step's, on every rank
-    owner_of = {id(sample): owner for sample, owner in zip(samples, owners)}
+    owner_of = {id(sample): owner for owner, sample in owned}
     mine = deal(len(batches), ranks.world, ranks.rank)
     trained_ids = sorted({owner_of[id(s)] for i in mine for row in groups[i] for s in row if id(s) in owner_of})
-    sums = [0.0, 0.0, 0.0, 0.0]  # loss, kl, clip, excluded: Σ over this rank's tokens
+    sums = [0.0] * len(SUMMED)  # Σ over this rank's tokens
     for i in mine:
         batch = batches[i].to(engine.device)
         weights, losses, scored = batch_loss(engine, batch, tc.loss, reference)
         # DeepSpeed divides each micro-batch loss by the accumulation and averages gradients over the ranks.
         engine.backward(step_objective(losses, weights, tokens) * per_step)
         engine.step()
-        counted = (weights > 0).float()
-        sums[0] += float((losses.loss.detach() * weights).sum())
-        sums[1] += float((behaviour_kl(scored.logp, batch.behaviour_logprobs, counted) * counted).sum())
-        sums[2] += float((losses.clipped * counted).sum())
-        sums[3] += float(((batch.loss_mask > 0) & (weights <= 0)).sum())
-    loss, kl, clip, excluded = ranks.sum(sums)
+        sums = [a + b for a, b in zip(sums, micro_batch_sums(batch, weights, losses, scored))]
+    summed = dict(zip(SUMMED, ranks.sum(sums)))
     elapsed = time.perf_counter() - started
     real_tokens = sum(len(s.token_ids) for s in samples)
     metrics = {
-        "loss": loss / tokens,
+        **step_figures(summed, tokens),
         "reward": sum(rewards) / len(rewards),
-        "kl": kl / tokens,
-        "clip_fraction": clip / tokens,
-        "excluded_fraction": excluded / tokens,
+        "imported": float(sum(t.imported for t in plan.trajectories)),
         "tokens_per_s": real_tokens / elapsed,  # all ranks together
         "useful_share": real_tokens / max(sum(batch.computed_tokens for batch in batches), 1),
         "trajectories": float(len(plan.trajectories)),

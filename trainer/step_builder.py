@@ -7,7 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from liverl.config.trainer import TrainerConfig
-from trainer.batching import Sample, pack, trajectory_samples
+from trainer.batching import Sample, trajectory_samples
+from trainer.packing import micro_batches as layout
 from trainer.holdout import holdout_key
 from trainer.row_stream import RowStream
 from trainer.served_lineage import ServedLineage
@@ -39,7 +40,6 @@ def build_step(
     world: data-parallel ranks; the step holds their micro-batches together (each rank trains a share)."""
     served = ServedLineage.of(served)
     plan = StepPlan()
-    budget = config.deepspeed.micro_batch_tokens
     micro_batches = config.deepspeed.gradient_accumulation_steps * world
     samples: list[Sample] = []
     while (item := stream.peek()) is not None:
@@ -50,7 +50,8 @@ def build_step(
             say(f"skip row of table v{commit.version}: {error}")
             _consume(stream, plan, commit, "invalid")
             continue
-        if is_held_out(holdout_key(row), config.gate.holdout_fraction):
+        # Imported rows have no behaviour logprobs for the gate to weigh: never held out, always trained.
+        if not trajectory.imported and is_held_out(holdout_key(row), config.gate.holdout_fraction):
             _consume(stream, plan, commit, "held_out")
             continue
         if trajectory.trainable_within(config.max_seq_len) == 0:  # e.g. frozen sub-agents: observations only
@@ -66,7 +67,8 @@ def build_step(
             _consume(stream, plan, commit, "stale")
             continue
         segments = trajectory_samples(trajectory, staleness.weight, config.max_seq_len)
-        if samples and len(pack([*samples, *segments], budget)) > micro_batches:
+        # counted in the layout the step will train with (packed rows by default), so it fills its accumulation
+        if samples and len(layout([*samples, *segments], config.deepspeed)) > micro_batches:
             break  # the step is full; this row opens the next one
         samples += segments
         plan.trajectories.append(trajectory)

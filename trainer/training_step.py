@@ -64,7 +64,7 @@ def run_step(engine, plan: StepPlan, step: int, baselines: Baselines, config: Li
     # Only a lone trajectory whose segments overflow the step's budget needs more; it then spans whole
     # optimizer steps (padded to a multiple) rather than leaking gradients into the next trainer step.
     # No micro-batch at all (every trajectory an unsuccessful import): no optimizer step.
-    groups += [[[_filler(samples[0])]]] * (-len(groups) % accumulation) if samples else []
+    groups += [[[filler(samples[0])]]] * (-len(groups) % accumulation) if samples else []
     batches = [collate_rows(rows).to(engine.device) for rows in groups]
     tokens = max(sum(batch.trained_tokens for batch in batches), 1)
     sums = [0.0] * len(SUMMED)
@@ -136,7 +136,7 @@ def step_figures(sums: dict[str, float], trained_tokens: int) -> dict[str, float
     }
 
 
-def _filler(sample: Sample) -> Sample:
+def filler(sample: Sample) -> Sample:
     """A zero-weight two-token copy: a micro-batch that completes DeepSpeed's accumulation at almost no cost."""
     return replace(sample, token_ids=sample.token_ids[:2], loss_mask=sample.loss_mask[:2],
                    behaviour_logprobs=sample.behaviour_logprobs[:2], weight=0.0, temperature=sample.temperature[:2],
