@@ -13,6 +13,10 @@ its own modules, never another stage; it meets them through the trajectory table
                          its lineage, judge it (gate.evaluate), move `champion` on a pass, record the verdict
     trainer/registry.py  Registry: versions, tags, aliases, downloads (MLflow)
 
+On several ranks (torchrun or the deepspeed launcher) rank 0 alone reads the table, writes the state, exports,
+registers and runs the gate; it broadcasts each step's plan and each verdict (ranks.py), and every rank trains its
+share of the step's micro-batches (sharded_step.py).
+
 Beside that path: step_builder (which rows make a step, with staleness counted on served_lineage's champion
 timeline), training_step (one optimizer step), holdout (the gate's evidence), gate (the verdict), state
 (what survives a crash).
