@@ -25,7 +25,6 @@ def prepare_environment(config: TrainerConfig) -> None:
 
         os.environ.update(
             MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", LOCAL_RANK="0", WORLD_SIZE="1",
-            LIVERL_WORLD_OF_ONE="1",
         )
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # a world of one talks to nobody: loopback only
 
@@ -59,7 +58,7 @@ def start_distributed(config: TrainerConfig) -> Ranks:
     if os.environ["WORLD_SIZE"] == "1" or (accelerator == "cpu" and not ds.shm_allreduce):
         # The shared-memory allreduce only helps CPU ranks on one host; without it, skip its ~50 s gcc build.
         deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
-    if os.environ.get("LIVERL_WORLD_OF_ONE"):
+    if os.environ["WORLD_SIZE"] == "1":
         # A file rendezvous: a TCP store would listen on every interface for a world nobody else joins.
         import tempfile
 
