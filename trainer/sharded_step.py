@@ -21,10 +21,9 @@ from trainer.batching import collate_rows
 from trainer.packing import micro_batches
 from trainer.ranks import Ranks
 from trainer.rewarding import mixed_rewards
-from trainer.staleness import describe
 from trainer.step_builder import StepPlan
-from trainer.training_step import (SUMMED, StepResult, filler, batch_loss, micro_batch_sums, step_figures,
-                                   step_objective, step_samples)
+from trainer.training_step import (SUMMED, StepResult, batch_loss, filler, micro_batch_sums, step_objective,
+                                   step_result, step_samples)
 
 
 def run_sharded_step(engine, plan: StepPlan, step: int, baselines: Baselines, config: LiverlConfig, ranks: Ranks,
@@ -54,22 +53,8 @@ def run_sharded_step(engine, plan: StepPlan, step: int, baselines: Baselines, co
         engine.step()
         sums = [a + b for a, b in zip(sums, micro_batch_sums(batch, weights, losses, scored))]
     summed = dict(zip(SUMMED, ranks.sum(sums)))
-    elapsed = time.perf_counter() - started
-    real_tokens = sum(len(s.token_ids) for s in samples)
-    metrics = {
-        **step_figures(summed, tokens),
-        "reward": sum(rewards) / len(rewards),
-        "imported": float(sum(t.imported for t in plan.trajectories)),
-        "tokens_per_s": real_tokens / elapsed,  # all ranks together
-        "useful_share": real_tokens / max(sum(batch.computed_tokens for batch in batches), 1),
-        "trajectories": float(len(plan.trajectories)),
-        "segments": float(len(samples)),
-        "staleness_mean": sum(max(lag, 0) for lag in plan.lags) / max(len(plan.lags), 1),
-        "staleness_max": float(max(plan.lags, default=0)),
-        "dropped_stale": float(plan.skipped.get("stale", 0)),
-        "weight_mean": sum(plan.weights) / len(plan.weights),
-    }
-    return StepResult(metrics=metrics, staleness=describe(plan.lags), skipped=dict(plan.skipped)), trained_ids
+    result = step_result(plan, rewards, samples, batches, summed, tokens, time.perf_counter() - started)
+    return result, trained_ids
 
 
 def deal(count: int, world: int, rank: int) -> range:

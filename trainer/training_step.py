@@ -75,13 +75,19 @@ def run_step(engine, plan: StepPlan, step: int, baselines: Baselines, config: Li
         engine.backward(step_objective(losses, weights, tokens) * accumulation)
         engine.step()
         sums = [a + b for a, b in zip(sums, micro_batch_sums(batch, weights, losses, scored))]
-    elapsed = time.perf_counter() - started
+    return step_result(plan, rewards, samples, batches, dict(zip(SUMMED, sums)), tokens,
+                       time.perf_counter() - started)
+
+
+def step_result(plan: StepPlan, rewards: list[float], samples: list[Sample], batches: list[MicroBatch],
+                summed: dict[str, float], tokens: int, elapsed: float) -> StepResult:
+    """The step's metrics and progress-line figures (one rank's step, or the sum over all ranks')."""
     real_tokens = sum(len(s.token_ids) for s in samples)
     metrics = {
-        **step_figures(dict(zip(SUMMED, sums)), tokens),
+        **step_figures(summed, tokens),
         "reward": sum(rewards) / len(rewards),
         "imported": float(sum(t.imported for t in plan.trajectories)),
-        "tokens_per_s": real_tokens / elapsed,
+        "tokens_per_s": real_tokens / elapsed,  # all ranks together
         "useful_share": real_tokens / max(sum(batch.computed_tokens for batch in batches), 1),
         "trajectories": float(len(plan.trajectories)),
         "segments": float(len(samples)),

@@ -169,3 +169,33 @@ def subprocess_env() -> dict:
     for key in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(key, None)  # an in-process trainer of another test set them: the child is its own world
     return env
+
+
+def run_trainer(argv: list[str], kill_after: str | None = None, timeout_s: float = 600) -> list[str]:
+    """Run a trainer command line (one process, or a launcher and its ranks) in a process group of its own and
+    return its output lines; with kill_after, SIGKILL the whole group right after a line starting so."""
+    import signal
+    import subprocess
+    import threading
+
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env=subprocess_env(), start_new_session=True)
+
+    def kill() -> None:
+        os.killpg(process.pid, signal.SIGKILL)
+
+    watchdog = threading.Timer(timeout_s, kill)  # never hang the suite
+    watchdog.start()
+    lines = []
+    try:
+        for line in process.stdout:
+            lines.append(line.rstrip())
+            if kill_after and line.startswith(kill_after):
+                kill()
+                break
+        process.wait()
+    finally:
+        watchdog.cancel()
+        process.stdout.close()
+    assert process.returncode == (-9 if kill_after else 0), "\n".join(lines)
+    return lines

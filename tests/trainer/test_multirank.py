@@ -9,12 +9,8 @@ by ~6e-3 with lr 1e-3 on ONE rank already, so it cannot be the reference of an e
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
-import subprocess
 import sys
-import threading
 from collections import defaultdict
 from pathlib import Path
 
@@ -24,7 +20,7 @@ from safetensors.torch import load_file
 
 from liverl.contracts import names
 from liverl.io.processes import free_port
-from tests.trainer.conftest import cli_overrides, commit_batch, subprocess_env, trainer_config
+from tests.trainer.conftest import cli_overrides, commit_batch, run_trainer, trainer_config
 from trainer.base_policy import register_base
 from trainer.registry import TAG_METRICS, Registry
 from trainer.sharded_step import deal
@@ -55,30 +51,7 @@ def _train(config, ranks: int, zero_stage: int, accumulation: int, kill_after: s
     else:
         argv = [str(Path(sys.executable).parent / "torchrun"), "--nproc_per_node", str(ranks),
                 "--master_addr", "127.0.0.1", "--master_port", str(free_port()), *command]
-    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               env=subprocess_env(), start_new_session=True)  # one group: the launcher and ranks
-
-    def kill() -> None:
-        os.killpg(process.pid, signal.SIGKILL)
-
-    watchdog = threading.Timer(600, kill)  # never hang the suite
-    watchdog.start()
-    lines = []
-    try:
-        for line in process.stdout:
-            lines.append(line.rstrip())
-            if kill_after and line.startswith(kill_after):
-                kill()
-                break
-        process.wait()
-    finally:
-        watchdog.cancel()
-        process.stdout.close()
-    if kill_after:
-        assert process.returncode == -9, "\n".join(lines)
-    else:
-        assert process.returncode == 0, "\n".join(lines)
-    return lines
+    return run_trainer(argv, kill_after)
 
 
 def _trained_ids(lines: list[str]) -> dict[int, dict[int, list[str]]]:

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
-import threading
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
 from liverl.contracts import names
-from tests.trainer.conftest import cli_overrides, commit_batch, subprocess_env, trainer_config
+from tests.trainer.conftest import cli_overrides, commit_batch, run_trainer, trainer_config
 from trainer.base_policy import register_base
 from trainer.registry import Registry
 from trainer.state import TrainerState
@@ -23,25 +21,7 @@ pytestmark = pytest.mark.slow  # real DeepSpeed + MLflow
 def _train(config, kill_after: str | None = None) -> list[str]:
     """Run `liverl train` once; with kill_after, SIGKILL it right after printing a line starting so."""
     argv = [sys.executable, "-m", "liverl.cli", "train", *cli_overrides(config)]
-    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=subprocess_env())
-    watchdog = threading.Timer(300, process.kill)  # never hang the suite
-    watchdog.start()
-    lines = []
-    try:
-        for line in process.stdout:
-            lines.append(line.rstrip())
-            if kill_after and line.startswith(kill_after):
-                process.kill()
-                break
-        process.wait()
-    finally:
-        watchdog.cancel()
-        process.stdout.close()
-    if kill_after:
-        assert process.returncode == -9, "\n".join(lines)
-    else:
-        assert process.returncode == 0, "\n".join(lines)
-    return lines
+    return run_trainer(argv, kill_after, timeout_s=300)
 
 
 def _final_weights(config) -> dict[str, torch.Tensor]:
