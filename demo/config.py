@@ -28,6 +28,10 @@ class DemoRunConfig(Section):
     """A served version counts in the verdict only with at least this many sessions."""
     keep_stack: bool = False
     """Leave the broker and MLflow running after the demo (to browse the audit runs and lineage)."""
+    fresh_start: bool = True
+    """Start from an empty loop: stop a stack a previous demo left and remove its state under stack.data_dir
+    (topics, registry, tables, checkpoints, spools, logs). The fitted base policy and past reports stay.
+    false: continue from the previous run's champion and data."""
     capture_token: str = "demo-token"
     """The product's bearer token for the capture service (ingest.tenant_tokens holds the tenant's)."""
     serving_api_key: str = ""

@@ -1,16 +1,21 @@
-"""Freshness: for each session, the time from its end to the first served version trained on it."""
+"""Freshness: for each session, the time from its end to the first served version trained on it, and where
+that time went (end -> committed to the table -> registered as a version -> first served)."""
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+# The legs of a session's way to serving, in order; each leg's seconds are medians over sessions.
+LEGS = ("distilled", "trained", "served")
 
 
 @dataclass(frozen=True)
 class Freshness:
     seconds: dict[str, float]  # session id -> seconds from session end to first serving of a version trained on it
     not_yet: int  # sessions no served version has been trained on yet
+    legs: dict[str, dict[str, float]] = field(default_factory=dict)  # leg -> session id -> seconds (LEGS)
 
     def median(self) -> float:
         return statistics.median(self.seconds.values()) if self.seconds else float("nan")
@@ -20,6 +25,15 @@ class Freshness:
         if not values:
             return float("nan")
         return values[min(len(values) - 1, round(0.95 * (len(values) - 1)))]
+
+    def leg_medians(self) -> dict[str, float]:
+        """leg -> median seconds, for the legs known for at least one session."""
+        return {leg: statistics.median(self.legs[leg].values()) for leg in LEGS if self.legs.get(leg)}
+
+    def describe_legs(self) -> str:
+        """"end -> table 21 s, -> registered 30 s, -> served 9 s" (medians; they need not add up to the total's)."""
+        names = {"distilled": "end -> table", "trained": "-> registered", "served": "-> served"}
+        return ", ".join(f"{names[leg]} {seconds:.0f} s" for leg, seconds in self.leg_medians().items())
 
 
 def first_served_at(sessions: Iterable) -> dict[str, float]:
@@ -31,12 +45,26 @@ def first_served_at(sessions: Iterable) -> dict[str, float]:
     return first
 
 
-def freshness(sessions: list, trained_sessions: Mapping[str, set[str]], served_at: Mapping[str, float]) -> Freshness:
-    """trained_sessions: version -> sessions it (with its ancestors) trained on; served_at: version -> first served."""
+def freshness(sessions: list, trained_sessions: Mapping[str, set[str]], served_at: Mapping[str, float],
+              committed_at: Mapping[str, float] | None = None,
+              registered_at: Mapping[str, float] | None = None) -> Freshness:
+    """trained_sessions: version -> sessions it (with its ancestors) trained on; served_at: version -> first served.
+
+    committed_at (session id -> unix s its rows were committed) and registered_at (version -> unix s it was
+    registered) split each session's time into LEGS; either may be omitted (no legs then)."""
     seconds: dict[str, float] = {}
+    legs: dict[str, dict[str, float]] = {leg: {} for leg in LEGS}
     for session in sessions:
-        candidates = [served_at[v] for v, trained in trained_sessions.items()
+        candidates = [(served_at[v], v) for v, trained in trained_sessions.items()
                       if session.session_id in trained and v in served_at]
-        if candidates:
-            seconds[session.session_id] = max(0.0, min(candidates) - session.ended_at)
-    return Freshness(seconds, not_yet=len(sessions) - len(seconds))
+        if not candidates:
+            continue
+        served, version = min(candidates)
+        seconds[session.session_id] = max(0.0, served - session.ended_at)
+        committed = (committed_at or {}).get(session.session_id)
+        registered = (registered_at or {}).get(version)
+        if committed is not None and registered is not None:
+            legs["distilled"][session.session_id] = max(0.0, committed - session.ended_at)
+            legs["trained"][session.session_id] = max(0.0, registered - committed)
+            legs["served"][session.session_id] = max(0.0, served - registered)
+    return Freshness(seconds, not_yet=len(sessions) - len(seconds), legs=legs)

@@ -49,6 +49,17 @@ def read_lineage(tracking_uri: str, model_name: str, table_uri: str) -> dict[str
     return lineages
 
 
+def committed_at(table_uri: str) -> dict[str, float]:
+    """session id -> when (unix s) the first commit holding its rows was written."""
+    history = TableHistory(table_uri)
+    commit_s = {commit.version: commit.timestamp_ms / 1000 for commit in history.commits_after(-1)}
+    first: dict[str, float] = {}
+    for version, sessions in sorted(_sessions_by_table_version(history).items()):
+        for session_id in sessions:
+            first.setdefault(session_id, commit_s[version])
+    return first
+
+
 def _sessions_by_table_version(table: TableHistory) -> dict[int, set[str]]:
     """table version -> session ids of the rows that commit added (one commit = one batch)."""
     batch_of_version = {commit.version: commit.batch_id for commit in table.commits_after(-1) if commit.batch_id}

@@ -142,7 +142,7 @@ def _html(verdict, fresh, traffic, figures) -> str:
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>liverl demo report</title></head><body>"
             f"<h1>liverl demo report</h1><p>{html.escape(verdict.describe())}</p>"
             f"<p>freshness: median {fresh.median():.0f} s, p95 {fresh.p95():.0f} s over {len(fresh.seconds)} sessions"
-            f" ({fresh.not_yet} not yet trained on)</p><p>sessions: {len(traffic.sessions)}; mean reward by family:"
+            f" ({fresh.not_yet} not yet trained on); by leg (medians): {html.escape(fresh.describe_legs() or '-')}</p><p>sessions: {len(traffic.sessions)}; mean reward by family:"
             f"</p><ul>{families}</ul>{images}</body></html>")
 
 
@@ -152,7 +152,8 @@ def _log_to_mlflow(config: DemoLiverlConfig, out: Path, verdict, fresh, say) -> 
     with Tracking(config.mlflow.tracking_uri).run(config.mlflow.demo_experiment, "demo-report") as run:
         run.log_metrics({"swaps": verdict.swaps, "reward_slope": verdict.slope,
                          "freshness_median_s": fresh.median() if fresh.seconds else -1,
-                         "freshness_p95_s": fresh.p95() if fresh.seconds else -1})
+                         "freshness_p95_s": fresh.p95() if fresh.seconds else -1,
+                         **{f"freshness_{leg}_median_s": seconds for leg, seconds in fresh.leg_medians().items()}})
         run.log_step_metrics([(int(version) if version.isdigit() else 0, {"served_reward": mean})
                               for version, mean in verdict.mean_reward.items()])
         run.set_tag("liverl.demo.verdict", verdict.describe())

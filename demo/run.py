@@ -11,8 +11,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from demo.interrupt import DemoInterrupt, interrupt_handling
 from demo.freshness import Freshness, first_served_at, freshness
-from demo.lineage import VersionLineage, read_lineage
+from demo.lineage import VersionLineage, committed_at, read_lineage
 from demo.services import StageProcess, run_stage, start_stage
 from demo.stage_env import config_environment
 from demo.verdict import Verdict, judge_rise
@@ -30,11 +31,16 @@ class DemoResult:
 
 
 def run_demo(config: DemoLiverlConfig, say=print) -> DemoResult:
+    """The six phases; Ctrl-C or SIGTERM during the traffic ends it early and still summarises (demo/interrupt.py)."""
+    with interrupt_handling(say) as interrupt:
+        return _run_demo(config, say, interrupt)
+
+
+def _run_demo(config: DemoLiverlConfig, say, interrupt: DemoInterrupt) -> DemoResult:
     from infra.embedded.stack import down, up
 
     demo = config.demo
-    data = config.stack.data_dir
-    logs = data / "logs"
+    logs = config.stack.data_dir / "logs"
     stages: list[StageProcess] = []
     started = time.monotonic()
     if config.pipelines.reward_horizon_s >= demo.duration_s:
@@ -42,6 +48,8 @@ def run_demo(config: DemoLiverlConfig, say=print) -> DemoResult:
             f"demo ({demo.duration_s:.0f} s), so no session will be distilled; run `liverl demo @ configs/demo.toml`")
     try:
         say("[1/6] stack: broker + MLflow")
+        if demo.run.fresh_start:
+            _clear_previous_run(config, say)
         up(config, say=lambda line: say(f"      {line}"))
         say("[2/6] base policy: a tiny model fitted to synthetic demonstrations")
         base = _base_policy(config, say)
@@ -51,7 +59,8 @@ def run_demo(config: DemoLiverlConfig, say=print) -> DemoResult:
         say("[4/6] stages: capture, serving, distill --follow, train --follow (each its own process)")
         _start_stages(config, logs, say, stages)
         say(f"[5/6] traffic for {demo.duration_s:.0f} s ({demo.run.concurrency} concurrent sessions)")
-        traffic = _run_traffic(config, say, started)
+        with interrupt.traffic() as stop:
+            traffic = _run_traffic(config, say, started, stop)
         say("[6/6] summary")
         return _summarise(config, traffic, say)
     finally:
@@ -59,6 +68,25 @@ def run_demo(config: DemoLiverlConfig, say=print) -> DemoResult:
             stage.stop()
         if not demo.run.keep_stack:
             down(config, say=lambda *_: None)
+
+
+# What a demo run leaves under stack.data_dir, apart from the base policy (a pure function of demo.seed) and reports.
+RUN_STATE = ("stack.json", "broker-s3", "mlflow", "tables", "checkpoints", "ingest", "serving", "sdk-spool", "logs")
+
+
+def _clear_previous_run(config: DemoLiverlConfig, say) -> None:
+    """demo.run.fresh_start: the loop starts empty, so a second `make demo` shows the same rise as the first."""
+    import shutil
+
+    from infra.embedded.stack import down
+
+    data = config.stack.data_dir
+    down(config, say=lambda *_: None)  # a stack a previous demo kept (--keep-stack) or left behind
+    found = [data / name for name in RUN_STATE if (data / name).exists()]
+    for path in found:
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    if found:
+        say(f"      removed the previous run's state in {data}: {', '.join(p.name for p in found)}")
 
 
 def _base_policy(config: DemoLiverlConfig, say) -> Path:
@@ -110,14 +138,14 @@ def _served_version(config: DemoLiverlConfig) -> str:
     return info.policy_version
 
 
-def _run_traffic(config: DemoLiverlConfig, say, started: float):
+def _run_traffic(config: DemoLiverlConfig, say, started: float, stop):
     from demo.product.configured import capture_client, grpc_policy, run_configured_traffic
 
     policy = grpc_policy(config)
     client = capture_client(config, config.stack.data_dir / "sdk-spool")
     progress = _Progress(config, say, started)
     try:
-        traffic = run_configured_traffic(config, policy, client, duration_s=config.demo.duration_s,
+        traffic = run_configured_traffic(config, policy, client, duration_s=config.demo.duration_s, stop=stop,
                                          on_session=progress.on_session)
     finally:
         client.flush(timeout_s=30.0)
@@ -174,7 +202,8 @@ def _summarise(config: DemoLiverlConfig, traffic, say) -> DemoResult:
     lineage = read_lineage(config.mlflow.tracking_uri, config.mlflow.registered_model, config.table.trajectories_uri)
     verdict = judge_rise(traffic.by_version(), min_sessions=demo.run.min_sessions_per_version)
     served_at = first_served_at(traffic.sessions)
-    fresh = freshness(traffic.sessions, {v: l.all_sessions for v, l in lineage.items()}, served_at)
+    fresh = freshness(traffic.sessions, {v: l.all_sessions for v, l in lineage.items()}, served_at,
+                      committed_at(config.table.trajectories_uri), {v: l.created_ms / 1000 for v, l in lineage.items()})
     champion = _registry(config).alias_version(names.ALIAS_CHAMPION)
     served = traffic.sessions[-1].served_version if traffic.sessions else "?"
     trained_on = lineage.get(served)
@@ -183,6 +212,8 @@ def _summarise(config: DemoLiverlConfig, traffic, say) -> DemoResult:
     say(f"      {verdict.describe()}")
     say(f"      freshness: median {fresh.median():.0f} s, p95 {fresh.p95():.0f} s "
         f"({len(fresh.seconds)} sessions reached a served version, {fresh.not_yet} not yet)")
+    if fresh.leg_medians():
+        say(f"      freshness by leg (medians): {fresh.describe_legs()}")
     if trained_on is not None:
         say(f"      now serving v{served} (champion v{champion}): trained on table versions "
             f"{trained_on.table_versions} ({len(trained_on.all_sessions)} sessions with its ancestors), "

@@ -21,6 +21,7 @@ from liverl.contracts import names
 from trainer.gate import GateReport, evaluate
 from trainer.holdout import GateEvidence
 from trainer.lineage import lineage_tags
+from trainer.online_eval_process import online_evaluator
 from trainer.registry import TAG_CHECKPOINT, Registry
 from trainer.state import PendingPublish
 
@@ -59,6 +60,12 @@ class Publisher:
         self.reward_config_version = reward_config_version
         self.download_dir = download_dir  # the champion's folder is downloaded here to be judged against
         self.say = say
+        self.online = online_evaluator(gate)  # the product's evaluator, if any (trainer/online_eval_process.py)
+
+    def close(self) -> None:
+        """Ends a persistent online evaluator; call when the trainer stops."""
+        if self.online is not None:
+            self.online.close()
 
     def publish(self, checkpoint: CheckpointToPublish) -> PublishResult:
         version = self.register(checkpoint)
@@ -133,11 +140,12 @@ class Publisher:
     def online_verdict(self, candidate: Path, champion: Path) -> tuple[list[str], dict]:
         """The candidate run on held-out tasks by the configured evaluator (gate.online_eval_command), if any;
         fail-closed: an evaluator that fails refuses the candidate."""
-        from trainer.online_eval import OnlineEvalError, evaluate_online, judge_online
+        from trainer.online_eval import OnlineEvalError, judge_online
 
+        if self.online is None:
+            return [], {}
         try:
-            online = evaluate_online(self.gate.online_eval_command, candidate, champion,
-                                     self.gate.online_eval_timeout_s)
+            online = self.online.evaluate(candidate, champion)
         except OnlineEvalError as error:
             return [f"online evaluation failed: {error}"], {"online": "failed"}
-        return (judge_online(online, self.gate), online.figures()) if online else ([], {})
+        return judge_online(online, self.gate), online.figures()

@@ -1,10 +1,13 @@
 """Held-out evaluation of two policy folders on the demo product: the trainer gate's online evidence.
 
     python -m demo.product.evaluate --candidate DIR --champion DIR --tasks 30 --seed 0
+    python -m demo.product.evaluate --serve --tasks 30 --seed 0     (trainer.gate.online_eval_mode = "persistent")
 
 Runs the same N held-out tasks (the families in turn) against each folder with the light in-process
 engine (LocalPolicy, at the product's temperature and call length), and prints one JSON line on stdout in
-the format trainer/online_eval.py reads; a progress line per policy goes to stderr.
+the format trainer/online_eval.py reads; a progress line per policy goes to stderr. With --serve it answers
+one such line per request line {"candidate": DIR, "champion": DIR} on stdin until stdin ends, keeping each
+policy's held-out sessions by the digest of its weights: a champion, judged against many times, runs once.
 
 - Held out: session i draws its task, its simulated user and its sub-agents' luck from
   random.Random("liverl-heldout-<seed>-<i>"). Traffic (demo/product/traffic.py) and the calibration seed
@@ -53,8 +56,10 @@ class EvaluatedSession:
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--candidate", type=Path, required=True, help="the candidate's HF policy folder")
-    parser.add_argument("--champion", type=Path, required=True, help="the champion's HF policy folder")
+    parser.add_argument("--candidate", type=Path, help="the candidate's HF policy folder")
+    parser.add_argument("--champion", type=Path, help="the champion's HF policy folder")
+    parser.add_argument("--serve", action="store_true",
+                        help="answer one JSON request line per candidate on stdin instead (see above)")
     parser.add_argument("--tasks", type=int, default=30, help="held-out tasks per policy (at least 2)")
     parser.add_argument("--seed", type=int, default=0, help="picks the held-out tasks and the sampling")
     parser.add_argument("--config", type=Path, default=None,
@@ -63,10 +68,21 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.tasks < 2:
         parser.error("--tasks must be at least 2: one task gives no standard error")
+    if args.serve:
+        if args.candidate or args.champion:
+            parser.error("--serve takes the folders from stdin: leave out --candidate and --champion")
+        return args
     for name in ("candidate", "champion"):
-        if not (getattr(args, name) / "config.json").is_file():
-            parser.error(f"--{name} {getattr(args, name)} is not a HF policy folder (no config.json)")
+        folder = getattr(args, name)
+        if folder is None:
+            parser.error(f"--{name} is required (or --serve)")
+        if not policy_folder(folder):
+            parser.error(f"--{name} {folder} is not a HF policy folder (no config.json)")
     return args
+
+
+def policy_folder(folder: Path) -> bool:
+    return (folder / "config.json").is_file()
 
 
 def heldout_rng(seed: int, index: int) -> random.Random:
@@ -198,15 +214,23 @@ def paired_figures(candidate: list[EvaluatedSession], champion: list[EvaluatedSe
 
 
 def evaluate(candidate: Path, champion: Path, n_tasks: int, seed: int, config,
-             log: Callable[[str], None] = lambda line: None) -> dict:
-    """The JSON object trainer/online_eval.py reads (see the module docstring)."""
+             log: Callable[[str], None] = lambda line: None, known: dict | None = None) -> dict:
+    """The JSON object trainer/online_eval.py reads (see the module docstring). `known`: weights digest -> held-out
+    sessions of a policy already run (same tasks, seed and config), filled as policies are run."""
     runs = {}
     for name, folder in (("candidate", candidate), ("champion", champion)):
         started = time.perf_counter()
-        runs[name] = run_heldout(folder, n_tasks, seed, config)
+        digest = weights_digest(folder) if known is not None else None
+        if digest is not None and digest in known:
+            runs[name] = known[digest]
+            how = "known weights, not run again"
+        else:
+            runs[name] = run_heldout(folder, n_tasks, seed, config)
+            how = f"{time.perf_counter() - started:.1f}s"
+            if digest is not None:
+                known[digest] = runs[name]
         mean = statistics.fmean(s.reward for s in runs[name])
-        log(f"evaluated {name} {folder} | {n_tasks} held-out tasks | reward {mean:.3f} | "
-            f"{time.perf_counter() - started:.1f}s")
+        log(f"evaluated {name} {folder} | {n_tasks} held-out tasks | reward {mean:.3f} | {how}")
     return {
         "reward": "outcome",
         "tasks": n_tasks,
@@ -226,10 +250,46 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     config = load_config(args.config, schema=DemoLiverlConfig)
     torch.set_num_threads(args.threads)
-    result = evaluate(args.candidate, args.champion, args.tasks, args.seed, config,
-                      log=lambda line: print(line, file=sys.stderr, flush=True))
+    log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    if args.serve:
+        return serve(args.tasks, args.seed, config, log)
+    result = evaluate(args.candidate, args.champion, args.tasks, args.seed, config, log=log)
     print(json.dumps(result, sort_keys=True), flush=True)
     return 0
+
+
+def serve(n_tasks: int, seed: int, config, log: Callable[[str], None]) -> int:
+    """One answer line per request line on stdin, until stdin ends. A request that cannot be evaluated gets an
+    {"error": ...} line (which the trainer refuses, fail-closed), and the next request is served as usual."""
+    known: dict[str, list[EvaluatedSession]] = {}
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            request = json.loads(line)
+            folders = {name: Path(request[name]) for name in ("candidate", "champion")}
+            bad = [f"{name} {folder}" for name, folder in folders.items() if not policy_folder(folder)]
+            if bad:
+                raise ValueError(f"not a HF policy folder (no config.json): {', '.join(bad)}")
+            answer = evaluate(folders["candidate"], folders["champion"], n_tasks, seed, config, log, known)
+        except Exception as error:  # noqa: BLE001 - the request fails, the evaluator goes on
+            answer = {"error": f"{type(error).__name__}: {error}"}
+        print(json.dumps(answer, sort_keys=True), flush=True)
+    return 0
+
+
+def weights_digest(folder: Path) -> str:
+    """SHA-256 over the folder's config and weight files: equal digests, equal held-out sessions."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for path in sorted(folder.iterdir()):
+        if path.name == "config.json" or path.suffix in (".safetensors", ".bin"):
+            digest.update(path.name.encode())
+            with path.open("rb") as stream:
+                while chunk := stream.read(1 << 20):
+                    digest.update(chunk)
+    return digest.hexdigest()
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from liverl.config.section import Section
 
@@ -142,8 +142,12 @@ class GateConfig(Section):
     "{champion}" are replaced by the two policy folders and a leading "python" by the trainer's own interpreter;
     it prints one JSON object of rewards and hacking-monitor rates. The demo runs held-out tasks of its product
     (demo/product/evaluate.py). None: off. A failure, a timeout, missing or NaN figures: the candidate fails."""
+    online_eval_mode: Literal["per_candidate", "persistent"] = "per_candidate"
+    """per_candidate: the command runs once per candidate, the folders in its argv. persistent: it is started once
+    (no "{candidate}"/"{champion}" in it) and answers one JSON request line per candidate on stdin, so its start-up
+    is paid once (trainer/online_eval_process.py has the protocol)."""
     online_eval_timeout_s: float = Field(300.0, gt=0.0)
-    """The evaluator is stopped after this many seconds and the candidate fails (fail-closed)."""
+    """The evaluator is stopped after this many seconds (per candidate) and the candidate fails (fail-closed)."""
     max_online_reward_drop: float = Field(0.05, ge=0.0)
     """Largest drop of the evaluator's reward, candidate minus champion, at its lower confidence bound
     (estimate - confidence_z × SE, paired over the same tasks): the candidate must be shown no worse than this."""
@@ -151,6 +155,14 @@ class GateConfig(Section):
     """Largest increase of any hacking-monitor rate the evaluator reports on the candidate's own outputs
     (clarifying instead of editing, broken tool calls, giving up, ...), candidate minus champion, at its upper
     confidence bound (estimate + confidence_z × SE). Both tolerances: see trainer/online_eval.py, Calibration."""
+
+    @model_validator(mode="after")
+    def _persistent_takes_no_folders(self) -> "GateConfig":
+        if self.online_eval_mode == "persistent" and any(
+                "{candidate}" in arg or "{champion}" in arg for arg in self.online_eval_command or ()):
+            raise ValueError("trainer.gate.online_eval_mode = \"persistent\" sends the folders on the evaluator's "
+                             "stdin: remove {candidate} and {champion} from online_eval_command")
+        return self
 
 
 class TrainerConfig(Section):

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import random
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,9 @@ import pytest
 from demo.config import DemoLiverlConfig
 from demo.product.evaluate import evaluate, heldout_rng, parse_args
 from liverl.config import load_config
+from liverl.config.trainer import GateConfig
 from trainer.online_eval import evaluate_online, judge_online, parse_evaluation
+from trainer.online_eval_process import online_evaluator
 
 DEMO_TOML = Path(__file__).resolve().parents[3] / "configs" / "demo.toml"
 TASKS = 24  # 8 per family: a few seconds per policy with the tiny model
@@ -55,10 +59,21 @@ def test_a_policy_against_itself_differs_by_exactly_nothing(demo_base_policy, tm
 
 def test_a_noise_degraded_copy_is_worse_and_refused_through_the_shipped_command(demo_base_policy, tmp_path):
     config = _config()
-    command = list(config.trainer.gate.online_eval_command)
+    gate = config.trainer.gate
+    assert gate.online_eval_mode == "persistent"
+    command = gate.online_eval_command
     command[command.index("--tasks") + 1] = str(TASKS)  # the shipped command, on fewer tasks
     degraded = _degraded_copy(demo_base_policy, tmp_path / "degraded")
-    evaluation = evaluate_online(command, degraded, demo_base_policy, config.trainer.gate.online_eval_timeout_s)
+    evaluator = online_evaluator(gate)
+    try:
+        evaluation = evaluator.evaluate(degraded, demo_base_policy)
+        # The same process judges the next candidate; the champion's sessions are kept, so it is not run again.
+        again = evaluator.evaluate(shutil.copytree(demo_base_policy, tmp_path / "copy"), demo_base_policy)
+    finally:
+        evaluator.close()
+    assert evaluator.started == 1
+    assert again.reward_change() == (0.0, 0.0)  # the copy's weights are the champion's: the same sessions
+    assert evaluation.champion == again.champion
     change, se = evaluation.reward_change()
     broken, broken_se = evaluation.monitor_changes()["rate.broken_tool_calls"]
     # Shown worse, not merely not shown better: the reward's upper bound is below 0 or broken calls' lower above 0.
@@ -66,6 +81,33 @@ def test_a_noise_degraded_copy_is_worse_and_refused_through_the_shipped_command(
     assert change + 2 * se < 0 or broken - 2 * broken_se > 0
     reasons = judge_online(evaluation, config.trainer.gate)
     assert any("online reward" in r or "rate.broken_tool_calls" in r for r in reasons)
+
+
+def test_the_per_candidate_command_gives_the_same_figures_as_the_persistent_one(demo_base_policy, tmp_path):
+    config = _config()
+    degraded = _degraded_copy(demo_base_policy, tmp_path / "degraded", std=0.02)
+    command = ["python", "-m", "demo.product.evaluate", "--candidate", "{candidate}", "--champion", "{champion}",
+               "--tasks", "6", "--seed", "3"]
+    once = evaluate_online(command, degraded, demo_base_policy, 120.0)
+    persistent = online_evaluator(GateConfig(online_eval_command=["python", "-m", "demo.product.evaluate", "--serve",
+                                                                  "--tasks", "6", "--seed", "3"],
+                                             online_eval_mode="persistent", online_eval_timeout_s=120.0))
+    try:
+        assert persistent.evaluate(degraded, demo_base_policy) == once
+    finally:
+        persistent.close()
+
+
+def test_a_bad_request_is_answered_with_an_error_and_the_evaluator_goes_on(demo_base_policy, tmp_path):
+    process = subprocess.run(
+        [sys.executable, "-m", "demo.product.evaluate", "--serve", "--tasks", "2"], capture_output=True, text=True,
+        timeout=120, input="not json\n" + json.dumps({"candidate": str(tmp_path), "champion": str(demo_base_policy)})
+        + "\n" + json.dumps({"candidate": str(demo_base_policy), "champion": str(demo_base_policy)}) + "\n")
+    answers = [json.loads(line) for line in process.stdout.splitlines()]
+    assert process.returncode == 0 and len(answers) == 3
+    assert "JSONDecodeError" in answers[0]["error"]
+    assert "not a HF policy folder" in answers[1]["error"] and str(tmp_path) in answers[1]["error"]
+    assert answers[2]["paired"]["reward_change"] == 0.0
 
 
 def test_heldout_sessions_share_no_random_stream_with_traffic():
@@ -81,3 +123,8 @@ def test_bad_arguments_say_what_to_do(demo_base_policy, tmp_path):
         parse_args(["--candidate", str(demo_base_policy), "--champion", str(demo_base_policy), "--tasks", "1"])
     with pytest.raises(SystemExit):
         parse_args(["--candidate", str(tmp_path), "--champion", str(demo_base_policy)])
+    with pytest.raises(SystemExit):
+        parse_args(["--candidate", str(demo_base_policy)])  # no champion, no --serve
+    with pytest.raises(SystemExit):
+        parse_args(["--serve", "--candidate", str(demo_base_policy)])  # --serve reads the folders from stdin
+    assert parse_args(["--serve", "--tasks", "4"]).serve
