@@ -113,7 +113,7 @@ class CoupledPolicy:
         # The key is the call's place in the session, (seed, session, call number); calls run one at a time here.
         key = random.Random(f"{HELDOUT_SEED_PREFIX}-sampling-{self.seed}-{self.session}-{self.calls}")
         self.calls += 1
-        self.local._generator.manual_seed(key.getrandbits(63))  # same package: LocalPolicy has no public reseed
+        self.local.reseed(key.getrandbits(63))
         return self.local.generate(prompt_text, session_id, agent_role, agent_id)
 
 

@@ -35,6 +35,11 @@ class LocalPolicy:
         self._generator = torch.Generator().manual_seed(seed)
         self._lock = threading.Lock()
 
+    def reseed(self, seed: int) -> None:
+        """Restart the sampler's random stream (the held-out evaluator reseeds per call: common random numbers)."""
+        with self._lock:
+            self._generator.manual_seed(seed)
+
     def generate(
         self, prompt_text: str, session_id: str = "", agent_role: str = ROLE_SINGLE, agent_id: str = MAIN_AGENT_ID
     ) -> Completion:
