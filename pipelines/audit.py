@@ -10,33 +10,111 @@ audited by the next run.
 Before the run, the batch's sampled trajectories are written as MLflow traces in the same experiment
 (pipelines/traces.py); the run comes last, so a batch with its run has all its traces. The run's tag
 `liverl.traces_filter` is the search expression of its traces.
+
+`AuditBacklog` audits the committed batches not audited yet, oldest first: after a crash or an MLflow
+outage that is every committed batch from the oldest staging folder on (prune keeps a batch's folder until
+its audit is done, so older batches were audited). distill_once runs it before returning; `liverl distill
+--follow` runs it on a background thread (pipelines/audit_follower.py) so the next batch does not wait.
+Only a FINISHED run counts: a run cut short (process killed mid-audit) is deleted and logged again.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 from liverl.config import LiverlConfig
 from liverl.contracts import names
 from liverl.io.lineage import decode_offsets
 from liverl.io.table_history import TableHistory
 from liverl.io.traces import traces_filter
-from liverl.io.tracking import Tracking
+from liverl.io.tracking import METRICS_PER_BATCH, Tracking
 from pipelines import table
+from pipelines.state import StateStore
 from pipelines.traces import log_batch_traces
 
 BATCH_TAG = names.COMMIT_BATCH_ID
 TRACES_FILTER_TAG = "liverl.traces_filter"
 
 
-def ensure_audited(config: LiverlConfig, committed: table.Committed) -> str | None:
-    """The audit run id of the last committed batch, logging the run first if it is missing."""
+class AuditBacklog:
+    """Audits committed batches oldest first, each once, and remembers how far it got (what prune may delete).
+
+    Not thread-safe by itself: one caller at a time (distill_once, or the follower's thread)."""
+
+    def __init__(self, config: LiverlConfig, store: StateStore,
+                 audit_batch: Callable[[table.Committed], object] | None = None):
+        self.config = config
+        self.store = store
+        self.audit_batch = audit_batch or (lambda batch: ensure_audited(config, batch))
+        self.through: int | None = None  # every batch up to it is audited; None: not looked yet
+
+    def submit(self, committed_seq: int) -> None:
+        """distill_once's `auditor`: audit now, before returning."""
+        self.audit_through(committed_seq)
+
+    def audited_seq(self) -> int:
+        return self.through or 0
+
+    def audit_through(self, seq: int, stopping: Callable[[], bool] = lambda: False) -> None:
+        """Audit every unaudited committed batch up to `seq`, oldest first; raises on the first failure
+        (the batches before it stay audited: the next call resumes there)."""
+        if seq <= 0:
+            return
+        if self.through is None:  # after a (re)start: from the oldest batch that still has its folder
+            self.through = min([s for s in self.store.staged_seqs() if s <= seq] + [seq]) - 1
+        for batch in committed_batches(self.config.table.trajectories_uri, self.through, seq):
+            if stopping():
+                return
+            self.audit_batch(batch)
+            self.through = batch.seq
+        self.through = max(self.through, seq)
+
+
+def committed_batches(trajectories_uri: str, after_seq: int, through_seq: int) -> list[table.Committed]:
+    """Batches after_seq < seq <= through_seq as committed, each with its own table version, oldest first.
+
+    From the Delta history (the commit metadata holds the batch seq, id, staging folder and summary the
+    audit shows; TableHistory's TableCommit keeps only the id and offsets)."""
+    from deltalake import DeltaTable
+
+    wanted = through_seq - after_seq
+    if wanted <= 0 or not DeltaTable.is_deltatable(trajectories_uri):
+        return []
+    history = DeltaTable(trajectories_uri)
+    found: dict[int, table.Committed] = {}
+    for limit in (wanted + 20, None):  # a batch is one version; other writers (optimize, vacuum) add a few
+        for entry in history.history(limit):
+            seq = int(entry.get(table.COMMIT_BATCH_SEQ) or 0)
+            if after_seq < seq <= through_seq:
+                found[seq] = table.Committed(seq, int(entry["version"]), entry)
+        if len(found) == wanted:
+            break
+    return [found[seq] for seq in sorted(found)]
+
+
+def ensure_audited(config: LiverlConfig, committed: table.Committed, tracking: Tracking | None = None) -> str | None:
+    """The audit run id of a committed batch, logging the run first if it is missing."""
     batch_id = committed.metadata.get(names.COMMIT_BATCH_ID)
     if not batch_id:
         return None
-    tracking = Tracking(config.mlflow.tracking_uri)
-    found = tracking.find_run(config.mlflow.audit_experiment, BATCH_TAG, batch_id)
+    tracking = tracking or Tracking(config.mlflow.tracking_uri)
+    found = finished_run(tracking, config.mlflow.audit_experiment, batch_id)
     return found or log_batch(config, committed, batch_id, tracking)
+
+
+def finished_run(tracking: Tracking, experiment: str, batch_id: str) -> str | None:
+    """The batch's FINISHED audit run; runs of it cut short (killed mid-audit: maybe partial) are deleted."""
+    experiment_id = tracking.experiment_id(experiment)
+    runs = tracking.answer(f"searching the audit runs of batch {batch_id}", lambda: tracking.client.search_runs(
+        [experiment_id], filter_string=f"tags.`{BATCH_TAG}` = '{batch_id}'", max_results=20))
+    for run in runs:
+        if run.info.status == "FINISHED":
+            return run.info.run_id
+    for run in runs:
+        tracking.answer(f"deleting the unfinished audit run {run.info.run_id}",
+                        lambda run_id=run.info.run_id: tracking.client.delete_run(run_id))
+    return None
 
 
 def log_batch(config: LiverlConfig, committed: table.Committed, batch_id: str,
@@ -49,9 +127,9 @@ def log_batch(config: LiverlConfig, committed: table.Committed, batch_id: str,
     traces = log_batch_traces(config, committed.state_uri, rows, committed.table_version, tracking)
     tags = {BATCH_TAG: batch_id, TRACES_FILTER_TAG: traces_filter(batch_id=batch_id)}
     with tracking.run(config.mlflow.audit_experiment, batch_id, tags=tags) as run:
-        run.log_params({"batch_id": batch_id, "batch_seq": committed.seq, "table_version": committed.table_version,
-                        "reward_config_version": metadata.get(table.COMMIT_REWARD_CONFIG_VERSION, ""),
-                        "kafka_offsets": json.dumps(offsets, sort_keys=True)[:6000]})
+        params = {"batch_id": batch_id, "batch_seq": committed.seq, "table_version": committed.table_version,
+                  "reward_config_version": metadata.get(table.COMMIT_REWARD_CONFIG_VERSION, ""),
+                  "kafka_offsets": json.dumps(offsets, sort_keys=True)[:6000]}
         metrics = {"sessions": summary.get("sessions", 0), "trajectories": len(rows),
                    "trainable_tokens": sum(sum(r["loss_mask"]) for r in rows),
                    "tokens": sum(len(r["token_ids"]) for r in rows), "traces": traces}
@@ -59,7 +137,7 @@ def log_batch(config: LiverlConfig, committed: table.Committed, batch_id: str,
         metrics |= {f"dead_letters.{reason}": n for reason, n in summary.get("dead_letters", {}).items()}
         metrics["dead_letters"] = sum(summary.get("dead_letters", {}).values())
         metrics |= reward_statistics(rows)
-        run.log_metrics({k: float(v) for k, v in metrics.items()})
+        log_params_and_metrics(tracking, run.run_id, params, {k: float(v) for k, v in metrics.items()})
         run.log_dict({"offsets": offsets, "summary": summary}, "batch.json")
         figure = reward_histograms(rows)
         if figure is not None:
@@ -67,6 +145,21 @@ def log_batch(config: LiverlConfig, committed: table.Committed, batch_id: str,
         if rows:
             run.log_table(sample_table(rows, config.pipelines.audit_sample_size), "trajectories_sample.json")
         return run.run_id
+
+
+def log_params_and_metrics(tracking: Tracking, run_id: str, params: dict, metrics: dict[str, float]) -> None:
+    """Params and metrics in one MLflow log_batch call (two when metrics exceed MLflow's cap per call)."""
+    import time
+
+    from mlflow.entities import Metric, Param
+
+    now = int(time.time() * 1000)
+    entries = [Metric(key, value, now, 0) for key, value in metrics.items()]
+    chunks = [entries[start:start + METRICS_PER_BATCH] for start in range(0, len(entries), METRICS_PER_BATCH)] or [[]]
+    for index, chunk in enumerate(chunks):
+        params_now = [Param(key, str(value)) for key, value in params.items()] if index == 0 else []
+        tracking.answer(f"logging params and metrics in run {run_id}",
+                        lambda: tracking.client.log_batch(run_id, metrics=chunk, params=params_now))
 
 
 def _components(rows: list[dict]) -> dict[str, list[float]]:
@@ -90,17 +183,14 @@ def reward_histograms(rows: list[dict]):
     components = _components(rows)
     if not components:
         return None
-    import matplotlib
+    from matplotlib.figure import Figure  # not pyplot: no global state, safe on the follower's thread
 
-    matplotlib.use("Agg")
-    from matplotlib import pyplot as plt
-
-    figure, axes = plt.subplots(1, len(components), figsize=(3 * len(components), 2.5), squeeze=False)
+    figure = Figure(figsize=(3 * len(components), 2.5))
+    axes = figure.subplots(1, len(components), squeeze=False)
     for axis, (name, values) in zip(axes[0], sorted(components.items())):
         axis.hist(values, bins=20)
         axis.set_title(name, fontsize=8)
     figure.tight_layout()
-    plt.close(figure)
     return figure
 
 

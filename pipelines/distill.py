@@ -5,7 +5,9 @@
     distill   run DistillBatch on the configured runner; outputs staged as Parquet in <state>/batches/<seq>
     commit    dead letters, then trajectories + offsets + state pointer as ONE Delta version, each guarded
               by the Delta app transaction (DISTILL_APP_ID, seq); the staged files are streamed, never loaded whole
-    audit     an MLflow run for the committed batch (recovered on the next run if the process died first)
+    audit     an MLflow run for the committed batch, by `auditor`: here before returning (default), or on
+              the follower's thread (`liverl distill --follow`); every committed batch not audited yet (a
+              crash, MLflow down) is audited by the next run, oldest first (pipelines/audit.py)
 
 `on_phase(name)` is called between phases ("planned", "distilled", "before_commit", "during_commit",
 "after_commit"): tests raise from it to inject crashes.
@@ -18,6 +20,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import pyarrow as pa
 
@@ -61,20 +64,34 @@ class BatchReport:
                 f" | offsets {offsets} | workers {len(self.workers)} | {state} | {self.seconds:.1f}s")
 
 
+class Auditor(Protocol):
+    """Who audits committed batches: AuditBacklog (now, in the caller) or AuditFollower (a thread)."""
+
+    def submit(self, committed_seq: int) -> None:
+        """Audit every committed batch up to this one that is not audited yet (now, or soon)."""
+
+    def audited_seq(self) -> int:
+        """Every batch up to this one is audited: prune may delete their staging folders."""
+
+
 def state_uri(config: LiverlConfig) -> str:
     return config.pipelines.state_uri or f"{config.table.trajectories_uri.rstrip('/')}/_liverl_distill"
 
 
 def distill_once(config: LiverlConfig, now_ms: int | None = None,
-                 on_phase: Callable[[str], None] = lambda phase: None) -> BatchReport:
-    """Distill everything new since the last commit; safe to re-run after a crash at any point."""
+                 on_phase: Callable[[str], None] = lambda phase: None, auditor: Auditor | None = None) -> BatchReport:
+    """Distill everything new since the last commit; safe to re-run after a crash at any point.
+
+    `auditor` (with config.pipelines.audit): None audits here, so the batch is audited when this returns."""
     began = time.monotonic()
     store = StateStore(state_uri(config))
-    committed = table.read_committed(config.table.trajectories_uri)
-    if config.pipelines.audit and committed.seq:
-        from pipelines.audit import ensure_audited
+    if config.pipelines.audit and auditor is None:
+        from pipelines.audit import AuditBacklog
 
-        ensure_audited(config, committed)
+        auditor = AuditBacklog(config, store)
+    committed = table.read_committed(config.table.trajectories_uri)
+    if config.pipelines.audit:
+        auditor.submit(committed.seq)  # batches committed by an earlier run and not audited yet
     seq = committed.seq + 1
     plan = store.load_plan(seq)
     if plan is None:
@@ -107,10 +124,8 @@ def distill_once(config: LiverlConfig, now_ms: int | None = None,
     report.committed = True
     on_phase("after_commit")
     if config.pipelines.audit:
-        from pipelines.audit import ensure_audited
-
-        ensure_audited(config, table.read_committed(config.table.trajectories_uri))
-    store.prune(seq, config.pipelines.keep_state_batches)
+        auditor.submit(seq)
+    store.prune(seq, config.pipelines.keep_state_batches, auditor.audited_seq() if config.pipelines.audit else None)
     report.seconds = time.monotonic() - began
     return report
 

@@ -152,14 +152,25 @@ class StateStore:
         files = self._staged_files(batch_uri, name)
         return sum(pq.ParquetFile(f, filesystem=self._fs).metadata.num_rows for f in files)
 
-    def prune(self, committed_seq: int, keep: int) -> None:
-        """Delete plans up to the committed batch and staging folders older than the last `keep` batches."""
+    def staged_seqs(self) -> list[int]:
+        """The batches whose staging folder exists, oldest first."""
+        return sorted(int(info.base_name) for info in self._list(f"{self._root_path}/batches")
+                      if info.base_name.isdigit())
+
+    def prune(self, committed_seq: int, keep: int, audited_seq: int | None = None) -> None:
+        """Delete plans up to the committed batch and staging folders older than the last `keep` batches.
+
+        `audited_seq`: every batch up to it is audited; a later batch's folder holds the sources of its
+        traces, so it stays until the auditor is past it (None: no audit waits, e.g. audit off)."""
         for info in self._list(f"{self._root_path}/plans"):
             if info.base_name.split(".")[0].isdigit() and int(info.base_name.split(".")[0]) <= committed_seq:
                 self._delete_file(info.path)
-        for info in self._list(f"{self._root_path}/batches"):
-            if info.base_name.isdigit() and int(info.base_name) <= committed_seq - max(keep, 1):
-                self._fs.delete_dir(info.path)
+        last = committed_seq - max(keep, 1)
+        if audited_seq is not None:
+            last = min(last, audited_seq)
+        for seq in self.staged_seqs():
+            if seq <= last:
+                self._fs.delete_dir(self._local(self.batch_dir(seq)))
 
     def _plan_path(self, seq: int) -> str:
         return f"{self._root_path}/plans/{seq:010d}.json"

@@ -106,34 +106,21 @@ class TraceStore:
         return info is not None and info.tags.get(TAG_COMPLETE) == "true"
 
     def write(self, experiment_id: str, trace: TraceRecord) -> tuple[str, bool]:
-        """(trace id, whether it was written now); a complete trace already there is left as it is."""
+        """(trace id, whether it was written now); a complete trace already there is left as it is.
+
+        Three calls per trace: is it complete, its spans, and its info with every assessment. The assessments ride
+        on the info (MLflow merges them by id), each with an id derived from the trace and its name and span, so
+        a repeated write after a crash merges the same rows instead of adding copies."""
         trace_id = trace_id_for(experiment_id, trace.key)
         if self.is_complete(trace_id):
             return trace_id, False
         spans = [_mlflow_span(trace_id, span) for span in trace.spans]
         self.tracking.answer(f"logging the spans of trace {trace_id}",
                              lambda: self.client.log_spans(experiment_id, spans))  # an upsert: safe to repeat
-        self._log_assessments(trace_id, trace)
-        self.tracking.answer(f"finishing trace {trace_id}", lambda: self.client.start_trace(_trace_info(
-            experiment_id, trace_id, trace)))
+        info = _trace_info(experiment_id, trace_id, trace)
+        info.assessments = [_feedback(trace_id, record) for record in trace.assessments]
+        self.tracking.answer(f"finishing trace {trace_id}", lambda: self.client.start_trace(info))
         return trace_id, True
-
-    def _log_assessments(self, trace_id: str, trace: TraceRecord) -> None:
-        from mlflow.entities import AssessmentSource, Feedback
-
-        # a crash may have left some: assessments (unlike spans) would be duplicated by a second write
-        existing = self.tracking.answer(f"reading trace {trace_id}", lambda: self.client.get_trace_info(trace_id))
-        logged = {(a.name, a.span_id) for a in existing.assessments}
-        for record in trace.assessments:
-            span_id = _span_id(trace_id, record.span) if record.span else None
-            if (record.name, span_id) in logged:
-                continue
-            feedback = Feedback(name=record.name, value=record.value, rationale=record.rationale,
-                                source=AssessmentSource(source_type=record.source_type, source_id=record.source_id),
-                                metadata=dict(record.metadata) or None, span_id=span_id,
-                                **({"create_time_ms": record.time_ms} if record.time_ms else {}))
-            self.tracking.answer(f"logging assessment {record.name} of trace {trace_id}",
-                                 lambda: self.client.log_assessment(trace_id, feedback))
 
     def search(self, experiment_id: str, filter_string: str, max_results: int = 1000,
                include_spans: bool = False) -> list:
@@ -265,6 +252,23 @@ def _mlflow_span(trace_id: str, span: SpanRecord):
         name=span.name, context=build_otel_context(otel_trace_id, int(_span_id(trace_id, span.key), 16)),
         parent=parent, start_time=span.start_ms * 1_000_000, end_time=max(span.end_ms, span.start_ms) * 1_000_000,
         attributes=attributes, status=status, resource=Resource.get_empty()))
+
+
+def assessment_id_for(trace_id: str, name: str, span_id: str | None) -> str:
+    """MLflow's "a-<32 hex>" id of an assessment, the same in every write of the trace."""
+    return "a-" + hashlib.sha256(json.dumps([trace_id, name, span_id]).encode()).hexdigest()[:32]
+
+
+def _feedback(trace_id: str, record):
+    from mlflow.entities import AssessmentSource, Feedback
+
+    span_id = _span_id(trace_id, record.span) if record.span else None
+    feedback = Feedback(name=record.name, value=record.value, rationale=record.rationale, trace_id=trace_id,
+                        source=AssessmentSource(source_type=record.source_type, source_id=record.source_id),
+                        metadata=dict(record.metadata) or None, span_id=span_id,
+                        **({"create_time_ms": record.time_ms} if record.time_ms else {}))
+    feedback.assessment_id = assessment_id_for(trace_id, record.name, span_id)
+    return feedback
 
 
 def _trace_info(experiment_id: str, trace_id: str, trace: TraceRecord):

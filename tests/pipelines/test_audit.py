@@ -27,13 +27,17 @@ def test_each_committed_batch_gets_one_audit_run_even_after_a_crash(distill_conf
 
     with pytest.raises(RuntimeError):
         distill_once(config, now_ms=T0 + 3600_000, on_phase=crash_after_commit)
-    assert not distill_once(config, now_ms=T0 + 3600_000).committed  # nothing new, but audits batch 2
-
     client = mlflow.MlflowClient(config.mlflow.tracking_uri)
     experiment = client.get_experiment_by_name(config.mlflow.audit_experiment)
+    cut_short = client.create_run(experiment.experiment_id, run_name="liverl-distill-00000002",  # killed mid-audit
+                                  tags={names.COMMIT_BATCH_ID: "liverl-distill-00000002"})
+    assert not distill_once(config, now_ms=T0 + 3600_000).committed  # nothing new, but audits batch 2
+
+    assert client.get_run(cut_short.info.run_id).info.lifecycle_stage == "deleted"  # replaced by a whole run
     runs = client.search_runs([experiment.experiment_id])
     assert sorted(run.data.tags[names.COMMIT_BATCH_ID] for run in runs) == [first.batch_id, "liverl-distill-00000002"]
     second = next(run for run in runs if run.info.run_name == "liverl-distill-00000002")
+    assert second.info.status == "FINISHED"
     assert second.data.metrics["trajectories"] == 2 and second.data.metrics["sessions"] == 1
     assert second.data.metrics["reward.outcome.mean"] == pytest.approx(0.75)  # orchestrator 0.5, sub-agent 1.0
     assert json.loads(second.data.params["kafka_offsets"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from deltalake import DeltaTable
 
-from liverl.io.traces import TAG_TABLE_VERSION, table_versions_filter, traces_filter
+from liverl.io.traces import TAG_COMPLETE, TAG_TABLE_VERSION, TraceStore, table_versions_filter, traces_filter
 from liverl.io.tracking import Tracking
 from liverl.rewards.session import SessionRecord
 from liverl.v1 import session_event_pb2 as se
@@ -112,6 +112,15 @@ def test_committed_trajectories_become_searchable_traces_once(distill_config, mo
     again = _traces(config)
     assert len(again) == 5
     assert sorted(len(t.info.assessments) for t in again) == sorted(len(t.info.assessments) for t in traces.values())
+
+    # a trace a crash left incomplete is written again whole: its assessments merge by id, never doubled
+    c2_id = traces[("c2", "main")].info.trace_id
+    TraceStore(tracking).client.delete_trace_tag(c2_id, TAG_COMPLETE)
+    assert log_batch_traces(config, second.state_uri, history_rows, second.table_version, tracking) == 2
+    rewritten = {t.info.trace_id: t for t in _traces(config)}
+    assert _tag(rewritten[c2_id], TAG_COMPLETE) == "true"
+    assert len(rewritten[c2_id].info.assessments) == len(traces[("c2", "main")].info.assessments)
+    assert len({a.assessment_id for a in rewritten[c2_id].info.assessments}) == len(rewritten[c2_id].info.assessments)
 
     run = tracking.client.search_runs([tracking.experiment_id(config.mlflow.audit_experiment)],
                                       filter_string=f"tags.`liverl.batch_id` = '{second.metadata['liverl.batch_id']}'")[0]
