@@ -27,15 +27,15 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 # What the profiles showed (bench/README.md has the commands and the figures before and after).
-NOTES = """notes   | the SDK path costs more CPU per event than the plain path (the `cpu` lines); on shared cores that
-        | ratio bounds the throughput ratio. The capture service produces every event with the same kafka-python
-        | producer as the plain path (~45-55 us per event, with three contract headers per record), so its
-        | producer alone is about the whole plain path; on top come the SDK (~25 us: building and serializing
-        | events, gRPC) and the service's own checks (~40 us: parse, validate, redact, session rules). What was
-        | removed: redaction ran ~12 RE2 scans per id string (uuids are full of digit pairs): now one scan for
-        | all detectors (~1000 -> ~20 us per event); murmur2 in pure Python per record (hash kept per key);
-        | a 2 ms linger that cut each request into dozens of small batches (one batch per partition, then
-        | flush). See bench/README.md for why 0.8x is out of reach on 2 shared cores."""
+NOTES = """notes   | the capture service is one GIL-bound process: its CPU per event (the `cpu` lines) bounds its rate,
+        | and on shared cores the ratio follows the CPU ratio. It produces every event with the same kafka-python
+        | producer as the plain path (~45 us per event with three contract headers per record: about the whole
+        | plain path), then redaction's prefilter (~19 us) and the checks and the record (~18 us) come on top.
+        | Round 1 removed: ~12 RE2 scans per id string (one scan for all detectors), murmur2 in pure Python per
+        | record, a 2 ms linger. Round 2 removed from the SDK: uuid4 per id (ids from one getrandom per 256),
+        | a lock per sequence number, sizing every event twice under the queue's lock, framing each event in
+        | Python; from the service: the pure-Python split and a parse call per event (one C parse per sound
+        | request). See bench/README.md for the profiles and why 0.8x is out of reach with this producer."""
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -71,7 +71,7 @@ def start_stack(folder: Path):
 
 def run_sdk(config, events: int, session_length: int, spool: Path) -> tuple[float, list[int]]:
     """events/s from the first recording call until the service acknowledged everything; per-call ns."""
-    from ingest.sdk import CaptureClient
+    from ingest.sdk import CaptureClient  # imported by main() already: no import inside the measured run
 
     client = CaptureClient(f"127.0.0.1:{config.ingest.grpc_port}", "demo-token", spool, max_queue_events=events + 10,
                            batch_size=500)
@@ -135,6 +135,7 @@ def main(argv=None) -> int:
     from liverl.io import processes
 
     args = parse_args(argv)
+    import ingest.sdk  # noqa: F401 - the SDK's first import (grpc, protobuf) is no part of any round's CPU
     print(environment_line(), flush=True)
     with tempfile.TemporaryDirectory(prefix="ingest-bench-") as tmp:
         folder = Path(tmp)

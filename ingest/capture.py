@@ -120,7 +120,9 @@ class CaptureCore:
                     duplicates += 1  # stored before: acknowledged again, never stored twice
                     continue
                 self.sessions.admit(event, now_ms)
-                redacted += redactor.redact_message(event)
+                found = redactor.redact_message(event)
+                if found:  # usually empty: Counter's += costs more than the check
+                    redacted.update(found)
                 stored.add(identity)
                 records.append(self._event_record(event))
             except Exception as error:  # noqa: BLE001 - one event's failure must never fail its batch

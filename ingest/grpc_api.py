@@ -1,5 +1,6 @@
-"""The CaptureService over gRPC. The request arrives as raw bytes and is split per event (ingest.wire),
-so one malformed event is rejected on its own instead of failing its whole batch.
+"""The CaptureService over gRPC. The request arrives as raw bytes: parsed whole when nothing in it is
+malformed, otherwise split per event (ingest.wire), so one malformed event is rejected on its own
+instead of failing its whole batch.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from ingest.capture import CaptureCore
 from ingest.routing import REPLICA_TOKEN_META, PeerForwarder
 from liverl.io.spool import SpoolFull
 from ingest.validation import parse_binary
-from ingest.wire import MalformedRequest, split_events
+from ingest.wire import MalformedRequest, parsed_events, split_events
 from liverl.contracts import names
 from liverl.v1 import capture_pb2
 
@@ -37,10 +38,13 @@ class CaptureHandler:
         except AuthError as error:
             self.core.refuse_caller(error.status, error.message, api="grpc", tenant=_token_tenant(self.auth, metadata))
             context.abort(AUTH_STATUS[error.status], error.message)
-        try:
-            events = split_events(request)
-        except MalformedRequest as error:
-            self._reject(context, "invalid_protobuf", f"the CaptureRequest is malformed: {error}", tenant, request)
+        events, parse = parsed_events(request), _parsed
+        if events is None:  # something in it is malformed: each event on its own
+            try:
+                events, parse = split_events(request), parse_binary
+            except MalformedRequest as error:
+                self._reject(context, "invalid_protobuf", f"the CaptureRequest is malformed: {error}", tenant,
+                             request)
         if len(events) > self.max_batch_events:
             self._reject(context, "too_many_events", f"{len(events)} events in one request; send at most "
                                                      f"{self.max_batch_events} (ingest.max_batch_events)", tenant,
@@ -56,7 +60,7 @@ class CaptureHandler:
             context.set_trailing_metadata(((RETRY_AFTER_KEY, f"{error.retry_after_s:.3f}"),))
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(error))
         try:
-            return self.core.capture(tenant, events, parse_binary, api="grpc", time_left_s=context.time_remaining(),
+            return self.core.capture(tenant, events, parse, api="grpc", time_left_s=context.time_remaining(),
                                      forwarded=forwarded)
         except SpoolFull as error:
             context.abort(grpc.StatusCode.UNAVAILABLE, f"not stored, retry later: {error}")
@@ -73,6 +77,11 @@ class CaptureHandler:
             self.capture, request_deserializer=None,  # raw bytes: split and parse per event
             response_serializer=capture_pb2.CaptureResponse.SerializeToString)
         return grpc.method_handlers_generic_handler(SERVICE_NAME, {"Capture": method})
+
+
+def _parsed(event):
+    """The parse step of events that parsed with their whole request."""
+    return event
 
 
 def _token_tenant(auth: TokenAuth, metadata: dict) -> str:

@@ -2,16 +2,32 @@
 
 gRPC would otherwise parse the whole request at once, and one event with invalid UTF-8 or a wrong
 wire type would fail the whole batch. Splitting first lets each event be parsed, rejected and
-dead-lettered on its own, so one bad event never loses its good neighbours.
+dead-lettered on its own, so one bad event never loses its good neighbours. A request with nothing
+wrong in it (the usual case) is parsed whole instead, in one call of the C parser (`parsed_events`):
+the pure-Python split and a parse call per event cost more than the parse itself.
 """
 
 from __future__ import annotations
+
+from google.protobuf.message import DecodeError
+
+from liverl.v1 import capture_pb2
 
 EVENTS_FIELD = 1  # CaptureRequest.events
 
 
 class MalformedRequest(ValueError):
     """The request's own framing is broken: no event boundary can be trusted."""
+
+
+def parsed_events(raw: bytes) -> list | None:
+    """Every event of the request, parsed (SessionEvent), when the whole request parses; None when any
+    part of it does not (broken framing, a malformed event, invalid UTF-8): then split it with
+    split_events and parse each event on its own, so the bad ones are told apart from the good."""
+    try:
+        return list(capture_pb2.CaptureRequest.FromString(raw).events)
+    except (DecodeError, RecursionError, ValueError):  # whatever it is, the careful path tells
+        return None
 
 
 def split_events(raw: bytes) -> list[bytes]:

@@ -14,7 +14,6 @@ not hold it); `client.feedback(reply, ...)` makes even a call sent without any l
 from __future__ import annotations
 
 import time
-import uuid
 import weakref
 from collections.abc import Mapping
 from pathlib import Path
@@ -22,6 +21,7 @@ from pathlib import Path
 import grpc
 
 from ingest.sdk.completions import completion_ref, fixed_event_id, one_call_session
+from ingest.sdk.ids import random_id
 from ingest.sdk.sender import BackgroundSender
 from ingest.sdk.session import FeedbackKind, SessionRecorder, fill_feedback, new_event, role_value
 
@@ -49,7 +49,7 @@ class CaptureClient:
                       attributes: Mapping[str, str] | None = None, role: str = "single",
                       session_id: str | None = None) -> SessionRecorder:
         """Open a session (records session_start); role "orchestrator" for a PARL main agent."""
-        session = SessionRecorder(self._sender.submit, session_id or uuid.uuid4().hex, user_id, "main", role)
+        session = SessionRecorder(self._sender.submit, session_id or random_id(), user_id, "main", role)
         session._start(task_family, task_id, token_budget, attributes or {})
         self._sessions[session.session_id] = session
         return session

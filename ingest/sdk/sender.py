@@ -17,6 +17,7 @@ service asks for. Only an unreachable service (UNAVAILABLE) is waited on without
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import os
 import random
@@ -78,7 +79,7 @@ class BackgroundSender:
         self._spool = Spool(spool_dir, max_bytes=max_spool_bytes) if spool_dir is not None else None
         self._queue: collections.deque = collections.deque()
         self._in_flight = 0
-        self._cond = threading.Condition()
+        self._cond = threading.Condition(threading.Lock())  # not re-entered: a plain lock is cheaper
         self._stopping = False
         self._stats = SenderStats()
         self._thread = threading.Thread(target=self._run, name="liverl-capture-sender", daemon=True)
@@ -158,21 +159,20 @@ class BackgroundSender:
             backoff = min(backoff * 2, MAX_BACKOFF_S)
 
     def _send_queued(self) -> bool:
-        with self._cond:
-            if not self._queue:
-                self._cond.wait(0.1)
-                if not self._queue:
-                    return True
-            if len(self._queue) < self.batch_size and self.linger_s:
-                self._cond.wait(self.linger_s)  # let a batch form; submit() only notifies on the first event
-            batch, size = [], 0
-            while self._queue and len(batch) < self.batch_size and (not batch or size < self.max_request_bytes):
-                if batch and size + self._queue[0].ByteSize() > self.max_request_bytes:
-                    break
-                batch.append(self._queue.popleft())
-                size += batch[-1].ByteSize()
-            self._in_flight = len(batch)
-        blobs = [event.SerializeToString() for event in batch]
+        batch = self._take_batch()
+        if not batch:
+            return True
+        # serialized here, once, not on the caller's thread; each blob is sized by its length
+        blobs, size = [], 0
+        for event in batch:
+            blob = event.SerializeToString()
+            if blobs and size + len(blob) > self.max_request_bytes:
+                break
+            blobs.append(blob)
+            size += len(blob)
+        if len(blobs) < len(batch):  # over the request size: the rest goes back, ahead of anything newer
+            self._requeue(batch[len(blobs):])
+            batch = batch[:len(blobs)]
         unsettled = self._send(blobs)
         # disk work outside the lock: submit() never waits on it
         parked = bool(unsettled) and self._park([blobs[i] for i in unsettled])
@@ -182,6 +182,31 @@ class BackgroundSender:
                 self._queue.extendleft(reversed([batch[i] for i in unsettled]))
             self._cond.notify_all()
         return not unsettled
+
+    def _take_batch(self) -> list:
+        """Up to batch_size events from the front of the queue (after a linger to let a batch form),
+        counted in flight. The lock is held only to move them: submit() must not wait behind sizing."""
+        with self._cond:
+            if not self._queue:
+                self._cond.wait(0.1)
+                if not self._queue:
+                    return []
+            if len(self._queue) < self.batch_size and self.linger_s:
+                self._cond.wait(self.linger_s)  # let a batch form; submit() only notifies on the first event
+            if len(self._queue) <= self.batch_size:
+                batch = list(self._queue)
+                self._queue.clear()
+            else:
+                take = self._queue.popleft
+                batch = [take() for _ in range(self.batch_size)]
+            self._in_flight = len(batch)
+        return batch
+
+    def _requeue(self, events: list) -> None:
+        """Give events taken from the front of the queue back to it, in order, before newer ones."""
+        with self._cond:
+            self._queue.extendleft(reversed(events))
+            self._in_flight -= len(events)
 
     def _send_spooled(self) -> bool:
         if self._spool_remainder is not None:  # a chunk partly settled: only its rest is resent
@@ -226,7 +251,7 @@ class BackgroundSender:
     def _attempt(self, blobs: list[bytes], pending: list[int]) -> tuple[str, list[int]]:
         """One Capture call over blobs[pending]: ("settled", []), ("again", to resend), ("later", to resend
         after a rate limit's delay) or ("away", pending)."""
-        request = b"".join(_frame(blobs[i]) for i in pending)
+        request = _request([blobs[i] for i in pending])
         try:
             response = self._capture(request, metadata=self._metadata, timeout=self.request_timeout_s)
         except grpc.RpcError as error:
@@ -280,7 +305,7 @@ class BackgroundSender:
     def _dead_letter(self, blobs: list[bytes], why: str) -> None:
         if self._dead_letter_path is not None:
             with self._dead_letter_path.open("ab") as sink:
-                sink.write(b"".join(_frame(blob) for blob in blobs))
+                sink.write(_request(blobs))
                 sink.flush()
                 os.fsync(sink.fileno())
         with self._cond:
@@ -316,8 +341,21 @@ class BackgroundSender:
 
 def _frame(blob: bytes) -> bytes:
     """One CaptureRequest.events entry on the wire: tag (field 1, length-delimited), length, bytes."""
-    length = len(blob)
-    varint = bytearray()
+    return _entry_prefix(len(blob)) + blob
+
+
+def _request(blobs: list[bytes]) -> bytes:
+    """A serialized CaptureRequest of these events: each blob is copied once, into the request."""
+    parts = []
+    for blob in blobs:
+        parts += (_entry_prefix(len(blob)), blob)
+    return b"".join(parts)
+
+
+@functools.lru_cache(maxsize=1 << 14)  # events of the same size share their prefix
+def _entry_prefix(length: int) -> bytes:
+    """The tag (field 1, length-delimited) and the varint length of one CaptureRequest.events entry."""
+    varint = bytearray(b"\x0a")
     while True:
         byte = length & 0x7F
         length >>= 7
@@ -325,4 +363,4 @@ def _frame(blob: bytes) -> bytes:
             varint.append(byte | 0x80)
         else:
             varint.append(byte)
-            return b"\x0a" + bytes(varint) + blob
+            return bytes(varint)

@@ -9,7 +9,7 @@ import grpc
 
 from ingest.sdk import CaptureClient
 from ingest.wire import split_events
-from liverl.v1 import capture_pb2
+from liverl.v1 import capture_pb2, session_event_pb2
 from tests.ingest.conftest import capture_config, events_of, read_topic
 
 
@@ -90,3 +90,42 @@ def test_a_rate_limited_client_waits_and_delivers_each_event_once(fresh_topics, 
         server.stop()
     assert stats["sent"] == 30 and stats["dead_lettered"] == stats["rejected"] == 0 and stats["retries"] > 0
     assert len(events) == len({e.event_id for e in events}) == 30
+
+
+class Recording:
+    """A stand-in capture service that stores every request's events and accepts them all."""
+
+    def __init__(self):
+        self.calls: list[list[bytes]] = []
+
+    def capture(self, request: bytes, context) -> capture_pb2.CaptureResponse:
+        self.calls.append(split_events(request))
+        return capture_pb2.CaptureResponse(accepted=len(self.calls[-1]))
+
+
+def test_a_batch_over_the_request_size_goes_in_order_over_several_requests():
+    from ingest.sdk.sender import BackgroundSender
+    from ingest.sdk.session import SessionRecorder
+
+    service = Recording()
+    server = grpc.server(ThreadPoolExecutor(max_workers=2))
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("liverl.v1.CaptureService", {
+        "Capture": grpc.unary_unary_rpc_method_handler(
+            service.capture, response_serializer=capture_pb2.CaptureResponse.SerializeToString)}),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        sender = BackgroundSender(f"127.0.0.1:{port}", "t", None, batch_size=100, max_request_bytes=1000)
+        session = SessionRecorder(sender.submit, "s1", "u")
+        session._start("coding", "t1", 0, {})
+        for step in range(39):
+            session.user_message(f"message {step} " + "x" * 40)
+        assert sender.flush(timeout_s=30), sender.stats()
+        stats = sender.stats()
+        sender.close(timeout_s=5)
+    finally:
+        server.stop(0)
+    assert len(service.calls) > 3 and all(sum(map(len, call)) <= 1000 for call in service.calls)
+    sent = [session_event_pb2.SessionEvent.FromString(blob) for call in service.calls for blob in call]
+    assert [event.sequence for event in sent] == list(range(40))  # every event once, in recording order
+    assert stats["sent"] == 40 and stats["queued"] == stats["in_flight"] == 0
