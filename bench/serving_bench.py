@@ -1,25 +1,34 @@
 """Serving benchmark: the same concurrent load through gRPC, through HTTP and straight into the engine,
-side by side in one run; then the same load before, during and after a forced hot-swap, once in place
-and once on a second engine (the fallback), side by side.
+side by side in one run, and gRPC with ModelCall recording on and off; then the same load before, during
+and after a forced hot-swap, once in place and once on a second engine (the fallback), side by side.
 
-    .venv/bin/python bench/serving_bench.py --engine vllm --concurrency 8 --requests 64 --max-tokens 16
+    .venv/bin/python bench/serving_bench.py --engine vllm --concurrency 8 --requests 64 --max-tokens 16 --rounds 3
 
 Starts its own embedded stack (broker + MLflow) in a temporary folder, registers three tiny policy
-versions, serves version 1, and prints requests/s, tokens/s and p50/p99 latency per path with the
-ratio to direct engine calls; then, per swap mode: how long new requests were held (the pause), failed
-requests during the swap (goal 0), the worst latency during the swap relative to the steady p99 (goal
-<= 2x) and the peak memory (RSS of this process, which hosts the server, and its children, vLLM's engine
-process) relative to steady (goal <= 1.1x). Everything runs in one process on this machine, so client,
-server and engine share the CPUs (figures are relative, not absolute). The figures go to the benchmark
-summary (bench/report.py) under "serving".
+versions, serves version 1, and prints, per round, requests/s, tokens/s and p50/p99 latency per path with
+the ratio to direct engine calls of the same round; then the medians of the rounds' ratios, and the
+recording lag (completion finished -> record acknowledged by Kafka) at p50/p99. Per swap mode: how long
+new requests were held (the pause), failed requests during the swap (goal 0), the worst latency during
+the swap relative to the steady p99 (goal <= 2x) and the peak memory (RSS of this process, which hosts
+the server, and its children, vLLM's engine process) relative to steady (goal <= 1.1x).
+
+Where the load comes from: direct calls run on the server's own event loop (they are engine calls, with
+no client); the gRPC and HTTP clients run in a driver process of their own (this script, `--drive`), as a
+product's clients do, so the server's overhead is measured and not the clients' competing for its GIL.
+All processes still share this machine's CPUs (figures are relative, not absolute). "recording off"
+switches the running server's recorder off between two runs (what serving.record=false does, without
+loading a second engine). The figures go to the benchmark summary (bench/report.py) under "serving".
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import signal
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -38,6 +47,18 @@ class Run:
     failures: int = 0
     wall_s: float = 0.0
 
+    @property
+    def requests_per_s(self) -> float:
+        return len(self.latencies) / self.wall_s
+
+    def to_json(self) -> str:
+        return json.dumps({"name": self.name, "latencies": self.latencies, "tokens": self.tokens,
+                           "failures": self.failures, "wall_s": self.wall_s})
+
+    @staticmethod
+    def from_json(line: str) -> "Run":
+        return Run(**json.loads(line))
+
     def figures(self) -> dict:
         lat = sorted(self.latencies) or [0.0]
         return {"requests_per_s": round(len(self.latencies) / self.wall_s, 2),
@@ -48,7 +69,7 @@ class Run:
         lat = sorted(self.latencies) or [0.0]
         p50, p99 = statistics.median(lat), lat[min(len(lat) - 1, int(0.99 * len(lat)))]
         rps, tps = len(self.latencies) / self.wall_s, self.tokens / self.wall_s
-        text = (f"{self.name:<8} req/s {rps:7.1f} | tok/s {tps:8.1f} | p50 {p50 * 1000:7.1f} ms | "
+        text = (f"{self.name:<10} req/s {rps:7.1f} | tok/s {tps:8.1f} | p50 {p50 * 1000:7.1f} ms | "
                 f"p99 {p99 * 1000:7.1f} ms | failed {self.failures}")
         if baseline is not None:
             b = sorted(baseline.latencies)
@@ -85,7 +106,12 @@ def main(argv=None) -> None:
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--swap-phase-s", type=float, default=20.0, help="steady load before the swap and after it")
     parser.add_argument("--swap-modes", default="in_place,two_engine", help="swaps to run under load, in order")
+    parser.add_argument("--rounds", type=int, default=3, help="side-by-side rounds; ratios are their medians")
+    parser.add_argument("--drive", nargs=3, metavar=("GRPC_TARGET", "HTTP_BASE", "MODEL"),
+                        help=argparse.SUPPRESS)  # internal: run as the client driver process
     args = parser.parse_args(argv)
+    if args.drive:
+        return _driver(*args.drive)
     signal.signal(signal.SIGTERM, _interrupt)  # so a stopped bench still stops the stack it started
 
     from liverl.io.processes import free_port
@@ -133,7 +159,9 @@ def _bench(config, args, swaps: list[tuple[str, str]]) -> None:
 
     from serving.server import PolicyServer
 
-    loop = asyncio.new_event_loop()
+    import uvloop
+
+    loop = uvloop.new_event_loop()  # the loop `liverl serve` runs the server on (serving.cli)
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
     server = PolicyServer(config, say=lambda line: print(line, flush=True))
@@ -141,16 +169,17 @@ def _bench(config, args, swaps: list[tuple[str, str]]) -> None:
     def on_server(coroutine, timeout_s=600):
         return asyncio.run_coroutine_threadsafe(coroutine, loop).result(timeout_s)
 
-    on_server(server.start())
+    on_server(server.start(), timeout_s=1800)  # vLLM's start takes minutes on a busy machine
     try:
         print(environment_line(), flush=True)
         figures = {"engine": args.engine, "concurrency": args.concurrency, "max_tokens": args.max_tokens,
-                   **_side_by_side(server, on_server, args)}
+                   "requests": args.requests, **_side_by_side(server, on_server, args)}
         for mode, version in swaps:
             server.swapper.config.swap_mode = mode
             figures[f"swap_{mode}"] = _swap_under_load(server, args, version, mode)
             time.sleep(server.swapper.config.probation_s + 1)  # the replaced version is freed before the next
-        _compare_swaps(figures, [mode for mode, _ in swaps])
+        if swaps:
+            _compare_swaps(figures, [mode for mode, _ in swaps])
         record("serving", figures)
     finally:
         on_server(server.stop(grace_s=10))
@@ -159,59 +188,158 @@ def _bench(config, args, swaps: list[tuple[str, str]]) -> None:
 
 
 def _side_by_side(server, on_server, args) -> dict:
-    import grpc
-    import httpx
-
-    from liverl.v1 import common_pb2, serving_pb2, serving_pb2_grpc
     from serving.engine import Sampling
 
     slot = server.router.champion
     prompt_ids = list(slot.tokenizer(PROMPT)["input_ids"])
-    target = f"127.0.0.1:{server.grpc_port}"
 
-    async def direct_run() -> Run:  # on the server's loop, where the engine lives
+    async def direct_run(requests: int) -> Run:  # on the server's loop, where the engine lives
         async def one(i):
             n = 0
             async for delta in slot.engine.generate(prompt_ids, Sampling(max_tokens=args.max_tokens, seed=i + 1),
-                                                    f"direct-{i}"):
+                                                    f"direct-{time.time_ns()}-{i}"):
                 n += len(delta.token_ids)
             return n
-        return await _load("direct", one, args.concurrency, args.requests)
+        return await _load("direct", one, args.concurrency, requests)
 
-    async def grpc_run() -> Run:
-        async with grpc.aio.insecure_channel(target) as channel:
-            stub = serving_pb2_grpc.PolicyServiceStub(channel)
-
-            async def one(i):
-                response = await stub.Generate(serving_pb2.GenerateRequest(
-                    prompt=PROMPT, session_id=f"bench-{i}",
-                    sampling=common_pb2.SamplingParams(temperature=1.0, max_tokens=args.max_tokens, seed=i + 1)),
-                    timeout=120)
-                return len(response.token_ids)
-            return await _load("grpc", one, args.concurrency, args.requests)
-
-    async def http_run() -> Run:
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.http_port}", timeout=120) as client:
-            async def one(i):
-                r = await client.post("/v1/completions", json={
-                    "model": server.config.mlflow.registered_model, "prompt": PROMPT, "max_tokens": args.max_tokens,
-                    "seed": i + 1, "temperature": 1.0}, headers={"x-liverl-session-id": f"bench-{i}"})
-                r.raise_for_status()
-                return r.json()["usage"]["completion_tokens"]
-            return await _load("http", one, args.concurrency, args.requests)
+    def settled() -> None:
+        """Each timed run starts with no recording work of the previous one left (fair to every path)."""
+        if server.recorder is not None:
+            server.recorder.flush(60)
 
     print(f"\nside by side: engine={args.engine} concurrency={args.concurrency} requests={args.requests} "
-          f"max_tokens={args.max_tokens}", flush=True)
-    on_server(direct_run())  # warm-up
-    direct = on_server(direct_run())
-    grpc_result = asyncio.run(grpc_run())
-    http_result = asyncio.run(http_run())
-    print(direct.line(None))
-    print(grpc_result.line(direct))
-    print(http_result.line(direct))
+          f"max_tokens={args.max_tokens} rounds={args.rounds} (gRPC/HTTP clients in a driver process)", flush=True)
+    rounds: list[dict[str, Run]] = []
+    with Driver(server, args) as driver:
+        paths = {"direct": lambda: on_server(direct_run(args.requests)),
+                 "grpc": lambda: driver.run("grpc", "grpc", args.requests),
+                 "http": lambda: driver.run("http", "http", args.requests),
+                 "grpc-norec": lambda: _recording_off(server, lambda: driver.run("grpc", "grpc-norec", args.requests))}
+        for warm_up in paths.values():  # engine, channel, connections, tokenizer, caches
+            warm_up()
+        settled()
+        lags_from = len(server.recorder.lags_s) if server.recorder is not None else 0
+        for number in range(1, args.rounds + 1):
+            runs: dict[str, Run] = {}
+            order = list(paths)[number - 1:] + list(paths)[:number - 1]  # rotated: drift favours no path
+            for name in order:
+                settled()
+                runs[name] = paths[name]()
+            print(f"round {number} (order {', '.join(order)}):")
+            print(runs["direct"].line(None))
+            for name in ("grpc", "http", "grpc-norec"):
+                print(runs[name].line(runs["direct"]))
+            if runs["grpc-norec"].latencies:
+                on_off = runs["grpc"].requests_per_s / runs["grpc-norec"].requests_per_s
+                print(f"recording on/off (grpc): req/s x{on_off:.2f}", flush=True)
+            rounds.append(runs)
+        settled()
+        lags = sorted(list(server.recorder.lags_s)[lags_from:]) if server.recorder is not None else []
+    return _summarize(rounds, lags, server)
+
+
+def _summarize(rounds: list[dict[str, "Run"]], lags: list[float], server) -> dict:
+    def median_ratio(name: str, baseline: str) -> float:
+        return statistics.median(r[name].requests_per_s / r[baseline].requests_per_s for r in rounds)
+
+    ratios = {"grpc_vs_direct": median_ratio("grpc", "direct"), "http_vs_direct": median_ratio("http", "direct"),
+              "recording_on_vs_off": median_ratio("grpc", "grpc-norec")}
+    goals = {"grpc_vs_direct": 0.95, "http_vs_direct": 0.9, "recording_on_vs_off": 0.97}
+    print(f"\nmedians of {len(rounds)} rounds (requests/s ratios):")
+    for key, value in ratios.items():
+        print(f"  {key:<20} x{value:.3f} (goal >= {goals[key]})")
+    lag = {}
+    if lags:
+        lag = {"p50_ms": round(statistics.median(lags) * 1000, 1),
+               "p99_ms": round(lags[min(len(lags) - 1, int(0.99 * len(lags)))] * 1000, 1), "records": len(lags)}
+        print(f"recording lag (completion -> Kafka ack): p50 {lag['p50_ms']:.1f} ms | p99 {lag['p99_ms']:.1f} ms "
+              f"| {lag['records']} records")
     print(f"records: sent {server.metrics.value('liverl_serving_records_total', {'outcome': 'sent'}):.0f}, "
           f"spooled {server.metrics.value('liverl_serving_records_total', {'outcome': 'spooled'}):.0f}", flush=True)
-    return {name: run.figures() for name, run in (("direct", direct), ("grpc", grpc_result), ("http", http_result))}
+    per_path = {name: statistics.median(r[name].requests_per_s for r in rounds) for name in rounds[0]}
+    return {"rounds": len(rounds), "ratios": {k: round(v, 3) for k, v in ratios.items()},
+            "median_requests_per_s": {k: round(v, 2) for k, v in per_path.items()}, "recording_lag": lag,
+            "per_round": [{name: run.figures() for name, run in r.items()} for r in rounds]}
+
+
+def _recording_off(server, run):
+    """run() while the running server records nothing (as with serving.record=false), then record again."""
+    recorder, server.completions.recorder = server.completions.recorder, None
+    try:
+        return run()
+    finally:
+        server.completions.recorder = recorder
+
+
+class Driver:
+    """The gRPC and HTTP clients, in a process of their own (this script with --drive): one JSON order per
+    line on its stdin, one Run per line on its stdout."""
+
+    def __init__(self, server, args):
+        self.args = args
+        self.command = [sys.executable, str(Path(__file__).resolve()), "--drive", f"127.0.0.1:{server.grpc_port}",
+                        f"http://127.0.0.1:{server.http_port}", server.config.mlflow.registered_model]
+
+    def __enter__(self) -> "Driver":
+        self.process = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        return self
+
+    def run(self, api: str, name: str, requests: int) -> Run:
+        order = {"api": api, "name": name, "requests": requests, "concurrency": self.args.concurrency,
+                 "max_tokens": self.args.max_tokens}
+        self.process.stdin.write(json.dumps(order) + "\n")
+        self.process.stdin.flush()
+        for line in self.process.stdout:
+            if line.startswith(DRIVER_REPLY):
+                return Run.from_json(line[len(DRIVER_REPLY):])
+        raise RuntimeError(f"the driver process ended (exit code {self.process.wait()})")
+
+    def __exit__(self, *exc):
+        self.process.stdin.close()
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+DRIVER_REPLY = "RUN "
+
+
+def _driver(grpc_target: str, http_base: str, model: str) -> None:
+    """The driver process: runs each order read from stdin against the server, answers with the Run."""
+    import grpc
+    import httpx
+
+    from liverl.v1 import common_pb2, serving_pb2, serving_pb2_grpc
+
+    async def drive() -> None:
+        limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
+        async with grpc.aio.insecure_channel(grpc_target) as channel, \
+                httpx.AsyncClient(base_url=http_base, timeout=120, limits=limits) as client:
+            stub = serving_pb2_grpc.PolicyServiceStub(channel)
+            while line := await asyncio.to_thread(sys.stdin.readline):
+                order = json.loads(line)
+                max_tokens = order["max_tokens"]
+
+                async def grpc_one(i):
+                    response = await stub.Generate(serving_pb2.GenerateRequest(
+                        prompt=PROMPT, session_id=f"bench-{i}",
+                        sampling=common_pb2.SamplingParams(temperature=1.0, max_tokens=max_tokens, seed=i + 1)),
+                        timeout=120)
+                    return len(response.token_ids)
+
+                async def http_one(i):
+                    r = await client.post("/v1/completions", json={
+                        "model": model, "prompt": PROMPT, "max_tokens": max_tokens, "seed": i + 1,
+                        "temperature": 1.0}, headers={"x-liverl-session-id": f"bench-{i}"})
+                    r.raise_for_status()
+                    return r.json()["usage"]["completion_tokens"]
+
+                one = grpc_one if order["api"] == "grpc" else http_one
+                run = await _load(order["name"], one, order["concurrency"], order["requests"])
+                print(DRIVER_REPLY + run.to_json(), flush=True)
+
+    asyncio.run(drive())
 
 
 class MemoryWatch:

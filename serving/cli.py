@@ -23,9 +23,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(config: LiverlConfig, args: argparse.Namespace) -> int:
     import asyncio
 
+    import uvloop
+
     if getattr(args, "policy_dir", None):
         config.serving.policy_dir = args.policy_dir
-    return asyncio.run(_serve(config))
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:  # libuv: cheaper per request than asyncio's
+        return runner.run(_serve(config))
 
 
 async def _serve(config: LiverlConfig) -> int:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from liverl.config.redaction import RedactionConfig
 from liverl.contracts import names
 from liverl.v1 import common_pb2, model_call_pb2
+from serving import tokens
 from serving.engine import Delta, Sampling
 from serving.metrics import ServingMetrics
 from serving.router import Router, Slot
@@ -39,6 +40,9 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 MAX_STOP_SEQUENCES = 4
 MAX_STOP_CHARS = 256
 MAX_ID_CHARS = 256  # session, agent and request ids
+# Prompts up to this long are tokenized on the event loop (tens of microseconds with a fast tokenizer);
+# longer ones on a worker thread, so a megabyte prompt never stalls the loop that answers health checks.
+INLINE_TOKENIZE_CHARS = 4096
 
 ROLES = {"single": common_pb2.AGENT_ROLE_SINGLE, "orchestrator": common_pb2.AGENT_ROLE_ORCHESTRATOR,
          "subagent": common_pb2.AGENT_ROLE_SUBAGENT, "": common_pb2.AGENT_ROLE_UNSPECIFIED}
@@ -127,6 +131,21 @@ class Call:
         return self.caller.session_id
 
     async def stream(self) -> AsyncIterator[StreamPiece]:
+        try:
+            async for delta in self._deltas():
+                yield StreamPiece(self._advance_text(), delta)
+        finally:
+            self.close()  # abandoned mid-stream: free the lease now, not when the generator is collected
+
+    async def run(self) -> "Call":
+        """The whole completion; its text is decoded once, at the end (a stream decodes at every step)."""
+        async for _ in self._deltas(on_finish=self._advance_text):
+            pass
+        return self
+
+    async def _deltas(self, on_finish=None) -> AsyncIterator[Delta]:
+        """The engine's deltas, accumulated on the call; the lease is released (and the call recorded)
+        when they end, fail or are abandoned. on_finish runs first when they end well."""
         ok = False
         try:
             deltas = self.slot.engine.generate(self.prompt_token_ids, self.sampling, self.request_id)
@@ -135,21 +154,17 @@ class Call:
                     self.first_token_time = time.time()
                 self.token_ids.extend(delta.token_ids)
                 self.logprobs.extend(delta.logprobs)
-                new_text = self._advance_text()
                 if delta.finish_reason:
                     self.finish_reason = delta.finish_reason
-                yield StreamPiece(new_text, delta)
+                yield delta
+            if on_finish is not None:
+                on_finish()
             ok = True
         finally:
             self.close(ok)
 
-    async def run(self) -> "Call":
-        async for _ in self.stream():
-            pass
-        return self
-
     def _advance_text(self) -> str:
-        text = self.slot.tokenizer.decode(self.token_ids, skip_special_tokens=True)
+        text = tokens.decode(self.slot.tokenizer, self.token_ids)
         for stop in self.sampling.stop:
             if stop and stop in text:
                 text = text[: text.index(stop)]
@@ -165,17 +180,23 @@ class Call:
 
 
 async def _within(deadline: float, deltas: AsyncIterator[Delta]) -> AsyncIterator[Delta]:
-    """deltas until the wall-clock deadline; then the engine's generation is cancelled (its finally runs)."""
+    """deltas until the wall-clock deadline; then the engine's generation is cancelled (its finally runs).
+    The timeout wraps each wait for a delta, never a yield (a cancellation must not land in the consumer's
+    code), and is a timer on this task rather than wait_for's task per token."""
     iterator = aiter(deltas)
+    loop = asyncio.get_running_loop()
+    loop_deadline = loop.time() + (deadline - time.time())
     try:
         while True:
             try:
-                yield await asyncio.wait_for(anext(iterator), max(0.0, deadline - time.time()))
+                async with asyncio.timeout_at(loop_deadline):
+                    delta = await anext(iterator)
             except StopAsyncIteration:
                 return
             except TimeoutError:
                 raise DeadlineExceeded("the completion ran past serving.request_timeout_s: ask for fewer "
                                        "max_tokens or retry later") from None
+            yield delta
     finally:
         await iterator.aclose()
 
@@ -252,12 +273,14 @@ class Completions:
     async def begin(self, caller: Caller, prompt: str | None, prompt_token_ids: Sequence[int] | None,
                     sampling: Sampling) -> Call:
         """Lease the version that will serve this request and tokenize the prompt with its tokenizer
-        (on a worker thread: a megabyte prompt must not stall the loop that answers health checks)."""
+        (a long prompt on a worker thread: a megabyte prompt must not stall the loop that answers health checks)."""
         self.check_prompt(prompt, prompt_token_ids)
         slot = self.router.acquire()
         try:
             ids = list(prompt_token_ids or [])
-            if not ids:
+            if not ids and len(prompt) <= INLINE_TOKENIZE_CHARS:
+                ids = _tokenize(slot.tokenizer, prompt)  # microseconds: cheaper than a hop to a thread
+            elif not ids:
                 ids = await asyncio.to_thread(_tokenize, slot.tokenizer, prompt)
             vocab = len(slot.tokenizer)
             if any(i < 0 or i >= vocab for i in ids):
@@ -288,12 +311,16 @@ class Completions:
         self.metrics.latency.labels(version).observe(latency)
         self.metrics.prompt_tokens.labels(version).inc(len(call.prompt_token_ids))
         self.metrics.completion_tokens.labels(version).inc(len(call.token_ids))
-        if call.token_ids and self.recorder is not None:
-            record = self.model_call(call, ok)
-            redactor = self.redactor(record.tenant_id)
-            if redactor is not None:  # ids and stop strings are the only text a ModelCall carries
-                redactor.redact_message(record)
-            self.recorder.record(record)
+        if call.token_ids and self.recorder is not None:  # built, redacted and serialized on the recording thread
+            finished_ms = int(time.time() * 1000)
+            self.recorder.record_later(lambda: self.redacted_model_call(call, ok, finished_ms), finished_ms)
+
+    def redacted_model_call(self, call: Call, ok: bool, finished_ms: int) -> model_call_pb2.ModelCall:
+        record = self.model_call(call, ok, finished_ms)
+        redactor = self.redactor(record.tenant_id)
+        if redactor is not None:  # ids and stop strings are the only text a ModelCall carries
+            redactor.redact_message(record)
+        return record
 
     def redactor(self, tenant: str) -> Redactor | None:
         """The redactor of a tenant (its overrides applied), or None when redaction is off."""
@@ -306,9 +333,9 @@ class Completions:
             self._redactors[key] = Redactor(self._redaction, tenant=key or None)
         return self._redactors[key]
 
-    def model_call(self, call: Call, ok: bool) -> model_call_pb2.ModelCall:
+    def model_call(self, call: Call, ok: bool, finish_ms: int | None = None) -> model_call_pb2.ModelCall:
         caller, s = call.caller, call.sampling
-        finish_ms = int(time.time() * 1000)
+        finish_ms = int(time.time() * 1000) if finish_ms is None else finish_ms
         return model_call_pb2.ModelCall(
             event_id=uuid.uuid4().hex,
             request_id=call.request_id,
@@ -333,4 +360,4 @@ class Completions:
 
 
 def _tokenize(tokenizer, prompt: str) -> list[int]:
-    return list(tokenizer(prompt, add_special_tokens=True)["input_ids"])
+    return tokens.encode(tokenizer, prompt)

@@ -14,14 +14,14 @@ Handlers are module functions; what they share is an HttpContext on app.state, a
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
+import orjson
 from fastapi import APIRouter, Depends, FastAPI
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import StreamingResponse
 from starlette.background import BackgroundTask
 
 from liverl.contracts import names
@@ -29,8 +29,8 @@ from liverl.contracts.chat import render_chat
 from serving.auth import Principal
 from serving.chat import parse_tool_calls
 from serving.generation import BadRequest, Call, Caller, DeadlineExceeded
-from serving.http_guard import (ApiError, Body, HttpContext, admin, api_error_response, authenticated, caller,
-                                context, json_body, parse, reject, unexpected_error_response)
+from serving.http_guard import (ApiError, Body, FastJSONResponse, HttpContext, admin, api_error_response,
+                                authenticated, caller, context, json_body, parse, reject, unexpected_error_response)
 from serving.openai_schema import ChatRequest, CompletionRequest, Sampled, Strict, one_prompt
 from serving.session_ids import (CHAT_ID_PREFIX, COMPLETION_ID_PREFIX, REQUEST_ID_HEADER, body_session_id,
                                  header_value)
@@ -54,7 +54,8 @@ async def health(ctx: HttpContext = Depends(context)) -> dict:
 
 @router.get("/v1/models")
 @router.get("/s/{session_id}/v1/models")
-async def models(principal: Principal = Depends(authenticated), ctx: HttpContext = Depends(context)) -> JSONResponse:
+async def models(principal: Principal = Depends(authenticated),
+                 ctx: HttpContext = Depends(context)) -> FastJSONResponse:
     current = ctx.info()
     created, name = current.loaded_at_ms // 1000, ctx.completions.model_name
     data = [{"id": name, "object": "model", "created": created, "owned_by": "liverl",
@@ -62,7 +63,8 @@ async def models(principal: Principal = Depends(authenticated), ctx: HttpContext
     if current.canary_version:
         data.append({"id": f"{name}@canary", "object": "model", "created": created, "owned_by": "liverl",
                      "policy_version": current.canary_version})
-    return JSONResponse({"object": "list", "data": data}, headers={names.META_POLICY_VERSION: current.policy_version})
+    return FastJSONResponse({"object": "list", "data": data},
+                            headers={names.META_POLICY_VERSION: current.policy_version})
 
 
 @router.post("/v1/completions")
@@ -88,7 +90,7 @@ async def complete(who: Caller = Depends(caller), body: Body = Depends(json_body
         tokens = call.slot.tokenizer.convert_ids_to_tokens(call.token_ids)
         logprobs = {"tokens": tokens, "token_logprobs": call.logprobs, "top_logprobs": None, "text_offset": None}
     choice = {"index": 0, "text": call.text, "finish_reason": call.finish_reason, "logprobs": logprobs}
-    return JSONResponse({"id": cid, "object": "text_completion", "created": created,
+    return FastJSONResponse({"id": cid, "object": "text_completion", "created": created,
                          "model": ctx.completions.model_name, "choices": [choice], "usage": _usage(call),
                          "liverl": _ext(call, call.token_ids, call.logprobs)}, headers=headers)
 
@@ -124,7 +126,7 @@ async def chat(who: Caller = Depends(caller), body: Body = Depends(json_body),
         message["tool_calls"] = tool_calls
     choice = {"index": 0, "message": message, "finish_reason": "tool_calls" if tool_calls else call.finish_reason,
               "logprobs": _chat_logprobs(call) if request.logprobs else None}
-    return JSONResponse({"id": cid, "object": "chat.completion", "created": created,
+    return FastJSONResponse({"id": cid, "object": "chat.completion", "created": created,
                          "model": ctx.completions.model_name, "choices": [choice], "usage": _usage(call),
                          "liverl": _ext(call, call.token_ids, call.logprobs)}, headers=headers)
 
@@ -209,7 +211,7 @@ async def _run(call: Call) -> None:
         raise ApiError(504, str(error), "timeout", "deadline-exceeded") from None
 
 
-async def _completion_events(call: Call, cid: str, created: int, model_name: str) -> AsyncIterator[str]:
+async def _completion_events(call: Call, cid: str, created: int, model_name: str) -> AsyncIterator[bytes | str]:
     try:
         async for piece in call.stream():
             choice = {"index": 0, "text": piece.text, "finish_reason": piece.delta.finish_reason, "logprobs": None}
@@ -221,8 +223,8 @@ async def _completion_events(call: Call, cid: str, created: int, model_name: str
 
 
 async def _chat_events(call: Call, request: ChatRequest, cid: str, created: int,
-                       model_name: str) -> AsyncIterator[str]:
-    def chunk(delta: dict, finish: str | None, ids=(), logprobs=()) -> str:
+                       model_name: str) -> AsyncIterator[bytes | str]:
+    def chunk(delta: dict, finish: str | None, ids=(), logprobs=()) -> bytes:
         return _sse({"id": cid, "object": "chat.completion.chunk", "created": created, "model": model_name,
                      "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
                      "liverl": _ext(call, list(ids), list(logprobs))})
@@ -264,5 +266,5 @@ def _chat_logprobs(call: Call) -> dict:
                         for t, lp in zip(tokens, call.logprobs)]}
 
 
-def _sse(payload: dict) -> str:
-    return f"data: {json.dumps(payload, separators=(',', ':'))}\n\n"
+def _sse(payload: dict) -> bytes:
+    return b"data: " + orjson.dumps(payload) + b"\n\n"

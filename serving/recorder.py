@@ -1,9 +1,10 @@
 """Record every completion as a ModelCall on Kafka, off the response path.
 
-`record()` only puts the record on a bounded in-memory queue; a background thread hands batches of it to
-liverl.io's KafkaWriter, which waits for Kafka (acks=all) or appends to the durable disk spool and replays
-it in order later. A full queue overflows straight to the spool. Failures are counted, never raised to
-the request.
+`record_later()` only puts a builder of the record on a bounded in-memory queue; a background thread
+builds (the ModelCall, its redaction, its bytes) and hands batches to liverl.io's KafkaWriter, which
+waits for Kafka (acks=all) or appends to the durable disk spool and replays it in order later. So the
+request path pays one queue put, not a protobuf message and a redaction scan. A full queue overflows
+straight to the spool (built on the spot). Failures are counted, never raised to the request.
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ import logging
 import queue
 import threading
 import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from prometheus_client import Counter
@@ -30,11 +34,24 @@ log = logging.getLogger("liverl.serving.recorder")
 
 SEND_BATCH = 500
 ACK_TIMEOUT_S = 5.0
+RECENT_LAGS = 100_000  # exact lags of the latest records, for quantiles the histogram's buckets only bound
+
+
+SCHEMA_VERSION_HEADER = str(names.EVENT_SCHEMA_VERSION).encode()
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """A ModelCall still to build, and when its completion finished."""
+
+    build: Callable[[], model_call_pb2.ModelCall]
+    finished_ms: int
 
 
 class _RecordingListener(WriterListener):
     def __init__(self, metrics: ServingMetrics):
         self.metrics = metrics
+        self.recent_lags_s: deque[float] = deque(maxlen=RECENT_LAGS)
 
     def acknowledged(self, records: list[Record], replayed: bool) -> None:
         if replayed:
@@ -44,7 +61,9 @@ class _RecordingListener(WriterListener):
         now_ms = time.time() * 1000
         for record in records:
             if record.event_time_ms:
-                self.metrics.recording_lag.observe(max(0.0, (now_ms - record.event_time_ms) / 1000))
+                lag_s = max(0.0, (now_ms - record.event_time_ms) / 1000)
+                self.metrics.recording_lag.observe(lag_s)
+                self.recent_lags_s.append(lag_s)
 
     def spooled(self, records: list[Record]) -> None:
         self.metrics.records.labels("spooled").inc(len(records))
@@ -64,10 +83,15 @@ class Recorder:
                           registry=metrics.registry)
         self.spool = Spool(spool_dir, spool_max_bytes, on_corrupt=lambda _frame: corrupt.inc())
         corrupt.inc(self.spool.stats().corrupt_frames)  # found while the spool was opened
-        self.writer = KafkaWriter(kafka_config, self.spool, ACK_TIMEOUT_S, _RecordingListener(metrics),
-                                  name="modelcall-recorder")
+        self._listener = _RecordingListener(metrics)
+        self.writer = KafkaWriter(kafka_config, self.spool, ACK_TIMEOUT_S, self._listener, name="modelcall-recorder")
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="modelcall-recorder", daemon=True)
+
+    @property
+    def lags_s(self) -> deque[float]:
+        """Completion finished -> acknowledged by Kafka, in seconds, of the latest records sent directly."""
+        return self._listener.recent_lags_s
 
     def start(self) -> "Recorder":
         self._thread.start()
@@ -76,12 +100,18 @@ class Recorder:
     # -- the request side: O(1) unless the queue overflows, never raises -----------------------------
 
     def record(self, call: model_call_pb2.ModelCall) -> None:
-        headers = ((names.HEADER_SCHEMA_VERSION, str(names.EVENT_SCHEMA_VERSION).encode()),
-                   (names.HEADER_TENANT, call.tenant_id.encode()),
+        self._enqueue(self._model_call_record(call, int(time.time() * 1000)))
+
+    def record_later(self, build: Callable[[], model_call_pb2.ModelCall], finished_ms: int) -> None:
+        """Record the ModelCall build() returns; build runs on the recording thread (it must only read
+        what no longer changes). finished_ms: when the completion finished (the recording lag's start)."""
+        self._enqueue(_Pending(build, finished_ms))
+
+    def _model_call_record(self, call: model_call_pb2.ModelCall, finished_ms: int) -> Record:
+        headers = ((names.HEADER_SCHEMA_VERSION, SCHEMA_VERSION_HEADER), (names.HEADER_TENANT, call.tenant_id.encode()),
                    (names.HEADER_KIND, b"model-call"))
-        self._enqueue(Record(self._kafka.model_calls_topic, session_key(call.tenant_id, call.session_id),
-                             call.SerializeToString(),
-                             headers, int(time.time() * 1000)))
+        return Record(self._kafka.model_calls_topic, session_key(call.tenant_id, call.session_id),
+                      call.SerializeToString(), headers, finished_ms)
 
     def dead_letter(self, reason: str, message: str, tenant_id: str, session_id: str, payload: bytes) -> None:
         """A bad request, for the dead-letter topic (contract 1's JSON shape)."""
@@ -94,14 +124,26 @@ class Recorder:
         self._enqueue(Record(self._kafka.dead_letters_topic, session_key(tenant_id, session_id), value, headers,
                              int(time.time() * 1000)))
 
-    def _enqueue(self, record: Record) -> None:
+    def _enqueue(self, item: Record | _Pending) -> None:
         try:
-            self._queue.put_nowait(record)
-            self._metrics.recording_queue.set(self._queue.qsize())
+            self._queue.put_nowait(item)
         except queue.Full:
-            self._park([record])
+            record = self._built(item)
+            if record is not None:
+                self._park([record])
         except Exception:  # never surface recording trouble to the request
             self._metrics.records.labels("failed").inc()
+
+    def _built(self, item: Record | _Pending) -> Record | None:
+        """The Kafka record of a queued item; None (counted, logged) when building it failed."""
+        if isinstance(item, Record):
+            return item
+        try:
+            return self._model_call_record(item.build(), item.finished_ms)
+        except Exception:
+            log.exception("recording: building a ModelCall failed")
+            self._metrics.records.labels("failed").inc()
+            return None
 
     def _park(self, records: list[Record]) -> None:
         """Into the spool, behind whatever waits there already; counted as dropped when it has no room."""
@@ -130,7 +172,7 @@ class Recorder:
                     break
             self._metrics.recording_queue.set(self._queue.qsize())
             try:
-                self._write(batch)
+                self._write([record for record in map(self._built, batch) if record is not None])
             finally:
                 for _ in batch:
                     self._queue.task_done()

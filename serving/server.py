@@ -133,8 +133,10 @@ class PolicyServer:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((c.host, c.http_port))
         self.http_port = sock.getsockname()[1]
+        # httptools: uvicorn's C HTTP parser (h11, the pure-Python one, costs far more per request); the event
+        # loop is the server's own, uvloop when `liverl serve` runs it (serving.cli).
         self._http = _uvicorn_without_signals(uvicorn.Config(app, log_level="warning", lifespan="off",
-                                                             access_log=False))
+                                                             access_log=False, http="httptools", ws="none"))
         self._http_task = asyncio.create_task(self._http.serve(sockets=[sock]))
         while not self._http.started:
             if self._http_task.done():

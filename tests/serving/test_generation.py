@@ -42,3 +42,51 @@ def test_prompts_are_bounded_before_any_work(completions):
         with pytest.raises(BadRequest) as refused:
             completions.check_prompt(prompt, ids)
         assert refused.value.reason == reason
+
+
+def _deltas(count: int, pause_s: float, closed: list):
+    from serving.engine import Delta
+
+    async def generate():
+        import asyncio
+
+        try:
+            for i in range(count):
+                await asyncio.sleep(pause_s)
+                yield Delta([i], [-1.0])
+        finally:
+            closed.append(True)  # the engine's own clean-up (vLLM aborts the request here)
+
+    return generate()
+
+
+def test_a_completion_within_its_deadline_streams_every_delta():
+    import asyncio
+    import time
+
+    from serving.generation import _within
+
+    async def collect():
+        closed: list = []
+        got = [d.token_ids[0] async for d in _within(time.time() + 5, _deltas(5, 0.001, closed))]
+        return got, closed
+
+    assert asyncio.run(collect()) == ([0, 1, 2, 3, 4], [True])
+
+
+def test_a_completion_past_its_deadline_is_cancelled_with_deadline_exceeded():
+    import asyncio
+    import time
+
+    from serving.generation import DeadlineExceeded, _within
+
+    async def collect():
+        closed, got = [], []
+        with pytest.raises(DeadlineExceeded):
+            async for delta in _within(time.time() + 0.2, _deltas(100, 0.05, closed)):
+                got.append(delta)
+                await asyncio.sleep(0.01)  # the consumer's own awaits are never cancelled by the deadline
+        return got, closed
+
+    got, closed = asyncio.run(collect())
+    assert 1 <= len(got) < 100 and closed == [True]
