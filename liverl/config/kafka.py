@@ -15,6 +15,10 @@ class KafkaConfig(Section):
     sasl_username: str | None = None
     sasl_password: str | None = None
     ssl_cafile: str | None = None
+    producer_client: Literal["kafka-python", "librdkafka"] = "librdkafka"
+    """The client under liverl's Kafka writers: "librdkafka" (confluent-kafka) builds and sends records in native
+    code, a sixth of the CPU per record of kafka-python's pure-Python producer; both give acks=all, idempotence,
+    murmur2 key partitioning and the same spool fallback."""
     session_events_topic: str = "liverl.session-events"
     """SessionEvent records, key = session id."""
     model_calls_topic: str = "liverl.model-calls"
@@ -40,3 +44,14 @@ class KafkaConfig(Section):
         if self.ssl_cafile:
             kwargs["ssl_cafile"] = self.ssl_cafile
         return kwargs
+
+    def librdkafka_settings(self) -> dict:
+        """The same connection settings under librdkafka's names (confluent-kafka clients)."""
+        settings: dict = {"bootstrap.servers": self.bootstrap_servers or "",
+                          "security.protocol": self.security_protocol}
+        if self.sasl_mechanism:
+            settings |= {"sasl.mechanism": self.sasl_mechanism, "sasl.username": self.sasl_username,
+                         "sasl.password": self.sasl_password}
+        if self.ssl_cafile:
+            settings["ssl.ca.location"] = self.ssl_cafile
+        return settings

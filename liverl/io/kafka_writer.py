@@ -7,6 +7,9 @@ spool in order when Kafka is back, committing the spool's cursor only after Kafk
 spool is empty again the writer returns to direct mode. Order per key is therefore kept; a record may
 arrive twice (at-least-once), and consumers dedupe on the event id every record carries.
 
+The producer underneath is `kafka.producer_client`'s: kafka-python (pure Python) or librdkafka (confluent-kafka,
+native); both are idempotent, wait for acks=all and pick a keyed record's partition by murmur2 of its key.
+
 Stages feed their own metrics through a `WriterListener`; nothing here knows what the records mean.
 """
 
@@ -116,8 +119,130 @@ class WriterListener:
         """The mode or the spool's depth changed (read writer.direct(), writer.spool.stats())."""
 
 
+class KafkaPythonProducer:
+    """kafka-python's idempotent producer; raises at construction when no broker answers within the timeout."""
+
+    def __init__(self, kafka: KafkaConfig, ack_timeout_s: float):
+        from kafka import KafkaProducer
+
+        timeout_ms = int(ack_timeout_s * 1000)
+        self._producer = KafkaProducer(
+            **kafka.client_kwargs(), enable_idempotence=True, acks="all", linger_ms=LINGER_MS,
+            batch_size=BATCH_BYTES, partitioner=key_hash_partitioner(),
+            request_timeout_ms=timeout_ms, delivery_timeout_ms=timeout_ms + LINGER_MS + 10, max_block_ms=timeout_ms,
+            bootstrap_timeout_ms=timeout_ms, reconnect_backoff_max_ms=1000,
+        )
+
+    def send_and_wait(self, records: list[Record], timeout_s: float) -> int | None:
+        """Index of the first record Kafka did not acknowledge in time, or None when all were."""
+        producer = self._producer
+        futures = []
+        try:
+            for record in records:
+                futures.append(producer.send(record.topic, key=record.key or None, value=record.value,
+                                             headers=list(record.headers)))
+        except Exception as error:  # metadata timeout, closed producer, buffer full
+            log.warning("kafka send failed: %s", error)
+            return 0
+        deadline = time.monotonic() + timeout_s
+        try:
+            producer.flush(timeout=timeout_s)  # send now, without waiting out linger_ms
+        except Exception as error:  # a timeout: the futures below say which records are acknowledged
+            log.warning("kafka flush did not complete: %s", error)
+        for index, future in enumerate(futures):
+            try:
+                future.get(timeout=max(0.0, deadline - time.monotonic()))
+            except Exception as error:
+                log.warning("kafka did not acknowledge record %d: %s", index, error)
+                return index
+        return None
+
+    def close(self, timeout_s: float) -> None:
+        self._producer.close(timeout_s)
+
+
+PENDING = object()  # a record librdkafka has not reported on yet
+
+
+class KafkaSettingsRefused(ValueError):
+    """The Kafka settings cannot work with this client (retrying will not help)."""
+
+
+class LibrdkafkaProducer:
+    """confluent-kafka's idempotent producer: librdkafka's own threads build, batch and send the records, so
+    the caller's thread only hands them over and reads the delivery reports (served by flush())."""
+
+    def __init__(self, kafka: KafkaConfig, ack_timeout_s: float):
+        from confluent_kafka import KafkaError, KafkaException, Producer
+
+        timeout_ms = int(ack_timeout_s * 1000)
+        settings = {
+            **kafka.librdkafka_settings(),
+            # idempotence: per-partition order and no duplicates across retries (tansu answers InitProducerId)
+            "acks": "all", "enable.idempotence": True,
+            "partitioner": "murmur2_random",  # keyed records: murmur2 as the Java client and kafka-python
+            "linger.ms": LINGER_MS,  # flush() sends at once; see LINGER_MS
+            "request.timeout.ms": timeout_ms, "message.timeout.ms": timeout_ms + LINGER_MS + 10,
+            "socket.connection.setup.timeout.ms": max(1000, timeout_ms), "reconnect.backoff.max.ms": 1000,
+            "logger": logging.getLogger("liverl.io.librdkafka"),
+        }
+        try:
+            self._producer = Producer(settings)
+        except KafkaException as error:  # e.g. a SASL mechanism this librdkafka build lacks
+            if error.args[0].code() == KafkaError._INVALID_ARG:
+                raise KafkaSettingsRefused(f"librdkafka refuses the kafka settings: {error.args[0].str()}") from error
+            raise
+        try:
+            self._producer.list_topics(timeout=ack_timeout_s)  # like kafka-python's bootstrap: fail when unreachable
+        except Exception:
+            self.close(0.0)
+            raise
+
+    def send_and_wait(self, records: list[Record], timeout_s: float) -> int | None:
+        """Index of the first record Kafka did not acknowledge in time, or None when all were."""
+        producer = self._producer
+        deadline = time.monotonic() + timeout_s
+        outcome: list = [PENDING] * len(records)  # per record: PENDING, None (acknowledged) or the KafkaError
+
+        def report(index: int):
+            return lambda error, _message: outcome.__setitem__(index, error)
+
+        handed = 0
+        try:
+            for record in records:
+                self._hand_over(record, report(handed), deadline)
+                handed += 1
+        except Exception as error:  # the queue stayed full, closed producer
+            log.warning("kafka send failed: %s", error)
+        producer.flush(max(0.0, deadline - time.monotonic()))  # sends now, without waiting out linger.ms
+        for index in range(handed):
+            if outcome[index] is not None:
+                log.warning("kafka did not acknowledge record %d: %s", index,
+                            "timed out" if outcome[index] is PENDING else outcome[index])
+                return index
+        return None if handed == len(records) else handed
+
+    def _hand_over(self, record: Record, on_delivery, deadline: float) -> None:
+        headers = list(record.headers) or None
+        try:
+            self._producer.produce(record.topic, record.value, record.key or None, headers=headers,
+                                   on_delivery=on_delivery)
+        except BufferError:  # the local queue is full: let librdkafka send some, then retry once
+            self._producer.poll(min(0.1, max(0.0, deadline - time.monotonic())))
+            self._producer.produce(record.topic, record.value, record.key or None, headers=headers,
+                                   on_delivery=on_delivery)
+
+    def close(self, timeout_s: float) -> None:
+        """Deliver what is queued within timeout_s; drop the rest (the writer spooled it already)."""
+        producer = self._producer
+        if producer.flush(timeout_s):
+            producer.purge()
+            producer.flush(0)  # serve the purged records' reports
+        producer.close()
+
+
 class KafkaWriter:
-    """An idempotent kafka-python producer in front of a durable spool; thread-safe."""
+    """An idempotent producer (kafka.producer_client's) in front of a durable spool; thread-safe."""
 
     def __init__(self, kafka: KafkaConfig, spool: Spool, ack_timeout_s: float = 5.0,
                  listener: WriterListener | None = None, name: str = "kafka-writer"):
@@ -200,26 +325,7 @@ class KafkaWriter:
 
     def _produce_and_wait(self, producer, records: list[Record]) -> int | None:
         """Index of the first record Kafka did not acknowledge in time, or None when all were."""
-        futures = []
-        try:
-            for record in records:
-                futures.append(producer.send(record.topic, key=record.key or None, value=record.value,
-                                             headers=list(record.headers)))
-        except Exception as error:  # metadata timeout, closed producer, buffer full
-            log.warning("kafka send failed: %s", error)
-            return 0
-        deadline = time.monotonic() + self.ack_timeout_s
-        try:
-            producer.flush(timeout=self.ack_timeout_s)  # send now, without waiting out linger_ms
-        except Exception as error:  # a timeout: the futures below say which records are acknowledged
-            log.warning("kafka flush did not complete: %s", error)
-        for index, future in enumerate(futures):
-            try:
-                future.get(timeout=max(0.0, deadline - time.monotonic()))
-            except Exception as error:
-                log.warning("kafka did not acknowledge record %d: %s", index, error)
-                return index
-        return None
+        return producer.send_and_wait(records, self.ack_timeout_s)
 
     def _drain_loop(self) -> None:
         backoff = 0.2
@@ -276,16 +382,11 @@ class KafkaWriter:
         self.listener.state_changed(self)
 
     def _try_new_producer(self):
-        from kafka import KafkaProducer
-
-        timeout_ms = int(self.ack_timeout_s * 1000)
+        client = LibrdkafkaProducer if self.kafka.producer_client == "librdkafka" else KafkaPythonProducer
         try:
-            return KafkaProducer(
-                **self.kafka.client_kwargs(), enable_idempotence=True, acks="all", linger_ms=LINGER_MS,
-                batch_size=BATCH_BYTES, partitioner=key_hash_partitioner(),
-                request_timeout_ms=timeout_ms, delivery_timeout_ms=timeout_ms + LINGER_MS + 10, max_block_ms=timeout_ms,
-                bootstrap_timeout_ms=timeout_ms, reconnect_backoff_max_ms=1000,
-            )
+            return client(self.kafka, self.ack_timeout_s)
+        except KafkaSettingsRefused:
+            raise
         except Exception as error:  # unreachable brokers: stay in spool mode and retry later
             if not self._spool_mode:
                 log.warning("kafka unreachable (%s): spooling", error)
@@ -294,7 +395,7 @@ class KafkaWriter:
     def _drop_producer(self, timeout_s: float = 0.0) -> None:
         if self._producer is not None:
             try:
-                self._producer.close(timeout=timeout_s)
+                self._producer.close(timeout_s)
             except Exception as error:
                 log.warning("closing the kafka producer failed: %s", error)
             self._producer = None

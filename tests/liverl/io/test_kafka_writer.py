@@ -1,4 +1,7 @@
-"""The Kafka writer against the real embedded broker: broker down -> spooled -> broker up -> replayed, none lost."""
+"""The Kafka writer against the real embedded broker: broker down -> spooled -> broker up -> replayed, none lost.
+
+Every broker test runs with each producer client (kafka.producer_client).
+"""
 
 from __future__ import annotations
 
@@ -10,9 +13,22 @@ from infra.embedded.broker import start_tansu
 from infra.embedded.topics import ensure_topics
 from liverl.config import LiverlConfig
 from liverl.io import processes
-from liverl.io.kafka_writer import KafkaWriter, Record, WriterListener
+from liverl.config.kafka import KafkaConfig
+from liverl.io.kafka_writer import KafkaSettingsRefused, KafkaWriter, Record, WriterListener
 from liverl.io.spool import Spool
 from tests.conftest import stack_config
+
+
+CLIENTS = ["kafka-python", "librdkafka"]
+
+
+@pytest.fixture(params=CLIENTS)
+def client(request) -> str:
+    return request.param
+
+
+def using(kafka: KafkaConfig, client: str) -> KafkaConfig:
+    return kafka.model_copy(update={"producer_client": client})
 
 
 class Tally(WriterListener):
@@ -71,25 +87,28 @@ def test_a_record_round_trips_through_its_spool_encoding():
 
 @pytest.fixture
 def absent_broker(tmp_path):
-    """A config whose broker port nothing listens on yet; `up()` starts a tansu there (stopped at the end)."""
+    """A config whose broker port nothing listens on yet; `up()` starts a tansu there and returns its PID
+    (stopped at the end)."""
     config = stack_config(tmp_path / "stack")
     pids: list[int] = []
 
-    def up() -> None:
+    def up() -> int:
         broker = start_tansu(config.stack.broker_host, config.stack.broker_port, config.stack.data_dir, None)
         pids.append(broker.pid)
         ensure_topics(config.kafka)
+        return broker.pid
 
     yield config, up
     for pid in pids:
         processes.stop(pid)
 
 
-def test_broker_down_spools_then_broker_up_replays_exactly_and_returns_to_direct(absent_broker, tmp_path):
+def test_broker_down_spools_then_broker_up_replays_exactly_and_returns_to_direct(absent_broker, client, tmp_path):
     config, broker_up = absent_broker
     topic = config.kafka.session_events_topic
     tally = Tally()
-    writer = KafkaWriter(config.kafka, Spool(tmp_path / "spool"), ack_timeout_s=1.0, listener=tally).start()
+    writer = KafkaWriter(using(config.kafka, client), Spool(tmp_path / "spool"), ack_timeout_s=1.0,
+                         listener=tally).start()
     try:
         down = make_records(topic, 0, 40)
         for chunk in (down[:15], down[15:]):
@@ -106,18 +125,19 @@ def test_broker_down_spools_then_broker_up_replays_exactly_and_returns_to_direct
     assert_exactly(read_all(config, topic, want=50), down + up)
 
 
-def test_a_spool_left_by_a_writer_without_kafka_is_replayed_first_by_the_next(fresh_topics, tmp_path):
+def test_a_spool_left_by_a_writer_without_kafka_is_replayed_first_by_the_next(fresh_topics, client, tmp_path):
     from liverl.io.processes import free_port
 
     topic = fresh_topics.kafka.model_calls_topic
-    unreachable = fresh_topics.kafka.model_copy(update={"bootstrap_servers": f"127.0.0.1:{free_port()}"})
+    kafka = using(fresh_topics.kafka, client)
+    unreachable = kafka.model_copy(update={"bootstrap_servers": f"127.0.0.1:{free_port()}"})
     first = KafkaWriter(unreachable, Spool(tmp_path / "spool"), ack_timeout_s=0.5).start()
     spooled = make_records(topic, 0, 12)
     first.write(spooled)
     first.close(drain_timeout_s=0.5)
 
     tally = Tally()
-    second = KafkaWriter(fresh_topics.kafka, Spool(tmp_path / "spool"), ack_timeout_s=5.0, listener=tally)
+    second = KafkaWriter(kafka, Spool(tmp_path / "spool"), ack_timeout_s=5.0, listener=tally)
     assert not second.direct()  # a restarted writer drains before anything goes direct
     later = make_records(topic, 12, 6)
     try:
@@ -130,12 +150,12 @@ def test_a_spool_left_by_a_writer_without_kafka_is_replayed_first_by_the_next(fr
     assert_exactly(read_all(fresh_topics, topic, want=18), spooled + later)
 
 
-def test_direct_writes_land_on_the_default_murmur2_partition_of_their_key(fresh_topics, tmp_path):
+def test_direct_writes_land_on_the_default_murmur2_partition_of_their_key(fresh_topics, client, tmp_path):
     """The writer's cached key hash must pick the partition every other Kafka client picks for that key."""
     from kafka.partitioner.default import murmur2
 
     topic = fresh_topics.kafka.session_events_topic
-    writer = KafkaWriter(fresh_topics.kafka, Spool(tmp_path / "spool"), ack_timeout_s=5.0).start()
+    writer = KafkaWriter(using(fresh_topics.kafka, client), Spool(tmp_path / "spool"), ack_timeout_s=5.0).start()
     records = make_records(topic, 0, 60, sessions=17)
     try:
         for chunk in (records[:25], records[25:]):  # the second chunk hits the cached hashes
@@ -148,3 +168,58 @@ def test_direct_writes_land_on_the_default_murmur2_partition_of_their_key(fresh_
     assert {r.partition for r in received} != {0}
     assert all(r.partition == (murmur2(r.key) & 0x7FFFFFFF) % partitions for r in received)
     assert_exactly(received, records)
+
+
+def test_both_clients_put_each_key_on_the_same_partition(fresh_topics, tmp_path):
+    """Switching clients must not move a session: downstream reads a session's events from one partition."""
+    topic = fresh_topics.kafka.session_events_topic
+    written: list[Record] = []
+    for index, client in enumerate(CLIENTS):
+        writer = KafkaWriter(using(fresh_topics.kafka, client), Spool(tmp_path / client), ack_timeout_s=5.0).start()
+        records = make_records(topic, index * 100, 80, sessions=23)
+        try:
+            writer.write(records)
+            assert writer.direct()
+        finally:
+            writer.close()
+        written += records
+    received = read_all(fresh_topics, topic, want=len(written))
+    partitions_of_key: dict[bytes, set[int]] = {}
+    for r in received:
+        partitions_of_key.setdefault(r.key, set()).add(r.partition)
+    assert len(received) == len(written) and all(len(p) == 1 for p in partitions_of_key.values())
+
+
+def test_a_broker_lost_mid_run_sends_the_next_write_to_the_spool(absent_broker, client, tmp_path):
+    config, broker_up = absent_broker
+    topic = config.kafka.session_events_topic
+    broker = broker_up()
+    tally = Tally()
+    writer = KafkaWriter(using(config.kafka, client), Spool(tmp_path / "spool"), ack_timeout_s=1.0,
+                         listener=tally).start()
+    try:
+        writer.write(make_records(topic, 0, 10))
+        assert writer.direct() and tally.sent == 10
+        processes.stop(broker)
+        writer.write(make_records(topic, 10, 10))  # returns once durable in the spool
+        assert not writer.direct() and tally.parked == 10 and writer.spool.pending() == 10
+    finally:
+        writer.close(drain_timeout_s=0.5)
+
+
+def test_librdkafka_gets_the_same_security_settings_under_its_own_names():
+    kafka = KafkaConfig(bootstrap_servers="a:9093,b:9093", security_protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-512",
+                        sasl_username="liverl", sasl_password="secret", ssl_cafile="/etc/ca.pem")
+    assert kafka.librdkafka_settings() == {
+        "bootstrap.servers": "a:9093,b:9093", "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "liverl", "sasl.password": "secret", "ssl.ca.location": "/etc/ca.pem"}
+
+
+def test_settings_librdkafka_cannot_use_are_refused_at_start(tmp_path):
+    from liverl.io.processes import free_port
+
+    kafka = KafkaConfig(bootstrap_servers=f"127.0.0.1:{free_port()}", security_protocol="SASL_PLAINTEXT",
+                        sasl_mechanism="NO-SUCH-MECHANISM", sasl_username="u", sasl_password="p",
+                        producer_client="librdkafka")
+    with pytest.raises(KafkaSettingsRefused, match="SASL mechanism"):
+        KafkaWriter(kafka, Spool(tmp_path / "spool"), ack_timeout_s=0.5).start()
