@@ -28,14 +28,13 @@ sys.path.insert(0, str(REPO))
 
 # What the profiles showed (bench/README.md has the commands and the figures before and after).
 NOTES = """notes   | the capture service is one GIL-bound process: its CPU per event (the `cpu` lines) bounds its rate,
-        | and on shared cores the ratio follows the CPU ratio. It produces every event with the same kafka-python
-        | producer as the plain path (~45 us per event with three contract headers per record: about the whole
-        | plain path), then redaction's prefilter (~19 us) and the checks and the record (~18 us) come on top.
-        | Round 1 removed: ~12 RE2 scans per id string (one scan for all detectors), murmur2 in pure Python per
-        | record, a 2 ms linger. Round 2 removed from the SDK: uuid4 per id (ids from one getrandom per 256),
-        | a lock per sequence number, sizing every event twice under the queue's lock, framing each event in
-        | Python; from the service: the pure-Python split and a parse call per event (one C parse per sound
-        | request). See bench/README.md for the profiles and why 0.8x is out of reach with this producer."""
+        | and on shared cores the ratio follows the CPU ratio. With kafka-python in the service its producer
+        | alone cost ~45 us per event (about the whole plain path); kafka.producer_client = "librdkafka" (the
+        | default) hands a record over in ~7-9 us, leaving redaction's prefilter (~19 us) and the checks and the
+        | record (~18 us). Round 1 removed: ~12 RE2 scans per id string, murmur2 in pure Python per record, a
+        | 2 ms linger. Round 2, from the SDK: uuid4 per id, a lock per sequence number, sizing every event twice,
+        | framing each event in Python; from the service: a parse call per event. Round 3: the native producer.
+        | bench/README.md has the profiles and figures."""
 
 
 def parse_args(argv=None) -> argparse.Namespace:
