@@ -182,6 +182,8 @@ class LibrdkafkaProducer:
             "acks": "all", "enable.idempotence": True,
             "partitioner": "murmur2_random",  # keyed records: murmur2 as the Java client and kafka-python
             "linger.ms": LINGER_MS,  # flush() sends at once; see LINGER_MS
+            # the largest request kafka-python sends (its max_request_size): the same records fit both clients
+            "message.max.bytes": 1_048_576,
             "request.timeout.ms": timeout_ms, "message.timeout.ms": timeout_ms + LINGER_MS + 10,
             "socket.connection.setup.timeout.ms": max(1000, timeout_ms), "reconnect.backoff.max.ms": 1000,
             "logger": logging.getLogger("liverl.io.librdkafka"),
