@@ -50,7 +50,7 @@ def run(config: LiverlConfig, args: argparse.Namespace) -> int:
         registered = trainer.run(follow=args.follow)
     finally:
         signal.signal(signal.SIGTERM, previous)
-        trainer.publisher.close()
+        trainer.close()
     trainer.say(f"trainer done | step {trainer.state.step} | versions registered {registered}")
     return 0
 

@@ -2,7 +2,8 @@
 
     run: load_batch -> step -> maybe_checkpoint -> maybe_publish, again and again
 
-Every checkpoint becomes a registered candidate (publish.Publisher); the state file written right after
+Every checkpoint becomes a registered candidate (publish.Publisher), judged by the gate beside the next steps
+(gate_worker, trainer.gate.background) or before them; the state file written right after
 the DeepSpeed checkpoint holds the table position, so a crash at any point resumes without gap or repeat.
 The trainer keeps making candidates however many the gate refuses: staleness counts promotions since a
 row was served (served_lineage), so a champion that stays put never starves training, and the progress
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING
 from liverl.config import LiverlConfig
 from liverl.contracts import names
 from trainer.advantages import Baselines
+from trainer.gate_worker import GateWorker
 from trainer.holdout import gate_evidence
 from trainer.publish import CheckpointToPublish, Publisher, PublishResult
 from trainer.ranks import Ranks
@@ -36,6 +38,8 @@ from trainer.row_stream import Position, RowStream
 from trainer.served_lineage import ServedLineage, promoted_versions
 from trainer.state import PendingPublish, TrainerState
 from trainer.table_follower import TableCommit, TableFollower, merge_offsets
+
+STOP_GATE_WAIT_S = 20.0  # a stopping trainer waits this long for a judgement in flight; the next start refuses it
 
 if TYPE_CHECKING:
     from deepspeed import DeepSpeedEngine
@@ -76,6 +80,7 @@ class Trainer:
             self.registry, self.tc.gate, self.tc.loss, config.rewards.monitors, self.tc.max_seq_len,
             config.rewards.version, self.dir / "registry", say,
         )
+        self.gates: GateWorker | None = None  # rank 0, with trainer.gate.background: candidates judged beside training
         self.stop_requested = False
         self.ranks = Ranks()  # joined in start()
         self.window = Window()
@@ -117,6 +122,10 @@ class Trainer:
         ranks = f" | ranks {self.ranks.world}" if self.ranks.world > 1 else ""
         self.say(f"trainer ready | parent v{state.parent_version} | {where} | checkpoint {state.checkpoint_tag or '-'}"
                  f"{ranks}")
+        if self.ranks.main and self.tc.gate.background:
+            keep = f"{state.run_key}/{state.pending.checkpoint_tag}" if state.pending else None
+            self.publisher.refuse_unjudged(state.run_key, keep)  # a stop while they were judged left them undecided
+            self.gates = GateWorker(self.publisher, self.say)
         if state.pending:  # crashed between checkpoint and registration: finish it first
             self.maybe_publish(Saved(state.pending))
 
@@ -142,12 +151,32 @@ class Trainer:
             if plan is not None:
                 self.step(plan)
             registered += self.maybe_publish(self.maybe_checkpoint())
+            self.collect_verdicts()
             if plan is None:
                 if not follow:
                     break
                 time.sleep(self.tc.follow_interval_s)
         registered += self.maybe_publish(self.maybe_checkpoint(force=True))
+        if self.gates is not None:  # a stop waits a little for the judging in flight; a finished run for all of it
+            self.gates.drain(STOP_GATE_WAIT_S if self.stop_requested else None)
+            self.collect_verdicts()
         return registered
+
+    def collect_verdicts(self) -> None:
+        """Rank 0, background gate: take in the verdicts reached since the last call."""
+        if self.gates is None:
+            return
+        results = self.gates.finished()
+        for result in results:
+            self._record(result)
+        if any(result.promoted for result in results):
+            self.served = promoted_versions(self.registry)  # a promotion moves the staleness timeline
+
+    def close(self) -> None:
+        """Stop the background gate and the online evaluator (the end of `liverl train`)."""
+        if self.gates is not None:
+            self.gates.close()
+        self.publisher.close()
 
     def load_batch(self) -> StepPlan | None:
         """The next step's trajectories (rank 0's plan, on every rank), or None when the table has nothing new."""
@@ -241,14 +270,21 @@ class Trainer:
         if saved is None:
             return 0
         checkpoint = self._to_publish(saved.pending, saved.step_metrics)
-        result = self.ranks.decide(lambda: self.publisher.publish(checkpoint))
-        self._record(result)
-        self.state.parent_version = result.version
+        if self.tc.gate.background:  # registered now, judged beside the next steps (rank 0's GateWorker)
+            version = self.ranks.decide(lambda: self.publisher.register(checkpoint))
+            if self.gates is not None:
+                self.gates.submit(version, checkpoint)
+        else:
+            result = self.ranks.decide(lambda: self.publisher.publish(checkpoint))
+            self._record(result)
+            version = result.version
+        self.state.parent_version = version
         self.state.pending = None
         self.parent_folder = self.dir / "exports" / saved.pending.checkpoint_tag
         if self.ranks.main:
             self.state.save(self.dir)
-            self.served = promoted_versions(self.registry)  # a promotion moves the staleness timeline
+            if self.gates is None:
+                self.served = promoted_versions(self.registry)  # a promotion moves the staleness timeline
             self._prune_checkpoints()
         return 1
 
@@ -258,7 +294,7 @@ class Trainer:
         else:
             self.state.gate_refusals += 1
             self.state.last_refusal = "; ".join(result.reasons)
-            if self.ranks.main:
+            if self.ranks.main and self.gates is None:  # in the background, training went on long ago
                 self.say(f"training goes on from v{result.version}{self.blocked()}")
 
     def _window_due(self) -> bool:
@@ -294,8 +330,9 @@ class Trainer:
             if old.name != self.state.checkpoint_tag:
                 shutil.rmtree(old, ignore_errors=True)
         exports = sorted(self.dir.glob("exports/step-*"), key=lambda p: int(p.name.split("-")[1]))
+        judged = self.gates.in_use() if self.gates is not None else set()
         for old in exports[: -self.tc.keep_checkpoints]:
-            if old != self.parent_folder:  # the next export copies its tokenizer files
+            if old != self.parent_folder and old not in judged:  # the next export copies its tokenizer files
                 shutil.rmtree(old, ignore_errors=True)  # registered: the registry holds a copy
 
 

@@ -68,7 +68,11 @@ class Publisher:
             self.online.close()
 
     def publish(self, checkpoint: CheckpointToPublish) -> PublishResult:
-        version = self.register(checkpoint)
+        """Register, then judge, in the caller's thread (trainer/gate_worker.py judges beside training instead)."""
+        return self.decide(self.register(checkpoint), checkpoint)
+
+    def decide(self, version: str, checkpoint: CheckpointToPublish) -> PublishResult:
+        """The gate's verdict on a registered candidate: recorded before a crash, or judged now."""
         tags = self.registry.tags(version)
         if names.TAG_GATE_DECISION in tags:  # judged before a crash: never twice
             report = json.loads(tags.get(names.TAG_GATE_REPORT) or "{}")
@@ -119,6 +123,29 @@ class Publisher:
         return PublishResult(version, report.decision, tuple(report.reasons),
                              version if report.passed else champion)
 
+    def refuse(self, version: str, reason: str) -> PublishResult:
+        """Record a refusal without judging (a candidate superseded before its turn, or one whose judging a stopped
+        trainer left unfinished), so that every version carries a decision; the champion stays."""
+        champion = self.registry.alias_version(names.ALIAS_CHAMPION)
+        body = {"decision": "fail", "champion": champion, "reasons": [reason], "figures": {}}
+        self.registry.set_tag(version, names.TAG_GATE_REPORT, json.dumps(body, sort_keys=True))
+        self.registry.set_tag(version, names.TAG_GATE_DECISION, "fail")
+        self.say(f"gate v{version}: not judged ({reason}) -> champion stays v{champion}")
+        return PublishResult(version, "fail", (reason,), champion)
+
+    def refuse_unjudged(self, run_key: str, keep: str | None = None) -> list[str]:
+        """Versions of this trainer run (run_key) left without a decision by a stop while they were judged, except
+        the checkpoint key `keep` (a pending publish the restart finishes): each is refused; returns them."""
+        from trainer.registry import TAG_CHECKPOINT
+
+        refused = []
+        for mv in self.registry.versions():
+            key = mv.tags.get(TAG_CHECKPOINT, "")
+            if key.startswith(f"{run_key}/") and key != keep and names.TAG_GATE_DECISION not in mv.tags:
+                self.refuse(mv.version, "not judged: the trainer stopped while it waited for or ran its gate")
+                refused.append(mv.version)
+        return refused
+
     def report(self, version: str, champion: str | None, checkpoint: CheckpointToPublish) -> GateReport:
         from trainer.policy_io import load_policy
 
@@ -126,6 +153,7 @@ class Publisher:
             return GateReport("fail", ["gate disabled (trainer.gate.enabled=false): champion stays"], {})
         if champion is None or champion == version:
             return GateReport("fail", [f"no champion to compare with (champion: {champion})"], {})
+        started = time.perf_counter()
         champion_folder = self.registry.download(champion, self.download_dir)
         offline = evaluate(
             candidate=load_policy(checkpoint.folder),  # loading the export also checks that serving can
@@ -133,9 +161,11 @@ class Publisher:
             evidence=checkpoint.evidence, config=self.gate, loss_config=self.loss, monitors=self.monitors,
             max_seq_len=self.max_seq_len,
         )
+        offline_s = time.perf_counter() - started
         reasons, figures = self.online_verdict(checkpoint.folder, champion_folder)
         reasons = [*offline.reasons, *reasons]
-        return GateReport("fail" if reasons else "pass", reasons, {**offline.figures, **figures})
+        seconds = {"offline_s": offline_s, "online_s": time.perf_counter() - started - offline_s}
+        return GateReport("fail" if reasons else "pass", reasons, {**offline.figures, **figures, **seconds})
 
     def online_verdict(self, candidate: Path, champion: Path) -> tuple[list[str], dict]:
         """The candidate run on held-out tasks by the configured evaluator (gate.online_eval_command), if any;

@@ -108,6 +108,10 @@ class GateConfig(Section):
 
     enabled: bool = True
     """false: every candidate stays a candidate (champion never moves)."""
+    background: bool = True
+    """Judge each registered candidate on a thread while training goes on (trainer/gate_worker.py): the next step
+    does not wait for the judging, and a candidate still waiting when a newer one is registered is refused
+    unjudged (superseded). false: each candidate is judged before the next step."""
     holdout_fraction: float = Field(0.2, ge=0.0, lt=1.0)
     """Share of trajectories (by a hash of trajectory_id) kept out of training for the gate."""
     max_holdout: int = 256

@@ -19,7 +19,7 @@ from tests.conftest import stack_config
 
 pytestmark = pytest.mark.slow
 
-DEMO_MINUTES = 9.0  # vLLM loads each new version beside the old one: ~60-90 s a swap on 2 busy cores
+DEMO_MINUTES = 9.0  # the first vLLM start and the base policy's fit take the first minutes on 2 busy cores
 DEMO_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "demo.toml"
 
 

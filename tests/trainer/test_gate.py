@@ -171,6 +171,8 @@ def test_gate_refuses_a_degraded_candidate_and_records_why(stack, tiny_policy_di
     trainer.window.steps = 1
     result = trainer.maybe_publish(trainer.maybe_checkpoint(force=True))
     assert result == 1
+    assert trainer.gates.drain(timeout_s=300)  # judged beside training (trainer.gate.background)
+    trainer.collect_verdicts()
     bad = registry.alias_version(names.ALIAS_CANDIDATE)
     assert bad != good
     assert registry.alias_version(names.ALIAS_CHAMPION) == good  # champion did not move
@@ -179,4 +181,4 @@ def test_gate_refuses_a_degraded_candidate_and_records_why(stack, tiny_policy_di
     report = json.loads(tags[names.TAG_GATE_REPORT])
     assert report["champion"] == good and report["figures"]["kl"] > GateConfig().max_kl and report["reasons"]
     assert any(line.startswith(f"gate v{bad} vs v{good}: fail") for line in lines)
-    assert trainer.state.gate_refusals == 1 and "blocked: gate refused 1" in lines[-1]
+    assert trainer.state.gate_refusals == 1 and "blocked: gate refused 1" in trainer.blocked()

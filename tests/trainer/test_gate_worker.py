@@ -1,0 +1,105 @@
+"""The gate beside training: candidates are judged one at a time, in order, on a thread; one still waiting when
+a newer one arrives is refused unjudged; a failing judgement never stops the trainer; and after a stop, the
+versions left undecided are refused at the next start so that every version carries a decision."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from liverl.contracts import names
+from tests.trainer.conftest import trainer_config
+from trainer.base_policy import register_base
+from trainer.gate_worker import GateWorker
+from trainer.publish import PublishResult
+from trainer.registry import TAG_CHECKPOINT, Registry
+
+
+class SlowJudge:
+    """The two Publisher calls the worker makes; decide() waits for `release` so a judgement is seen running."""
+
+    def __init__(self):
+        self.release = threading.Event()
+        self.started: list[str] = []
+        self.refused: list[tuple[str, str]] = []
+
+    def decide(self, version, checkpoint):
+        self.started.append(version)
+        assert self.release.wait(30)
+        if checkpoint.folder.name == "broken":
+            raise ConnectionError("registry down")
+        return PublishResult(version, "pass", (), version)
+
+    def refuse(self, version, reason):
+        self.refused.append((version, reason))
+        return PublishResult(version, "fail", (reason,), "1")
+
+
+class Candidate:
+    def __init__(self, name: str):
+        self.folder = Path("/exports") / name
+
+
+def test_candidates_are_judged_in_order_and_a_waiting_one_is_superseded():
+    judge = SlowJudge()
+    worker = GateWorker(judge, say=lambda line: None)
+    try:
+        worker.submit("2", Candidate("step-1"))
+        assert not worker.drain(timeout_s=0.5)  # v2 is being judged and waits for release
+        worker.submit("3", Candidate("step-2"))  # waits behind v2
+        assert worker.in_use() == {Path("/exports/step-1"), Path("/exports/step-2")}
+        worker.submit("4", Candidate("step-3"))  # supersedes v3, which was never started
+        assert judge.refused == [("3", "superseded by v4 before its turn")]
+        judge.release.set()
+        assert worker.drain(timeout_s=30)
+        results = worker.finished()
+        assert [(r.version, r.decision) for r in results] == [("3", "fail"), ("2", "pass"), ("4", "pass")]
+        assert judge.started == ["2", "4"] and worker.in_use() == set() and worker.finished() == []
+    finally:
+        worker.close()
+
+
+def test_a_judgement_that_fails_is_a_refusal_and_the_worker_goes_on():
+    judge, lines = SlowJudge(), []
+    judge.release.set()
+    worker = GateWorker(judge, say=lines.append)
+    try:
+        worker.submit("2", Candidate("broken"))
+        assert worker.drain(timeout_s=30)
+        worker.submit("3", Candidate("step-2"))
+        assert worker.drain(timeout_s=30)
+        results = worker.finished()
+    finally:
+        worker.close()
+    assert [(r.version, r.decision) for r in results] == [("2", "fail"), ("3", "pass")]
+    assert "registry down" in results[0].reasons[0] and results[0].champion is None
+    assert "gate v2 could not finish (ConnectionError: registry down)" in lines[0]
+
+
+@pytest.mark.slow
+def test_versions_a_stopped_trainer_left_undecided_are_refused_at_the_next_start(stack, tiny_policy_dir, tmp_path):
+    from trainer.loop import Trainer
+
+    config = trainer_config(stack, tmp_path)
+    register_base(config, tiny_policy_dir, say=lambda *_: None)
+    trainer = Trainer(config, say=lambda *_: None)
+    trainer.start()
+    registry = Registry(config.mlflow)
+    run_key = trainer.state.run_key
+    undecided = registry.register(tiny_policy_dir, {TAG_CHECKPOINT: f"{run_key}/step-1"}, "step-1")
+    decided = registry.register(tiny_policy_dir, {TAG_CHECKPOINT: f"{run_key}/step-2",
+                                                  names.TAG_GATE_DECISION: "pass"}, "step-2")
+    pending = registry.register(tiny_policy_dir, {TAG_CHECKPOINT: f"{run_key}/step-3"}, "step-3")
+    other_run = registry.register(tiny_policy_dir, {TAG_CHECKPOINT: "another-run/step-1"}, "another")
+    trainer.close()
+
+    refused = trainer.publisher.refuse_unjudged(run_key, keep=f"{run_key}/step-3")
+    assert refused == [undecided]
+    tags = registry.tags(undecided)
+    assert tags[names.TAG_GATE_DECISION] == "fail" and "trainer stopped" in tags[names.TAG_GATE_REPORT]
+    assert registry.tags(decided)[names.TAG_GATE_DECISION] == "pass"
+    assert names.TAG_GATE_DECISION not in registry.tags(pending)  # the restart finishes it through its gate
+    assert names.TAG_GATE_DECISION not in registry.tags(other_run)  # not this run's to judge
+    assert registry.alias_version(names.ALIAS_CHAMPION) == "1"
