@@ -28,7 +28,7 @@ from liverl.contracts import names
 from liverl.io.lineage import decode_offsets
 from liverl.io.table_history import TableHistory
 from liverl.io.traces import traces_filter
-from liverl.io.tracking import METRICS_PER_BATCH, Tracking
+from liverl.io.tracking import Tracking
 from pipelines import table
 from pipelines.state import StateStore
 from pipelines.traces import log_batch_traces
@@ -99,22 +99,8 @@ def ensure_audited(config: LiverlConfig, committed: table.Committed, tracking: T
     if not batch_id:
         return None
     tracking = tracking or Tracking(config.mlflow.tracking_uri)
-    found = finished_run(tracking, config.mlflow.audit_experiment, batch_id)
+    found = tracking.find_finished_run(config.mlflow.audit_experiment, BATCH_TAG, batch_id)
     return found or log_batch(config, committed, batch_id, tracking)
-
-
-def finished_run(tracking: Tracking, experiment: str, batch_id: str) -> str | None:
-    """The batch's FINISHED audit run; runs of it cut short (killed mid-audit: maybe partial) are deleted."""
-    experiment_id = tracking.experiment_id(experiment)
-    runs = tracking.answer(f"searching the audit runs of batch {batch_id}", lambda: tracking.client.search_runs(
-        [experiment_id], filter_string=f"tags.`{BATCH_TAG}` = '{batch_id}'", max_results=20))
-    for run in runs:
-        if run.info.status == "FINISHED":
-            return run.info.run_id
-    for run in runs:
-        tracking.answer(f"deleting the unfinished audit run {run.info.run_id}",
-                        lambda run_id=run.info.run_id: tracking.client.delete_run(run_id))
-    return None
 
 
 def log_batch(config: LiverlConfig, committed: table.Committed, batch_id: str,
@@ -137,7 +123,7 @@ def log_batch(config: LiverlConfig, committed: table.Committed, batch_id: str,
         metrics |= {f"dead_letters.{reason}": n for reason, n in summary.get("dead_letters", {}).items()}
         metrics["dead_letters"] = sum(summary.get("dead_letters", {}).values())
         metrics |= reward_statistics(rows)
-        log_params_and_metrics(tracking, run.run_id, params, {k: float(v) for k, v in metrics.items()})
+        run.log_params_and_metrics(params, metrics)
         run.log_dict({"offsets": offsets, "summary": summary}, "batch.json")
         figure = reward_histograms(rows)
         if figure is not None:
@@ -145,21 +131,6 @@ def log_batch(config: LiverlConfig, committed: table.Committed, batch_id: str,
         if rows:
             run.log_table(sample_table(rows, config.pipelines.audit_sample_size), "trajectories_sample.json")
         return run.run_id
-
-
-def log_params_and_metrics(tracking: Tracking, run_id: str, params: dict, metrics: dict[str, float]) -> None:
-    """Params and metrics in one MLflow log_batch call (two when metrics exceed MLflow's cap per call)."""
-    import time
-
-    from mlflow.entities import Metric, Param
-
-    now = int(time.time() * 1000)
-    entries = [Metric(key, value, now, 0) for key, value in metrics.items()]
-    chunks = [entries[start:start + METRICS_PER_BATCH] for start in range(0, len(entries), METRICS_PER_BATCH)] or [[]]
-    for index, chunk in enumerate(chunks):
-        params_now = [Param(key, str(value)) for key, value in params.items()] if index == 0 else []
-        tracking.answer(f"logging params and metrics in run {run_id}",
-                        lambda: tracking.client.log_batch(run_id, metrics=chunk, params=params_now))
 
 
 def _components(rows: list[dict]) -> dict[str, list[float]]:

@@ -88,6 +88,20 @@ class Tracking:
         )
         return found[0].info.run_id if found else None
 
+    def find_finished_run(self, experiment: str, tag: str, value: str) -> str | None:
+        """The id of a FINISHED run tagged tag=value, or None; runs of it cut short (a process killed mid-run, so
+        maybe partial) are deleted, so that the caller logs the run again whole."""
+        experiment_id = self.experiment_id(experiment)
+        runs = self.answer(f"searching runs of {experiment!r} for {tag}={value}", lambda: self.client.search_runs(
+            [experiment_id], filter_string=f"tags.`{tag}` = '{value}'", max_results=20))
+        for run in runs:
+            if run.info.status == "FINISHED":
+                return run.info.run_id
+        for run in runs:
+            self.answer(f"deleting the unfinished run {run.info.run_id}",
+                        lambda run_id=run.info.run_id: self.client.delete_run(run_id))
+        return None
+
     @contextmanager
     def run(self, experiment: str, run_name: str, tags: Mapping[str, str] | None = None) -> Iterator[TrackingRun]:
         """A new run of `experiment`, ended FINISHED, or FAILED when the block raises."""
@@ -129,6 +143,17 @@ class TrackingRun:
                    for step, figures in step_metrics for key, value in figures.items()]
         for start in range(0, len(metrics), METRICS_PER_BATCH):
             self._call("logging metrics", "log_batch", metrics=metrics[start:start + METRICS_PER_BATCH])
+
+    def log_params_and_metrics(self, params: Mapping[str, Any], metrics: Mapping[str, float]) -> None:
+        """Params and metrics together: one log_batch call (more only past MLflow's cap on metrics per call)."""
+        from mlflow.entities import Metric, Param
+
+        now = int(time.time() * 1000)
+        entries = [Metric(key, float(value), now, 0) for key, value in metrics.items()]
+        for start in range(0, max(len(entries), 1), METRICS_PER_BATCH):
+            first = [Param(key, str(value)) for key, value in params.items()] if start == 0 else []
+            self._call("logging params and metrics", "log_batch", metrics=entries[start:start + METRICS_PER_BATCH],
+                       params=first)
 
     def log_params(self, params: Mapping[str, Any]) -> None:
         from mlflow.entities import Param

@@ -30,14 +30,20 @@ class HalfDone:
             range(half, len(events))])
 
 
-def test_a_partly_settled_batch_resends_only_the_rest():
-    service = HalfDone()
+def _serve(capture):
+    """A capture endpoint on 127.0.0.1 that answers with `capture(request bytes, context)`; (server, port)."""
     server = grpc.server(ThreadPoolExecutor(max_workers=2))
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("liverl.v1.CaptureService", {
         "Capture": grpc.unary_unary_rpc_method_handler(
-            service.capture, response_serializer=capture_pb2.CaptureResponse.SerializeToString)}),))
+            capture, response_serializer=capture_pb2.CaptureResponse.SerializeToString)}),))
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
+    return server, port
+
+
+def test_a_partly_settled_batch_resends_only_the_rest():
+    service = HalfDone()
+    server, port = _serve(service.capture)
     try:
         client = CaptureClient(f"127.0.0.1:{port}", "t", None, batch_size=100)
         session = client.start_session(user_id="u")
@@ -108,12 +114,7 @@ def test_a_batch_over_the_request_size_goes_in_order_over_several_requests():
     from ingest.sdk.session import SessionRecorder
 
     service = Recording()
-    server = grpc.server(ThreadPoolExecutor(max_workers=2))
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("liverl.v1.CaptureService", {
-        "Capture": grpc.unary_unary_rpc_method_handler(
-            service.capture, response_serializer=capture_pb2.CaptureResponse.SerializeToString)}),))
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
+    server, port = _serve(service.capture)
     try:
         sender = BackgroundSender(f"127.0.0.1:{port}", "t", None, batch_size=100, max_request_bytes=1000)
         session = SessionRecorder(sender.submit, "s1", "u")
