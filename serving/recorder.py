@@ -1,9 +1,9 @@
 """Record every completion as a ModelCall on Kafka, off the response path.
 
-`record_later()` only puts a builder of the record on a bounded in-memory queue; a background thread
+`record_later()` only hands a builder of the record to a bounded in-memory hand-off; a background thread
 builds (the ModelCall, its redaction, its bytes) and hands batches to liverl.io's KafkaWriter, which
 waits for Kafka (acks=all) or appends to the durable disk spool and replays it in order later. So the
-request path pays one queue put, not a protobuf message and a redaction scan. A full queue overflows
+request path pays one deque append, not a protobuf message and a redaction scan. A full hand-off overflows
 straight to the spool (built on the spot). Failures are counted, never raised to the request.
 """
 
@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import queue
 import threading
 import time
 from collections import deque
@@ -29,11 +28,13 @@ from liverl.io.kafka_writer import KafkaWriter, Record, WriterListener
 from liverl.io.spool import Spool, SpoolFull
 from liverl.v1 import model_call_pb2
 from serving.metrics import ServingMetrics
+from serving.record_handoff import BatchHandoff
 
 log = logging.getLogger("liverl.serving.recorder")
 
 SEND_BATCH = 500
 ACK_TIMEOUT_S = 5.0
+LINGER_S = 0.005  # how long the woken recording thread lets completions gather into one batch
 RECENT_LAGS = 100_000  # exact lags of the latest records, for quantiles the histogram's buckets only bound
 
 
@@ -77,7 +78,7 @@ class Recorder:
                  spool_max_bytes: int = 1 << 30):
         self._kafka = kafka_config
         self._metrics = metrics
-        self._queue: queue.Queue[Record] = queue.Queue(maxsize=queue_size)
+        self._handoff: BatchHandoff[Record | _Pending] = BatchHandoff(queue_size, LINGER_S)
         # Registered here rather than in ServingMetrics, which belongs to the server's own metrics set.
         corrupt = Counter("liverl_serving_spool_corrupt_frames", "Corrupt spool frames quarantined (and skipped).",
                           registry=metrics.registry)
@@ -126,11 +127,10 @@ class Recorder:
 
     def _enqueue(self, item: Record | _Pending) -> None:
         try:
-            self._queue.put_nowait(item)
-        except queue.Full:
-            record = self._built(item)
-            if record is not None:
-                self._park([record])
+            if not self._handoff.put(item):  # full: straight to the spool
+                record = self._built(item)
+                if record is not None:
+                    self._park([record])
         except Exception:  # never surface recording trouble to the request
             self._metrics.records.labels("failed").inc()
 
@@ -160,22 +160,15 @@ class Recorder:
 
     def _run(self) -> None:
         self.writer.start()  # may wait for an unreachable Kafka: here, not in the caller of start()
-        while not self._stop.is_set() or not self._queue.empty():
-            try:
-                batch = [self._queue.get(timeout=0.2)]
-            except queue.Empty:
+        while not self._stop.is_set() or not self._handoff.idle():
+            batch = self._handoff.take(SEND_BATCH, timeout_s=0.2)
+            if not batch:
                 continue
-            while len(batch) < SEND_BATCH:
-                try:
-                    batch.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
-            self._metrics.recording_queue.set(self._queue.qsize())
+            self._metrics.recording_queue.set(self._handoff.waiting())
             try:
                 self._write([record for record in map(self._built, batch) if record is not None])
             finally:
-                for _ in batch:
-                    self._queue.task_done()
+                self._handoff.done()
 
     def _write(self, batch: list[Record]) -> None:
         try:
@@ -190,9 +183,9 @@ class Recorder:
     def flush(self, timeout_s: float = 30.0) -> bool:
         """Wait until every queued record is acknowledged by Kafka or in the spool (tests, shutdown)."""
         deadline = time.monotonic() + timeout_s
-        while self._queue.unfinished_tasks and time.monotonic() < deadline:
+        while not self._handoff.idle() and time.monotonic() < deadline:
             time.sleep(0.02)
-        return not self._queue.unfinished_tasks
+        return self._handoff.idle()
 
     def close(self, timeout_s: float = 30.0) -> None:
         self.flush(timeout_s)
