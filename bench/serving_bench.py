@@ -46,6 +46,7 @@ class Run:
     tokens: int = 0
     failures: int = 0
     wall_s: float = 0.0
+    cpu_us: dict[str, float] = field(default_factory=dict)  # CPU per request, by process group (CpuMeter)
 
     @property
     def requests_per_s(self) -> float:
@@ -53,7 +54,7 @@ class Run:
 
     def to_json(self) -> str:
         return json.dumps({"name": self.name, "latencies": self.latencies, "tokens": self.tokens,
-                           "failures": self.failures, "wall_s": self.wall_s})
+                           "failures": self.failures, "wall_s": self.wall_s, "cpu_us": self.cpu_us})
 
     @staticmethod
     def from_json(line: str) -> "Run":
@@ -63,7 +64,8 @@ class Run:
         lat = sorted(self.latencies) or [0.0]
         return {"requests_per_s": round(len(self.latencies) / self.wall_s, 2),
                 "tokens_per_s": round(self.tokens / self.wall_s, 1), "p50_ms": round(statistics.median(lat) * 1000, 2),
-                "p99_ms": round(lat[min(len(lat) - 1, int(0.99 * len(lat)))] * 1000, 2), "failed": self.failures}
+                "p99_ms": round(lat[min(len(lat) - 1, int(0.99 * len(lat)))] * 1000, 2), "failed": self.failures,
+                "cpu_us_per_request": {k: round(v, 1) for k, v in self.cpu_us.items()}}
 
     def line(self, baseline: "Run | None") -> str:
         lat = sorted(self.latencies) or [0.0]
@@ -71,6 +73,8 @@ class Run:
         rps, tps = len(self.latencies) / self.wall_s, self.tokens / self.wall_s
         text = (f"{self.name:<10} req/s {rps:7.1f} | tok/s {tps:8.1f} | p50 {p50 * 1000:7.1f} ms | "
                 f"p99 {p99 * 1000:7.1f} ms | failed {self.failures}")
+        if self.cpu_us:
+            text += " | CPU/req " + " ".join(f"{k} {v:.0f} us" for k, v in self.cpu_us.items())
         if baseline is not None:
             b = sorted(baseline.latencies)
             text += (f" | vs direct: req/s x{rps / (len(b) / baseline.wall_s):.2f}, "
@@ -197,7 +201,7 @@ def _side_by_side(server, on_server, args) -> dict:
         async def one(i):
             n = 0
             async for delta in slot.engine.generate(prompt_ids, Sampling(max_tokens=args.max_tokens, seed=i + 1),
-                                                    f"direct-{time.time_ns()}-{i}"):
+                                                    f"direct-{time.time_ns()}-{i}", final_only=True):
                 n += len(delta.token_ids)
             return n
         return await _load("direct", one, args.concurrency, requests)
@@ -211,6 +215,7 @@ def _side_by_side(server, on_server, args) -> dict:
           f"max_tokens={args.max_tokens} rounds={args.rounds} (gRPC/HTTP clients in a driver process)", flush=True)
     rounds: list[dict[str, Run]] = []
     with Driver(server, args) as driver:
+        meter = CpuMeter(driver.process.pid)
         paths = {"direct": lambda: on_server(direct_run(args.requests)),
                  "grpc": lambda: driver.run("grpc", "grpc", args.requests),
                  "http": lambda: driver.run("http", "http", args.requests),
@@ -224,7 +229,7 @@ def _side_by_side(server, on_server, args) -> dict:
             order = list(paths)[number - 1:] + list(paths)[:number - 1]  # rotated: drift favours no path
             for name in order:
                 settled()
-                runs[name] = paths[name]()
+                runs[name] = meter.measure(paths[name], args.requests)
             print(f"round {number} (order {', '.join(order)}):")
             print(runs["direct"].line(None))
             for name in ("grpc", "http", "grpc-norec"):
@@ -257,8 +262,14 @@ def _summarize(rounds: list[dict[str, "Run"]], lags: list[float], server) -> dic
     print(f"records: sent {server.metrics.value('liverl_serving_records_total', {'outcome': 'sent'}):.0f}, "
           f"spooled {server.metrics.value('liverl_serving_records_total', {'outcome': 'spooled'}):.0f}", flush=True)
     per_path = {name: statistics.median(r[name].requests_per_s for r in rounds) for name in rounds[0]}
+    cpu = {name: {group: round(statistics.median(r[name].cpu_us[group] for r in rounds), 1)
+                  for group in rounds[0][name].cpu_us} for name in rounds[0]}
+    print("CPU per request, medians of the rounds (us): " + " | ".join(
+        f"{name}: " + " ".join(f"{group} {value:.0f}" for group, value in groups.items())
+        for name, groups in cpu.items()), flush=True)
     return {"rounds": len(rounds), "ratios": {k: round(v, 3) for k, v in ratios.items()},
-            "median_requests_per_s": {k: round(v, 2) for k, v in per_path.items()}, "recording_lag": lag,
+            "median_requests_per_s": {k: round(v, 2) for k, v in per_path.items()},
+            "median_cpu_us_per_request": cpu, "recording_lag": lag,
             "per_round": [{name: run.figures() for name, run in r.items()} for r in rounds]}
 
 
@@ -307,15 +318,18 @@ DRIVER_REPLY = "RUN "
 
 def _driver(grpc_target: str, http_base: str, model: str) -> None:
     """The driver process: runs each order read from stdin against the server, answers with the Run."""
+    import aiohttp
     import grpc
-    import httpx
 
     from liverl.v1 import common_pb2, serving_pb2, serving_pb2_grpc
 
     async def drive() -> None:
-        limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
+        # aiohttp rather than httpx: on these shared cores the client's CPU comes out of the server's and the
+        # engine's, and httpx costs about 2.5x aiohttp's CPU per request (830 against ~300 us, CpuMeter).
+        connector = aiohttp.TCPConnector(limit=256)
         async with grpc.aio.insecure_channel(grpc_target) as channel, \
-                httpx.AsyncClient(base_url=http_base, timeout=120, limits=limits) as client:
+                aiohttp.ClientSession(http_base, connector=connector,
+                                      timeout=aiohttp.ClientTimeout(total=120)) as client:
             stub = serving_pb2_grpc.PolicyServiceStub(channel)
             while line := await asyncio.to_thread(sys.stdin.readline):
                 order = json.loads(line)
@@ -329,17 +343,62 @@ def _driver(grpc_target: str, http_base: str, model: str) -> None:
                     return len(response.token_ids)
 
                 async def http_one(i):
-                    r = await client.post("/v1/completions", json={
-                        "model": model, "prompt": PROMPT, "max_tokens": max_tokens, "seed": i + 1,
-                        "temperature": 1.0}, headers={"x-liverl-session-id": f"bench-{i}"})
-                    r.raise_for_status()
-                    return r.json()["usage"]["completion_tokens"]
+                    async with client.post("/v1/completions", json={
+                            "model": model, "prompt": PROMPT, "max_tokens": max_tokens, "seed": i + 1,
+                            "temperature": 1.0}, headers={"x-liverl-session-id": f"bench-{i}"}) as r:
+                        r.raise_for_status()
+                        return (await r.json())["usage"]["completion_tokens"]
 
                 one = grpc_one if order["api"] == "grpc" else http_one
                 run = await _load(order["name"], one, order["concurrency"], order["requests"])
                 print(DRIVER_REPLY + run.to_json(), flush=True)
 
     asyncio.run(drive())
+
+
+class CpuMeter:
+    """CPU time (user + system) per request of each process group during one timed run: `server` (this
+    process: the event loop, the recording thread, gRPC's and librdkafka's threads), `engine` (vLLM's engine
+    processes), `driver` (the clients) and `stack` (broker, MLflow). On a machine with fewer cores than busy
+    processes every group's CPU comes out of the same budget, so this says where a path's time goes even when
+    requests/s moves with the load."""
+
+    def __init__(self, driver_pid: int):
+        import psutil
+
+        me = psutil.Process()
+        children = [child for child in me.children(recursive=True) if child.pid != driver_pid]
+        engine = [child for child in children if _command(child).startswith("VLLM::")]
+        self.groups = {"server": [me], "engine": engine, "driver": [psutil.Process(driver_pid)],
+                       "stack": [child for child in children if child not in engine]}
+
+    def _seconds(self) -> dict[str, float]:
+        import psutil
+
+        totals = {}
+        for name, processes in self.groups.items():
+            totals[name] = 0.0
+            for process in processes:
+                try:
+                    times = process.cpu_times()
+                    totals[name] += times.user + times.system
+                except psutil.Error:
+                    pass  # gone meanwhile
+        return totals
+
+    def measure(self, run, requests: int) -> "Run":
+        before = self._seconds()
+        result = run()
+        after = self._seconds()
+        result.cpu_us = {name: (after[name] - before[name]) * 1e6 / max(1, requests) for name in after}
+        return result
+
+
+def _command(process) -> str:
+    try:
+        return " ".join(process.cmdline()) or process.name()
+    except Exception:
+        return ""
 
 
 class MemoryWatch:

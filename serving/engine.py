@@ -42,9 +42,12 @@ class Engine(Protocol):
     async def start(self) -> None:
         """Load the weights; may take long, must not block the event loop."""
 
-    def generate(self, prompt_token_ids: list[int], sampling: Sampling, request_id: str) -> AsyncIterator[Delta]:
+    def generate(self, prompt_token_ids: list[int], sampling: Sampling, request_id: str,
+                 final_only: bool = False) -> AsyncIterator[Delta]:
         """Stream the completion of one prompt. Logprobs are of the distribution sampled from
-        (after temperature, top-k and top-p), as vLLM's "processed_logprobs" mode defines them."""
+        (after temperature, top-k and top-p), as vLLM's "processed_logprobs" mode defines them.
+        final_only: the caller only wants the whole completion, so an engine may send it as one Delta
+        (vLLM then neither builds an output nor wakes the caller per token)."""
 
     async def shutdown(self) -> None:
         """Free the engine (its process, its memory). Called once no request uses it any more."""

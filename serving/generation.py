@@ -139,18 +139,18 @@ class Call:
 
     async def run(self) -> "Call":
         """The whole completion; its text is decoded once, at the end (a stream decodes at every step)."""
-        async for _ in self._deltas(on_finish=self._advance_text):
+        async for _ in self._deltas(on_finish=self._advance_text, final_only=True):
             pass
         return self
 
-    async def _deltas(self, on_finish=None) -> AsyncIterator[Delta]:
+    async def _deltas(self, on_finish=None, final_only: bool = False) -> AsyncIterator[Delta]:
         """The engine's deltas, accumulated on the call; the lease is released (and the call recorded)
         when they end, fail or are abandoned. on_finish runs first when they end well."""
         ok = False
         try:
-            deltas = self.slot.engine.generate(self.prompt_token_ids, self.sampling, self.request_id)
+            deltas = self.slot.engine.generate(self.prompt_token_ids, self.sampling, self.request_id, final_only)
             async for delta in _within(self.started + self.completions.request_timeout_s, deltas):
-                if delta.token_ids and not self.first_token_time:
+                if delta.token_ids and not self.first_token_time and not final_only:  # whole: no first-token time
                     self.first_token_time = time.time()
                 self.token_ids.extend(delta.token_ids)
                 self.logprobs.extend(delta.logprobs)

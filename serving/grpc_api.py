@@ -41,14 +41,17 @@ class PolicyServicer(serving_pb2_grpc.PolicyServiceServicer):
 
     async def Generate(self, request, context):
         call = await self._begin(request, context)
-        await context.send_initial_metadata(_id_metadata(call))
+        # Trailing, not initial, metadata: grpc.aio sends initial metadata set apart from the response as a
+        # write of its own (a batch, a syscall and a loop wake-up per call); trailing metadata goes with it.
+        context.set_trailing_metadata(_id_metadata(call))
         try:
             await call.run()
         except DeadlineExceeded as error:
             await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, str(error))
         return serving_pb2.GenerateResponse(
             request_id=call.request_id, text=call.text, token_ids=call.token_ids, logprobs=call.logprobs,
-            policy_version=call.version, finish_reason=call.finish_reason, prompt_token_ids=call.prompt_token_ids)
+            policy_version=call.version, finish_reason=call.finish_reason, prompt_token_ids=call.prompt_token_ids,
+            session_id=call.session_id)
 
     async def GenerateStream(self, request, context):
         call = await self._begin(request, context)
@@ -114,8 +117,9 @@ class PolicyServicer(serving_pb2_grpc.PolicyServiceServicer):
 
 
 def _id_metadata(call: Call) -> tuple[tuple[str, str], ...]:
-    """What the response's initial metadata says: the version, and the session (the request's own id when
-    none was named: a one-call session) and request ids a SessionEvent links to."""
+    """What the response's metadata says (Generate's trailing, GenerateStream's initial): the version, and the
+    session (the request's own id when none was named: a one-call session) and request ids a SessionEvent
+    links to."""
     return ((names.META_POLICY_VERSION, call.version), (names.META_SESSION_ID, header_value(call.session_id)),
             (REQUEST_ID_HEADER, header_value(call.request_id)))
 

@@ -78,7 +78,8 @@ class HfEngine:
             for key in loaded:  # tied tensors (an absent lm_head) follow the tensor they share
                 current[key].copy_(state[key])
 
-    async def generate(self, prompt_token_ids: list[int], sampling: Sampling, request_id: str) -> AsyncIterator[Delta]:
+    async def generate(self, prompt_token_ids: list[int], sampling: Sampling, request_id: str,
+                       final_only: bool = False) -> AsyncIterator[Delta]:  # streams either way
         if self._model is None:
             raise RuntimeError("HfEngine.generate before start(): await engine.start() first")
         loop = asyncio.get_running_loop()

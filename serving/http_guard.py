@@ -1,12 +1,12 @@
 """What stands before every HTTP handler: the API key, the rate limit, the caller's headers, the body.
 
-Handlers declare these as FastAPI dependencies, in this order, so a request is authenticated and
-rate-limited before a byte of its body is read, and the body is read under a size cap and a deadline
-(a 40 MB body is refused after the first megabytes, or at once when its Content-Length says so).
+Plain functions over (context, headers, path session id, body chunks), run in this order, so a request
+is authenticated and rate-limited before a byte of its body is read, and the body is read under a size
+cap and a deadline (a 40 MB body is refused after the first megabytes, or at once when its
+Content-Length says so). The completion routes call them from their ASGI front (serving.asgi_routes);
+the routes FastAPI still serves call them through thin dependencies (serving.http_dependencies).
 Every refusal is an OpenAI-shaped error ({"error": {"message", "type", "param", "code"}}), counted by
 reason; refusals of authenticated callers go to the dead-letter topic as a summary, never the body.
-The dependencies are `async def` although none of them waits: FastAPI runs a plain `def` dependency on
-a worker thread, a thread hop per dependency per request.
 """
 
 from __future__ import annotations
@@ -14,15 +14,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from fastapi import Depends, Request
-from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
-from starlette.requests import ClientDisconnect
 
 from liverl.contracts import names
 from liverl.v1 import serving_pb2
@@ -35,10 +32,13 @@ from serving.swapper import HotSwapper
 
 log = logging.getLogger("liverl.serving.http")
 
+UNEXPECTED_ERROR = {"error": {"message": "internal error: the server logged it", "type": "server_error",
+                              "param": None, "code": None}}
+
 
 @dataclass
 class HttpContext:
-    """Everything the handlers share; lives on app.state.serving."""
+    """Everything the handlers share: the ASGI front holds it, and the FastAPI app has it on app.state.serving."""
 
     completions: Completions
     info: Callable[[], serving_pb2.ModelInfoResponse]
@@ -57,53 +57,31 @@ class Body:
     data: dict[str, Any]
 
 
-class FastJSONResponse(JSONResponse):
-    """A JSON response rendered by orjson (several times faster than the json module for a completion body;
-    FastAPI's ORJSONResponse is deprecated). Non-finite floats become null, never invalid JSON."""
-
-    def render(self, content: Any) -> bytes:
-        return orjson.dumps(content)
-
-
 class ApiError(Exception):
     def __init__(self, status: int, message: str, kind: str, code: str | None = None, param: str | None = None,
                  headers: dict[str, str] | None = None):
         super().__init__(message)
         self.status, self.kind, self.code, self.param, self.headers = status, kind, code, param, headers
 
-
-async def api_error_response(request: Request, error: ApiError) -> FastJSONResponse:
-    return FastJSONResponse({"error": {"message": str(error), "type": error.kind, "param": error.param,
-                                   "code": error.code}}, status_code=error.status, headers=error.headers)
+    def payload(self) -> dict:
+        return {"error": {"message": str(self), "type": self.kind, "param": self.param, "code": self.code}}
 
 
-async def unexpected_error_response(request: Request, error: Exception) -> FastJSONResponse:
-    log.exception("unexpected error serving %s", request.url.path, exc_info=error)
-    return FastJSONResponse({"error": {"message": "internal error: the server logged it", "type": "server_error",
-                                   "param": None, "code": None}}, status_code=500)
+class ClientLeft(Exception):
+    """The client closed the connection before its body was whole."""
 
 
-async def context(request: Request) -> HttpContext:
-    return request.app.state.serving
-
-
-def _refuse(ctx: HttpContext, status: int, reason: str, message: str, kind: str, param: str | None = None,
-            headers: dict[str, str] | None = None) -> ApiError:
-    ctx.completions.metrics.rejected.labels(reason).inc()
-    return ApiError(status, message, kind, reason, param, headers)
-
-
-async def authenticated(request: Request, ctx: HttpContext = Depends(context)) -> Principal:
+def authenticate(ctx: HttpContext, authorization: str | None) -> Principal:
     """The caller's key, checked and rate-limited; nothing of the body has been read yet."""
-    principal = ctx.keys.principal(request.headers.get("authorization"))
+    principal = ctx.keys.principal(authorization)
     if principal is None:
         raise _refuse(ctx, 401, "unauthenticated", "missing or wrong API key: send 'Authorization: Bearer KEY'",
                       "authentication_error")
     return _rate_limited(ctx, principal)
 
 
-async def admin(request: Request, ctx: HttpContext = Depends(context)) -> Principal:
-    principal = ctx.keys.admin(request.headers.get("authorization"))
+def authenticate_admin(ctx: HttpContext, authorization: str | None) -> Principal:
+    principal = ctx.keys.admin(authorization)
     if principal is None:
         raise _refuse(ctx, 401, "unauthenticated", "admin operations need an admin API key: send "
                       "'Authorization: Bearer KEY'", "authentication_error")
@@ -118,16 +96,15 @@ def _rate_limited(ctx: HttpContext, principal: Principal) -> Principal:
     return principal
 
 
-async def caller(request: Request, principal: Principal = Depends(authenticated),
-           ctx: HttpContext = Depends(context)) -> Caller:
-    """Who the call is recorded as: the key's tenant; agent id and role from the headers; the session from
-    the header, else the per-session base URL (the body may name it later: serving.session_ids)."""
-    headers = request.headers
+def identify_caller(ctx: HttpContext, principal: Principal, headers: Mapping[str, str], path_session: str) -> Caller:
+    """Who the call is recorded as: the key's tenant; agent id and role from the headers (lower-case names);
+    the session from the header, else the per-session base URL's `path_session` ("" when the URL names none;
+    the body may name it later: serving.session_ids)."""
     try:
         role = principal.check_role(role_name(parse_role(headers.get(names.META_AGENT_ROLE, ""))))
         tenant = principal.tenant_for(headers.get(names.META_TENANT), ctx.completions.default_tenant)
         session_id = (check_id(headers.get(names.META_SESSION_ID, ""), names.META_SESSION_ID)
-                      or path_session_id(request.path_params))
+                      or path_session_id({"session_id": path_session}))
         return Caller(api="", session_id=session_id,
                       agent_id=check_id(headers.get(names.META_AGENT_ID, ""), names.META_AGENT_ID),
                       agent_role=ROLES[role], tenant_id=tenant)
@@ -140,28 +117,29 @@ async def caller(request: Request, principal: Principal = Depends(authenticated)
         raise reject(ctx, principal, None, error) from error
 
 
-async def json_body(request: Request, principal: Principal = Depends(authenticated),
-                    ctx: HttpContext = Depends(context)) -> Body:
-    """The body as a JSON object, read under serving.max_request_bytes and serving.body_timeout_s."""
+async def read_json_body(ctx: HttpContext, principal: Principal, content_length: str | None,
+                         chunks: AsyncIterator[bytes]) -> Body:
+    """The body as a JSON object, read from `chunks` under serving.max_request_bytes and serving.body_timeout_s;
+    a declared Content-Length over the cap is refused before anything is read. `chunks` raises ClientLeft
+    when the client goes away mid-body."""
     limit = ctx.max_request_bytes
-    declared = request.headers.get("content-length")
-    if declared is not None and (not declared.isdigit() or int(declared) > limit):
-        raise _too_large(ctx, principal, int(declared) if declared.isdigit() else 0, limit)
-    chunks, size = [], 0
+    if content_length is not None and (not content_length.isdigit() or int(content_length) > limit):
+        raise _too_large(ctx, principal, int(content_length) if content_length.isdigit() else 0, limit)
+    parts, size = [], 0
     try:
         async with asyncio.timeout(ctx.body_timeout_s):
-            async for chunk in request.stream():
+            async for chunk in chunks:
                 size += len(chunk)
                 if size > limit:
                     raise _too_large(ctx, principal, size, limit)
-                chunks.append(chunk)
+                parts.append(chunk)
     except TimeoutError:
         raise _refuse(ctx, 408, "body-timeout", f"the body took longer than {ctx.body_timeout_s:g} s to arrive",
                       "invalid_request_error") from None
-    except ClientDisconnect:
+    except ClientLeft:
         raise _refuse(ctx, 400, "client-disconnected", "the client went away mid-body", "invalid_request_error")
     try:
-        data = orjson.loads(b"".join(chunks)) if size else {}
+        data = orjson.loads(b"".join(parts)) if size else {}
     except orjson.JSONDecodeError as error:
         raise reject(ctx, principal, Body(size, {}), BadRequest("bad-json", f"the body is not JSON: {error}"))
     if not isinstance(data, dict):
@@ -191,6 +169,12 @@ def reject(ctx: HttpContext, principal: Principal, body: Body | None, error: Bad
     """Count, dead-letter (a summary) and turn a BadRequest into the HTTP error to raise."""
     _dead_letter(ctx, principal, error.reason, str(error), body, model, error.param)
     return _refuse(ctx, status, error.reason, str(error), "invalid_request_error", error.param)
+
+
+def _refuse(ctx: HttpContext, status: int, reason: str, message: str, kind: str, param: str | None = None,
+            headers: dict[str, str] | None = None) -> ApiError:
+    ctx.completions.metrics.rejected.labels(reason).inc()
+    return ApiError(status, message, kind, reason, param, headers)
 
 
 def _dead_letter(ctx: HttpContext, principal: Principal, reason: str, message: str, body: Body | None,

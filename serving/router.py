@@ -132,9 +132,10 @@ class HeldEngine:
             self._released.set_exception(error)
             self._released.exception()  # retrieved: no "never retrieved" warning when nobody was held
 
-    async def generate(self, prompt_token_ids: list[int], sampling: Sampling, request_id: str) -> AsyncIterator[Delta]:
+    async def generate(self, prompt_token_ids: list[int], sampling: Sampling, request_id: str,
+                       final_only: bool = False) -> AsyncIterator[Delta]:
         engine = await asyncio.shield(self._released)
-        async for delta in engine.generate(prompt_token_ids, sampling, request_id):
+        async for delta in engine.generate(prompt_token_ids, sampling, request_id, final_only):
             yield delta
 
 

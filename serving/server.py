@@ -134,9 +134,11 @@ class PolicyServer:
         sock.bind((c.host, c.http_port))
         self.http_port = sock.getsockname()[1]
         # httptools: uvicorn's C HTTP parser (h11, the pure-Python one, costs far more per request); the event
-        # loop is the server's own, uvloop when `liverl serve` runs it (serving.cli).
+        # loop is the server's own, uvloop when `liverl serve` runs it (serving.cli). No proxy-headers layer:
+        # nothing here reads the client's address, so rewriting it from X-Forwarded-For is work per request.
         self._http = _uvicorn_without_signals(uvicorn.Config(app, log_level="warning", lifespan="off",
-                                                             access_log=False, http="httptools", ws="none"))
+                                                             access_log=False, http="httptools", ws="none",
+                                                             proxy_headers=False))
         self._http_task = asyncio.create_task(self._http.serve(sockets=[sock]))
         while not self._http.started:
             if self._http_task.done():

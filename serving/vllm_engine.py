@@ -59,9 +59,11 @@ class VllmEngine:
         # Construction blocks for the engine process's start (tens of seconds): keep the loop serving.
         self._llm = await asyncio.to_thread(AsyncLLM.from_engine_args, args)
 
-    async def generate(self, prompt_token_ids: list[int], sampling: Sampling, request_id: str) -> AsyncIterator[Delta]:
+    async def generate(self, prompt_token_ids: list[int], sampling: Sampling, request_id: str,
+                       final_only: bool = False) -> AsyncIterator[Delta]:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
 
         if self._llm is None:
             raise RuntimeError("VllmEngine.generate before start(): await engine.start() first")
@@ -73,6 +75,7 @@ class VllmEngine:
             seed=sampling.seed or None,
             stop=list(sampling.stop) or None,
             logprobs=0,  # 0: only the sampled token's logprob
+            output_kind=RequestOutputKind.FINAL_ONLY if final_only else RequestOutputKind.CUMULATIVE,
         )
         seen = 0
         async for output in self._llm.generate(TokensPrompt(prompt_token_ids=list(prompt_token_ids)), params,

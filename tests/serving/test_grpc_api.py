@@ -27,7 +27,7 @@ def test_generate_returns_tokens_logprobs_and_version_and_is_recorded(api_server
         response, call = stub.Generate.with_call(request, metadata=META, timeout=60)
         info = stub.ModelInfo(serving_pb2.ModelInfoRequest(), metadata=AUTH, timeout=10)
     assert response.policy_version == "1" == info.policy_version
-    assert dict(call.initial_metadata())[names.META_POLICY_VERSION] == "1"
+    assert dict(call.trailing_metadata())[names.META_POLICY_VERSION] == "1"
     assert 1 <= len(response.token_ids) == len(response.logprobs) <= 5
     assert all(lp <= 0 for lp in response.logprobs)
     assert info.engine == "hf" and info.alias == names.ALIAS_CHAMPION
@@ -58,8 +58,12 @@ def test_stream_chunks_add_up_to_the_completion(api_server):
         request = serving_pb2.GenerateRequest(prompt_token_ids=[2, 60, 61],
                                               sampling=common_pb2.SamplingParams(temperature=1.0, max_tokens=6,
                                                                                  seed=3))
-        chunks = list(stub.GenerateStream(request, metadata=META, timeout=60))
+        stream = stub.GenerateStream(request, metadata=META, timeout=60)
+        first_metadata = dict(stream.initial_metadata())  # a stream names its version before the first chunk
+        chunks = list(stream)
         whole = stub.Generate(request, metadata=META, timeout=60)
+    assert first_metadata[names.META_POLICY_VERSION] == "1" and first_metadata[names.META_SESSION_ID] == "s-grpc"
+    assert whole.session_id == "s-grpc"
     assert chunks[-1].finish_reason in ("stop", "length")
     assert [t for c in chunks for t in c.token_ids] == list(whole.token_ids)  # same seed, same tokens
     assert "".join(c.text for c in chunks) == whole.text

@@ -50,7 +50,7 @@ class _Engine:
     def __init__(self):
         self.weights = "1"
 
-    async def generate(self, prompt_token_ids, sampling, request_id):
+    async def generate(self, prompt_token_ids, sampling, request_id, final_only=False):
         from serving.engine import Delta
 
         yield Delta([int(self.weights)], [0.0], "stop")

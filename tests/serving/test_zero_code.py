@@ -102,6 +102,7 @@ def test_grpc_without_a_session_is_a_one_call_session_too(api_server):
         response, call = stub.Generate.with_call(
             serving_pb2.GenerateRequest(prompt="fix the file", sampling=common_pb2.SamplingParams(max_tokens=2)),
             metadata=(("authorization", "Bearer user-key"),))
-    metadata = dict(call.initial_metadata())
+    metadata = dict(call.trailing_metadata())
     assert metadata[names.META_SESSION_ID] == metadata[REQUEST_ID_HEADER] == response.request_id
+    assert response.session_id == response.request_id
     assert _recorded(api_server, {response.request_id})[response.request_id].session_id == response.request_id
