@@ -111,6 +111,8 @@ def main(argv=None) -> None:
     parser.add_argument("--swap-phase-s", type=float, default=20.0, help="steady load before the swap and after it")
     parser.add_argument("--swap-modes", default="in_place,two_engine", help="swaps to run under load, in order")
     parser.add_argument("--rounds", type=int, default=3, help="side-by-side rounds; ratios are their medians")
+    parser.add_argument("--only", choices=["direct", "grpc", "http", "grpc-norec"],
+                        help="run this one path for --rounds rounds and nothing else (for a profiler; no ratios)")
     parser.add_argument("--drive", nargs=3, metavar=("GRPC_TARGET", "HTTP_BASE", "MODEL"),
                         help=argparse.SUPPRESS)  # internal: run as the client driver process
     args = parser.parse_args(argv)
@@ -178,6 +180,8 @@ def _bench(config, args, swaps: list[tuple[str, str]]) -> None:
         print(environment_line(), flush=True)
         figures = {"engine": args.engine, "concurrency": args.concurrency, "max_tokens": args.max_tokens,
                    "requests": args.requests, **_side_by_side(server, on_server, args)}
+        if args.only:
+            return
         for mode, version in swaps:
             server.swapper.config.swap_mode = mode
             figures[f"swap_{mode}"] = _swap_under_load(server, args, version, mode)
@@ -220,6 +224,8 @@ def _side_by_side(server, on_server, args) -> dict:
                  "grpc": lambda: driver.run("grpc", "grpc", args.requests),
                  "http": lambda: driver.run("http", "http", args.requests),
                  "grpc-norec": lambda: _recording_off(server, lambda: driver.run("grpc", "grpc-norec", args.requests))}
+        if args.only:  # a steady load on one path, to attach py-spy to (bench/README.md)
+            return _only(paths[args.only], args)
         for warm_up in paths.values():  # engine, channel, connections, tokenizer, caches
             warm_up()
         settled()
@@ -241,6 +247,14 @@ def _side_by_side(server, on_server, args) -> dict:
         settled()
         lags = sorted(list(server.recorder.lags_s)[lags_from:]) if server.recorder is not None else []
     return _summarize(rounds, lags, server)
+
+
+def _only(run, args) -> dict:
+    run()  # warm-up
+    print(f"only {args.only}: {args.rounds} rounds from now", flush=True)
+    for number in range(1, args.rounds + 1):
+        print(f"round {number}: " + run().line(None), flush=True)
+    return {}
 
 
 def _summarize(rounds: list[dict[str, "Run"]], lags: list[float], server) -> dict:

@@ -279,9 +279,9 @@ class Completions:
         try:
             ids = list(prompt_token_ids or [])
             if not ids and len(prompt) <= INLINE_TOKENIZE_CHARS:
-                ids = _tokenize(slot.tokenizer, prompt)  # microseconds: cheaper than a hop to a thread
+                ids = tokens.encode(slot.tokenizer, prompt)  # microseconds, GIL held: cheaper than a thread hop
             elif not ids:
-                ids = await asyncio.to_thread(_tokenize, slot.tokenizer, prompt)
+                ids = await asyncio.to_thread(tokens.encode, slot.tokenizer, prompt, True)  # GIL released
             vocab = len(slot.tokenizer)
             if any(i < 0 or i >= vocab for i in ids):
                 raise BadRequest("bad-token-id", f"prompt_token_ids must lie in [0, {vocab}) for this policy",
@@ -358,6 +358,3 @@ class Completions:
             api=caller.api,
         )
 
-
-def _tokenize(tokenizer, prompt: str) -> list[int]:
-    return tokens.encode(tokenizer, prompt)

@@ -21,6 +21,7 @@ def tokenizer(tiny_policy_dir):
 def test_encode_and_decode_equal_the_tokenizers_own(tokenizer, prompt):
     ids = tokens.encode(tokenizer, prompt)
     assert ids == list(tokenizer(prompt, add_special_tokens=True)["input_ids"])
+    assert tokens.encode(tokenizer, prompt, release_gil=True) == ids  # the worker thread's path
     assert tokens.decode(tokenizer, ids) == tokenizer.decode(ids, skip_special_tokens=True)
 
 
