@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
+import secrets
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -59,6 +60,9 @@ class BadRequest(ValueError):
 
 class DeadlineExceeded(TimeoutError):
     """A completion ran past serving.request_timeout_s."""
+
+
+DEADLINE_MESSAGE = "the completion ran past serving.request_timeout_s: ask for fewer max_tokens or retry later"
 
 
 @dataclass
@@ -138,30 +142,45 @@ class Call:
             self.close()  # abandoned mid-stream: free the lease now, not when the generator is collected
 
     async def run(self) -> "Call":
-        """The whole completion; its text is decoded once, at the end (a stream decodes at every step)."""
-        async for _ in self._deltas(on_finish=self._advance_text, final_only=True):
-            pass
-        return self
-
-    async def _deltas(self, on_finish=None, final_only: bool = False) -> AsyncIterator[Delta]:
-        """The engine's deltas, accumulated on the call; the lease is released (and the call recorded)
-        when they end, fail or are abandoned. on_finish runs first when they end well."""
+        """The whole completion, asked of the engine as one (no first-token time then); its text is decoded
+        once, at the end. No code of a consumer runs between its deltas, so one deadline covers them all."""
         ok = False
         try:
-            deltas = self.slot.engine.generate(self.prompt_token_ids, self.sampling, self.request_id, final_only)
-            async for delta in _within(self.started + self.completions.request_timeout_s, deltas):
-                if delta.token_ids and not self.first_token_time and not final_only:  # whole: no first-token time
-                    self.first_token_time = time.time()
-                self.token_ids.extend(delta.token_ids)
-                self.logprobs.extend(delta.logprobs)
-                if delta.finish_reason:
-                    self.finish_reason = delta.finish_reason
-                yield delta
-            if on_finish is not None:
-                on_finish()
+            deltas = self.slot.engine.generate(self.prompt_token_ids, self.sampling, self.request_id, True)
+            try:
+                async with asyncio.timeout_at(_loop_time(self.started + self.completions.request_timeout_s)):
+                    async for delta in deltas:
+                        self._take(delta)
+            except TimeoutError:
+                raise DeadlineExceeded(DEADLINE_MESSAGE) from None
+            finally:
+                await deltas.aclose()  # the engine's clean-up (vLLM aborts an unfinished request) runs now
+            self._advance_text()
             ok = True
         finally:
             self.close(ok)
+        return self
+
+    async def _deltas(self) -> AsyncIterator[Delta]:
+        """The engine's deltas, streamed and accumulated on the call; the lease is released (and the call
+        recorded) when they end, fail or are abandoned."""
+        ok = False
+        try:
+            deltas = self.slot.engine.generate(self.prompt_token_ids, self.sampling, self.request_id)
+            async for delta in _within(self.started + self.completions.request_timeout_s, deltas):
+                if delta.token_ids and not self.first_token_time:
+                    self.first_token_time = time.time()
+                self._take(delta)
+                yield delta
+            ok = True
+        finally:
+            self.close(ok)
+
+    def _take(self, delta: Delta) -> None:
+        self.token_ids.extend(delta.token_ids)
+        self.logprobs.extend(delta.logprobs)
+        if delta.finish_reason:
+            self.finish_reason = delta.finish_reason
 
     def _advance_text(self) -> str:
         text = tokens.decode(self.slot.tokenizer, self.token_ids)
@@ -184,8 +203,7 @@ async def _within(deadline: float, deltas: AsyncIterator[Delta]) -> AsyncIterato
     The timeout wraps each wait for a delta, never a yield (a cancellation must not land in the consumer's
     code), and is a timer on this task rather than wait_for's task per token."""
     iterator = aiter(deltas)
-    loop = asyncio.get_running_loop()
-    loop_deadline = loop.time() + (deadline - time.time())
+    loop_deadline = _loop_time(deadline)
     try:
         while True:
             try:
@@ -194,11 +212,16 @@ async def _within(deadline: float, deltas: AsyncIterator[Delta]) -> AsyncIterato
             except StopAsyncIteration:
                 return
             except TimeoutError:
-                raise DeadlineExceeded("the completion ran past serving.request_timeout_s: ask for fewer "
-                                       "max_tokens or retry later") from None
+                raise DeadlineExceeded(DEADLINE_MESSAGE) from None
             yield delta
     finally:
         await iterator.aclose()
+
+
+def _loop_time(wall_clock: float) -> float:
+    """A time.time() instant on the running loop's clock."""
+    loop = asyncio.get_running_loop()
+    return loop.time() + (wall_clock - time.time())
 
 
 @dataclass(frozen=True)
@@ -282,8 +305,8 @@ class Completions:
                 ids = tokens.encode(slot.tokenizer, prompt)  # microseconds, GIL held: cheaper than a thread hop
             elif not ids:
                 ids = await asyncio.to_thread(tokens.encode, slot.tokenizer, prompt, True)  # GIL released
-            vocab = len(slot.tokenizer)
-            if any(i < 0 or i >= vocab for i in ids):
+            vocab = slot.vocab_size
+            if ids and (min(ids) < 0 or max(ids) >= vocab):
                 raise BadRequest("bad-token-id", f"prompt_token_ids must lie in [0, {vocab}) for this policy",
                                  "prompt")
             if not ids:
@@ -295,22 +318,22 @@ class Completions:
         except BaseException:
             slot.release(True, 0.0)
             raise
-        request_id = caller.request_id or f"req-{uuid.uuid4().hex}"
+        request_id = caller.request_id or f"req-{secrets.token_hex(16)}"  # uuid4().hex's shape, a third the cost
         if not caller.session_id:  # no session named: the call is a session of its own, named by its id
             caller = dataclasses.replace(caller, session_id=request_id)
-        self.metrics.in_flight.labels(slot.version).inc()
+        self.metrics.of_version(slot.version).in_flight.inc()
         return Call(self, slot, caller, sampling, ids, request_id)
 
     def finish(self, call: Call, ok: bool) -> None:
         """Account for a finished (or failed, or abandoned) call and record what it generated."""
         latency = time.time() - call.started
         call.slot.release(ok, latency)
-        version = call.slot.version
-        self.metrics.in_flight.labels(version).dec()
-        self.metrics.requests.labels(version, call.caller.api, "ok" if ok else "error").inc()
-        self.metrics.latency.labels(version).observe(latency)
-        self.metrics.prompt_tokens.labels(version).inc(len(call.prompt_token_ids))
-        self.metrics.completion_tokens.labels(version).inc(len(call.token_ids))
+        metrics = self.metrics.of_version(call.slot.version)
+        metrics.in_flight.dec()
+        metrics.requests(call.caller.api, "ok" if ok else "error").inc()
+        metrics.latency.observe(latency)
+        metrics.prompt_tokens.inc(len(call.prompt_token_ids))
+        metrics.completion_tokens.inc(len(call.token_ids))
         if call.token_ids and self.recorder is not None:  # built, redacted and serialized on the recording thread
             finished_ms = int(time.time() * 1000)
             self.recorder.record_later(lambda: self.redacted_model_call(call, ok, finished_ms), finished_ms)

@@ -9,8 +9,8 @@ and x-liverl-policy-version repeat the session, the request and the version that
 from __future__ import annotations
 
 import asyncio
+import secrets
 import time
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -108,7 +108,7 @@ def _name(ctx: HttpContext, principal: Principal, body: Body, request: Sampled, 
           id_prefix: str) -> None:
     """Fix the call's API, its request id (the reply's `id`) and, when no header or URL did, its session."""
     who.api = api
-    who.request_id = f"{id_prefix}{uuid.uuid4().hex}"
+    who.request_id = f"{id_prefix}{secrets.token_hex(16)}"  # uuid4().hex's shape, a third the cost
     if not who.session_id:
         try:
             who.session_id = body_session_id(request.metadata, request.user)

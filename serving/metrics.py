@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics import MetricWrapperBase
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
@@ -39,6 +40,15 @@ class ServingMetrics:
         self.spool_bytes = Gauge("liverl_serving_spool_bytes", "Bytes waiting in the disk spool", registry=r)
         self.dead_letters = Counter("liverl_serving_dead_letters", "Bad requests sent to the dead-letter topic",
                                     ["reason"], registry=r)
+        self._per_version: dict[str, VersionMetrics] = {}
+
+    def of_version(self, version: str) -> VersionMetrics:
+        """The per-request metrics of one version, with their labels resolved once: `labels()` checks its
+        arguments and takes a lock on every call, and a completion touches five of them."""
+        found = self._per_version.get(version)
+        if found is None:
+            found = self._per_version[version] = VersionMetrics(self, version)
+        return found
 
     def serve(self, host: str, port: int):
         """Expose /metrics on host:port; returns the server (shutdown() stops it)."""
@@ -50,3 +60,23 @@ class ServingMetrics:
     def value(self, name: str, labels: dict[str, str] | None = None) -> float:
         """A sample's current value (0 when absent): for tests, the bench and logs."""
         return self.registry.get_sample_value(name, labels or {}) or 0.0
+
+
+class VersionMetrics:
+    """The children of ServingMetrics' per-version metrics for one version (ServingMetrics.of_version)."""
+
+    def __init__(self, metrics: ServingMetrics, version: str):
+        self.version = version
+        self.in_flight = metrics.in_flight.labels(version)
+        self.latency = metrics.latency.labels(version)
+        self.prompt_tokens = metrics.prompt_tokens.labels(version)
+        self.completion_tokens = metrics.completion_tokens.labels(version)
+        self._requests_metric = metrics.requests
+        self._requests: dict[tuple[str, str], MetricWrapperBase] = {}
+
+    def requests(self, api: str, outcome: str) -> MetricWrapperBase:
+        key = (api, outcome)
+        found = self._requests.get(key)
+        if found is None:
+            found = self._requests[key] = self._requests_metric.labels(self.version, api, outcome)
+        return found

@@ -14,6 +14,7 @@ is labelled with, and none fails for the update.
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 import time
 from collections import deque
@@ -47,6 +48,11 @@ class Slot:
 
     def __post_init__(self) -> None:
         self._idle.set()
+
+    @functools.cached_property
+    def vocab_size(self) -> int:
+        """Ids a prompt may hold, added tokens included (len(tokenizer) costs microseconds per call)."""
+        return len(self.tokenizer)
 
     def acquire(self) -> None:
         self.in_flight += 1

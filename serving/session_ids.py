@@ -50,4 +50,6 @@ def path_session_id(path_params: dict[str, str]) -> str:
 
 def header_value(value: str) -> str:
     """An id as a header value: unchanged when printable ASCII without "%", else percent-encoded UTF-8."""
+    if value.isascii() and value.isprintable() and "%" not in value:  # nearly every id: no quote() call
+        return value
     return quote(value, safe=_HEADER_SAFE)

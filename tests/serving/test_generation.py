@@ -90,3 +90,58 @@ def test_a_completion_past_its_deadline_is_cancelled_with_deadline_exceeded():
 
     got, closed = asyncio.run(collect())
     assert 1 <= len(got) < 100 and closed == [True]
+
+
+class _SlowEngine:
+    """Sends one token per pause; records whether its generation was closed (vLLM aborts the request there)."""
+
+    def __init__(self, count: int, pause_s: float):
+        self.count, self.pause_s, self.closed, self.final_only = count, pause_s, [], None
+
+    def generate(self, prompt_token_ids, sampling, request_id, final_only=False):
+        self.final_only = final_only
+        return _deltas(self.count, self.pause_s, self.closed)
+
+
+def _call(engine, timeout_s: float):
+    import asyncio
+
+    from serving.generation import Caller
+    from serving.router import Slot
+
+    async def run():
+        router = Router()
+        slot = Slot("7", engine, tokenizer=range(100), policy_dir=None, source_uri="")  # len(): 100 ids
+        router.champion = slot
+        metrics = ServingMetrics()
+        completions = Completions(router, None, metrics, "m", Limits(512, 16, 1000, timeout_s), "demo")
+        call = await completions.begin(Caller("grpc"), None, [1, 2], completions.sampling())
+        call._advance_text = lambda: ""  # no tokenizer in this test
+        try:
+            await call.run()
+            return call, slot, metrics, None
+        except Exception as error:  # noqa: BLE001 - returned for the test to look at
+            return call, slot, metrics, error
+
+    return asyncio.run(run())
+
+
+def test_a_whole_completion_is_asked_for_as_one_and_releases_its_lease():
+    engine = _SlowEngine(3, 0.001)
+    call, slot, metrics, error = _call(engine, 5.0)
+    assert error is None and engine.final_only is True and call.token_ids == [0, 1, 2]
+    assert call.first_token_time == 0.0  # nobody saw a first token: none is recorded
+    assert slot.in_flight == 0 and engine.closed == [True]
+    assert metrics.value("liverl_serving_requests_total", {"version": "7", "api": "grpc", "outcome": "ok"}) == 1
+
+
+def test_a_whole_completion_past_its_deadline_is_closed_and_counted_as_an_error():
+    from serving.generation import DeadlineExceeded
+
+    engine = _SlowEngine(100, 0.05)
+    call, slot, metrics, error = _call(engine, 0.2)
+    assert isinstance(error, DeadlineExceeded)
+    assert 1 <= len(call.token_ids) < 100
+    assert slot.in_flight == 0 and engine.closed == [True]  # the engine's generation was closed, the lease freed
+    assert metrics.value("liverl_serving_requests_total", {"version": "7", "api": "grpc", "outcome": "error"}) == 1
+    assert metrics.value("liverl_serving_in_flight", {"version": "7"}) == 0
