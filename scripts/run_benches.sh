@@ -11,3 +11,5 @@ for bench in bench/*_bench.py; do
   .venv/bin/python "$bench"
 done
 echo "summary: $LIVERL_BENCH_SUMMARY"
+# The README's overhead table, from that summary (`--write README.md` puts it there).
+.venv/bin/python scripts/overhead_table.py --summary "$LIVERL_BENCH_SUMMARY"
