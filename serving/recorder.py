@@ -34,7 +34,7 @@ log = logging.getLogger("liverl.serving.recorder")
 
 SEND_BATCH = 500
 ACK_TIMEOUT_S = 5.0
-LINGER_S = 0.005  # how long the woken recording thread lets completions gather into one batch
+LINGER_S = 0.05  # how long the woken recording thread lets completions gather into one batch (serving.record_linger_s)
 RECENT_LAGS = 100_000  # exact lags of the latest records, for quantiles the histogram's buckets only bound
 
 
@@ -75,10 +75,10 @@ class _RecordingListener(WriterListener):
 
 class Recorder:
     def __init__(self, kafka_config: KafkaConfig, spool_dir: Path, metrics: ServingMetrics, queue_size: int = 10000,
-                 spool_max_bytes: int = 1 << 30):
+                 spool_max_bytes: int = 1 << 30, linger_s: float = LINGER_S):
         self._kafka = kafka_config
         self._metrics = metrics
-        self._handoff: BatchHandoff[Record | _Pending] = BatchHandoff(queue_size, LINGER_S)
+        self._handoff: BatchHandoff[Record | _Pending] = BatchHandoff(queue_size, linger_s)
         # Registered here rather than in ServingMetrics, which belongs to the server's own metrics set.
         corrupt = Counter("liverl_serving_spool_corrupt_frames", "Corrupt spool frames quarantined (and skipped).",
                           registry=metrics.registry)

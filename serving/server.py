@@ -70,7 +70,7 @@ class PolicyServer:
             from serving.recorder import Recorder
 
             self.recorder = Recorder(self.config.kafka, self.work_dir / "spool", self.metrics, c.record_queue_size,
-                                     c.spool_max_bytes).start()
+                                     c.spool_max_bytes, c.record_linger_s).start()
         self.swapper = HotSwapper(c, self.router, self.metrics, self.registry, self.work_dir / "versions", self.say)
         if c.policy_dir is not None:
             await self.swapper.start_with(c.policy_dir_version, Path(c.policy_dir))
