@@ -109,6 +109,50 @@ def test_the_prefilter_never_changes_what_is_redacted(pieces):
     assert redactor.redact_message(event) == slow_counts and event == slow
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(FINDING_PIECES) | st.text(alphabet="0123456789 -.+()/_abcXYZ@", max_size=12),
+                         max_size=4), min_size=1, max_size=6))
+def test_one_scan_for_a_request_says_clean_only_when_no_event_would_change(events_pieces):
+    redactor = Redactor()
+    events = []
+    for pieces in events_pieces:
+        text = "".join(pieces)
+        event = session_event_pb2.SessionEvent(event_id="e" + text, session_id="s1")
+        event.user_message.text = text[::-1]
+        events.append(event)
+    walked = []
+    for event in events:  # what each event becomes when walked on its own
+        slow = session_event_pb2.SessionEvent()
+        slow.CopyFrom(event)
+        slow_counts: Counter = Counter()
+        redactor._walk(slow, slow_counts)
+        walked.append((slow, slow_counts))
+    if redactor.none_can_change(events):
+        assert all(not counts and slow == event for event, (slow, counts) in zip(events, walked))
+    else:  # the caller then redacts each event on its own: exactly what a walk gives
+        for event, (slow, counts) in zip(events, walked):
+            assert redactor.redact_message(event) == counts and event == slow
+
+
+def test_one_scan_for_a_request_drops_unknown_fields_and_sees_long_fields_and_custom_patterns():
+    clean = session_event_pb2.SessionEvent(event_id="e1", session_id="s1")
+    clean.user_message.text = "fix the failing test"
+    raw = session_event_pb2.SessionEvent(event_id="e2").SerializeToString() + b"\xf8\x7f\x01"  # field 2047: unknown
+    unknown = session_event_pb2.SessionEvent.FromString(raw)
+    assert len(unknown.SerializeToString()) == len(raw)
+    assert Redactor().none_can_change([clean, unknown])
+    assert unknown.SerializeToString() == session_event_pb2.SessionEvent(event_id="e2").SerializeToString()
+    long = session_event_pb2.SessionEvent(event_id="e3")
+    long.user_message.text = "x" * 20
+    assert not Redactor(RedactionConfig(max_field_chars=10)).none_can_change([clean, long])
+    finding = session_event_pb2.SessionEvent(event_id="e4")
+    finding.tool_result.output = "mail bob@example.com"
+    assert not Redactor().none_can_change([clean, finding])
+    custom = Redactor(RedactionConfig(custom_patterns={"ticket": r"TICKET-\d+"}))
+    assert not custom.none_can_change([clean])  # custom patterns have no prefilter: always walked
+    assert Redactor(RedactionConfig(enabled=False)).none_can_change([finding])
+
+
 def test_hex_ids_and_line_numbers_skip_the_detectors():
     redactor = Redactor()
     assert not redactor._may_hold_finding("3f786850e387550f1234567dab836ed7") and not redactor._may_hold_finding("line 42")
