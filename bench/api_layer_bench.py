@@ -28,15 +28,12 @@ import json
 import statistics
 import subprocess
 import sys
-import tempfile
-import threading
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-WORDS = ["edit", "search", "ask", "fix", "file", "done"]
 KEY = "bench-key"
 PROMPT = "fix the file then search"
 TOKENS = 16
@@ -126,30 +123,12 @@ def main(argv=None) -> None:
         return _client(api, target, int(calls), int(concurrency))
 
     import psutil
-    import uvloop
 
     from bench.report import environment_line, record
-    from demo.policy.tiny_policy import build_policy
-    from liverl.config import load_config
-    from serving.server import PolicyServer
+    from bench.tiny_server import tiny_server
 
-    with tempfile.TemporaryDirectory(prefix="api-layer-bench-") as tmp:
-        policy = build_policy(Path(tmp) / "policy", WORDS, seed=0)
-        config = load_config(overrides=[
-            "--stack.data_dir", str(Path(tmp) / "stack"), "--serving.engine", "hf", "--serving.record", "false",
-            "--serving.policy_dir", str(policy), "--serving.grpc_port", "0", "--serving.http_port", "0",
-            "--serving.metrics_port", "0", "--mlflow.registered_model", "bench-policy"], environ={})
-        c = config.serving
-        c.api_keys, c.rate_limit_per_s, c.rate_limit_burst = {KEY: {"tenant": "bench"}}, 1e9, 10**9
-        loop = uvloop.new_event_loop()  # the loop `liverl serve` runs the server on (serving.cli)
-        thread = threading.Thread(target=loop.run_forever, daemon=True)
-        thread.start()
-
-        def on_loop(coroutine, timeout_s=600):
-            return asyncio.run_coroutine_threadsafe(coroutine, loop).result(timeout_s)
-
-        server = PolicyServer(config, say=lambda *_: None)
-        on_loop(server.start())
+    with tiny_server(KEY, "api-layer-bench-") as tiny:
+        server, on_loop = tiny.server, tiny.on_loop
         server.router.champion.engine = InstantEngine()
         grpc_bare, grpc_bare_port = on_loop(start_bare_grpc())
         http_bare, http_bare_task, http_bare_port = on_loop(start_bare_http())
@@ -176,9 +155,6 @@ def main(argv=None) -> None:
             http_bare.should_exit = True
             on_loop(asyncio.wait_for(asyncio.shield(http_bare_task), 10))
             on_loop(grpc_bare.stop(1))
-            on_loop(server.stop(grace_s=2))
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join(30)
 
 
 def _measure(me, api: str, target: str, calls: int, concurrency: int) -> dict:

@@ -19,15 +19,12 @@ import argparse
 import asyncio
 import statistics
 import sys
-import tempfile
-import threading
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-WORDS = ["edit", "search", "ask", "fix", "file", "done"]
 KEY = "bench-key"
 AUTH = [(b"authorization", f"Bearer {KEY}".encode())]
 # What an agent framework sends: its key, liverl's session and role headers, a JSON body.
@@ -118,45 +115,21 @@ def main(argv=None) -> None:
     parser.add_argument("--rounds", type=int, default=5, help="figures are medians over rounds")
     args = parser.parse_args(argv)
 
-    import uvloop
-
     from bench.report import environment_line, record
-    from demo.policy.tiny_policy import build_policy
-    from liverl.config import load_config
+    from bench.tiny_server import tiny_server
     from serving.http_api import build_http_app
     from serving.http_guard import HttpContext
-    from serving.server import PolicyServer
 
-    with tempfile.TemporaryDirectory(prefix="http-layer-bench-") as tmp:
-        policy = build_policy(Path(tmp) / "policy", WORDS, seed=0)
-        config = load_config(overrides=[
-            "--stack.data_dir", str(Path(tmp) / "stack"), "--serving.engine", "hf", "--serving.record", "false",
-            "--serving.policy_dir", str(policy), "--serving.grpc_port", "0", "--serving.http_port", "0",
-            "--serving.metrics_port", "0", "--mlflow.registered_model", "bench-policy"], environ={})
-        c = config.serving
-        c.api_keys, c.rate_limit_per_s, c.rate_limit_burst = {KEY: {"tenant": "bench"}}, 1e9, 10**9
-        loop = uvloop.new_event_loop()
-        thread = threading.Thread(target=loop.run_forever, daemon=True)
-        thread.start()
-        server = PolicyServer(config, say=lambda *_: None)
-
-        def on_server(coroutine, timeout_s=600):
-            return asyncio.run_coroutine_threadsafe(coroutine, loop).result(timeout_s)
-
-        on_server(server.start())
-        try:
-            ctx = HttpContext(server.completions, server.model_info, server.swapper, server.keys, server.limiter,
-                              c.max_request_bytes, c.body_timeout_s)
-            apps = {"fastapi": fastapi_baseline(ctx), "asgi": build_http_app(ctx)}
-            print(environment_line(), flush=True)
-            figures = {"requests": args.requests, "rounds": args.rounds, "engine": "hf"}
-            for case in CASES:
-                figures[case] = _compare(apps, case, args, on_server)
-            record("http_layer", figures)
-        finally:
-            on_server(server.stop(grace_s=5))
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join(30)
+    with tiny_server(KEY, "http-layer-bench-") as tiny:
+        server, c = tiny.server, tiny.server.config.serving
+        ctx = HttpContext(server.completions, server.model_info, server.swapper, server.keys, server.limiter,
+                          c.max_request_bytes, c.body_timeout_s)
+        apps = {"fastapi": fastapi_baseline(ctx), "asgi": build_http_app(ctx)}
+        print(environment_line(), flush=True)
+        figures = {"requests": args.requests, "rounds": args.rounds, "engine": "hf"}
+        for case in CASES:
+            figures[case] = _compare(apps, case, args, tiny.on_loop)
+        record("http_layer", figures)
 
 
 def _compare(apps: dict, case: str, args, on_server) -> dict:

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from generated_block import replace_block  # scripts/, beside this file
+
 REPO = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- overheads:begin (scripts/overhead_table.py) -->", "<!-- overheads:end -->"
 
@@ -92,11 +94,7 @@ def main(argv=None) -> int:
     if args.write is None:
         print(block)
         return 0
-    page = args.write.read_text()
-    if BEGIN not in page or END not in page:
-        raise SystemExit(f"{args.write} has no generated block; put the lines {BEGIN!r} and {END!r} where it goes")
-    head, rest = page.split(BEGIN, 1)
-    args.write.write_text(head + block + rest.split(END, 1)[1])
+    replace_block(args.write, BEGIN, END, block)
     print(f"wrote the overhead table into {args.write}")
     return 0
 

@@ -15,6 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def table():
+    sys.path.insert(0, str(REPO / "scripts"))  # as when it runs as a script: its helpers lie beside it
     spec = importlib.util.spec_from_file_location("overhead_table", REPO / "scripts" / "overhead_table.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # a dataclass looks its module up there
