@@ -131,11 +131,14 @@ def test_rolling_swap_and_fleet_wide_rollback_under_load(stack, tmp_path, tiny_p
                 stub = serving_pb2_grpc.PolicyServiceStub(channel)
                 poisoned = 0
                 while r2.server.router.champion.version == bad and poisoned < 50:
-                    with pytest.raises(grpc.RpcError):
-                        stub.Generate(serving_pb2.GenerateRequest(
+                    try:
+                        reply = stub.Generate(serving_pb2.GenerateRequest(
                             prompt_token_ids=LONG, sampling=common_pb2.SamplingParams(temperature=1.0, max_tokens=4)),
                             timeout=60)
-                    poisoned += 1
+                    except grpc.RpcError:
+                        poisoned += 1
+                    else:  # the rollback landed between the check and the call: never served by the bad version
+                        assert reply.policy_version != bad
                     time.sleep(0.05)
             _wait_for(lambda: all(r.server.router.champion.version == good for r in replicas), 120,
                       "the fleet-wide rollback")
