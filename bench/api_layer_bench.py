@@ -31,6 +31,8 @@ import sys
 import time
 from pathlib import Path
 
+import orjson  # light; imported once here rather than per request in the bare baseline
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
@@ -75,8 +77,6 @@ async def start_bare_grpc():
 
 async def bare_http_app(scope, receive, send):
     """A completion-shaped JSON reply to any request, read in full first."""
-    import orjson
-
     while (await receive()).get("more_body"):
         pass
     body = orjson.dumps({"id": "cmpl-0", "object": "text_completion", "created": int(time.time()), "model": "m",

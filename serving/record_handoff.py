@@ -3,8 +3,8 @@
 queue.Queue wakes a waiting consumer on every put: a lock release that makes the kernel switch threads,
 paid on the event loop's thread for every completion, and a consumer that then writes batches of one.
 Here put() appends to a deque (atomic under the GIL) and sets an event only while the consumer sleeps;
-the woken consumer lingers a few milliseconds so that the completions of those milliseconds become one
-batch, one Kafka write.
+the woken consumer lingers (linger_s) so that the completions of that time become one batch, one Kafka
+write.
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ from pathlib import Path
 from prometheus_client import Counter
 
 from liverl.config.kafka import KafkaConfig
+from liverl.config.serving import ServingConfig
 from liverl.contracts import names
 from liverl.contracts.keys import session_key
 from liverl.io.kafka_writer import KafkaWriter, Record, WriterListener
@@ -34,7 +35,7 @@ log = logging.getLogger("liverl.serving.recorder")
 
 SEND_BATCH = 500
 ACK_TIMEOUT_S = 5.0
-LINGER_S = 0.05  # how long the woken recording thread lets completions gather into one batch (serving.record_linger_s)
+_DEFAULTS = ServingConfig.model_fields  # the serving.* settings' defaults live there, once
 RECENT_LAGS = 100_000  # exact lags of the latest records, for quantiles the histogram's buckets only bound
 
 
@@ -74,8 +75,10 @@ class _RecordingListener(WriterListener):
 
 
 class Recorder:
-    def __init__(self, kafka_config: KafkaConfig, spool_dir: Path, metrics: ServingMetrics, queue_size: int = 10000,
-                 spool_max_bytes: int = 1 << 30, linger_s: float = LINGER_S):
+    def __init__(self, kafka_config: KafkaConfig, spool_dir: Path, metrics: ServingMetrics,
+                 queue_size: int = _DEFAULTS["record_queue_size"].default,
+                 spool_max_bytes: int = _DEFAULTS["spool_max_bytes"].default,
+                 linger_s: float = _DEFAULTS["record_linger_s"].default):
         self._kafka = kafka_config
         self._metrics = metrics
         self._handoff: BatchHandoff[Record | _Pending] = BatchHandoff(queue_size, linger_s)
