@@ -1,7 +1,9 @@
 """API layer floor (issue #17): what one gRPC Generate and one HTTP /v1/completions cost the server's CPU,
-liverl's API against the bare framework it runs on, with an engine that answers at once.
+liverl's API against the bare framework it runs on, with an engine that answers at once (or after
+--answer-ms, as a real engine does).
 
     .venv/bin/python bench/api_layer_bench.py [--calls 4000] [--rounds 3] [--concurrency 8]
+    .venv/bin/python bench/api_layer_bench.py --calls 600 --answer-ms 120   # at the serving bench's request rate
 
 The serving benchmark (bench/serving_bench.py) compares whole paths against direct engine calls, and on a
 shared 2-core machine every microsecond the API layer or its client spends comes out of the engine's
@@ -15,11 +17,14 @@ client in a process of its own (this script, --client), one at a time:
 | `http-bare` | uvicorn + httptools with a raw ASGI app that returns a completion-sized JSON body |
 | `http-liverl` | liverl's HTTP API (the ASGI completion routes, guards, handlers), recording off |
 
-Both liverl servers are the real PolicyServer on a tiny policy whose engine is replaced by one that yields
-the 16-token completion at once, so what is left is API work. Per run: calls/s, the server process's CPU
-per call (all its threads: the loop, gRPC's poller) and the client's. Figures are medians over rounds;
-the difference liverl - bare is what liverl's own code adds on top of the framework's floor.
-Summary under "api_layer" (bench/report.py).
+Both liverl servers are the real PolicyServer on a tiny policy whose engine is replaced by one that yields the
+16-token completion at once, so what is left is API work. With --answer-ms every server (the bare ones too)
+answers that long after the request arrived: at a real engine's rate a call's fixed costs (wake-ups, poller
+hand-offs) are no longer shared with the calls of the same loop iteration, so the CPU per call is higher than
+at thousands of calls per second, and it is this figure that a real engine's requests pay. Per run: calls/s,
+the server process's CPU per call (all its threads: the loop, gRPC's poller) and the client's. Figures are
+medians over rounds; the difference liverl - bare is what liverl's own code adds on top of the framework's
+floor. Summary under "api_layer" (with --answer-ms: "api_layer_answer_<ms>ms"; bench/report.py).
 """
 
 import argparse
@@ -41,14 +46,23 @@ PROMPT = "fix the file then search"
 TOKENS = 16
 
 
+ANSWER_S = 0.0  # how long every server takes to answer (--answer-ms): the engine's latency, without its CPU
+
+
+async def engine_latency() -> None:
+    if ANSWER_S:
+        await asyncio.sleep(ANSWER_S)
+
+
 class InstantEngine:
-    """An engine whose completion is ready at once: the API layer is all that is left to measure."""
+    """An engine whose completion is ready at once (or after ANSWER_S): the API layer is all there is to measure."""
 
     name = "instant"
 
     async def generate(self, prompt_token_ids, sampling, request_id, final_only=False):
         from serving.engine import Delta
 
+        await engine_latency()
         yield Delta(list(range(5, 5 + TOKENS)), [-0.5] * TOKENS, "length")
 
     async def shutdown(self) -> None:
@@ -63,6 +77,7 @@ async def start_bare_grpc():
 
     class Bare(serving_pb2_grpc.PolicyServiceServicer):
         async def Generate(self, request, context):
+            await engine_latency()
             context.set_trailing_metadata((("x-liverl-policy-version", "1"), ("x-liverl-session-id", request.session_id)))
             return serving_pb2.GenerateResponse(request_id="req-0", text="edit fix file", token_ids=range(5, 21),
                                                 logprobs=[-0.5] * TOKENS, policy_version="1", finish_reason="length",
@@ -79,6 +94,7 @@ async def bare_http_app(scope, receive, send):
     """A completion-shaped JSON reply to any request, read in full first."""
     while (await receive()).get("more_body"):
         pass
+    await engine_latency()
     body = orjson.dumps({"id": "cmpl-0", "object": "text_completion", "created": int(time.time()), "model": "m",
                          "choices": [{"index": 0, "text": "edit fix file", "finish_reason": "length",
                                       "logprobs": None}],
@@ -113,6 +129,8 @@ def main(argv=None) -> None:
     parser.add_argument("--calls", type=int, default=4000, help="calls per server and round")
     parser.add_argument("--rounds", type=int, default=3, help="figures are medians over rounds")
     parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--answer-ms", type=float, default=0.0,
+                        help="every server answers this long after a call arrives (an engine's latency, no CPU)")
     parser.add_argument("--only", choices=["grpc-bare", "grpc-liverl", "http-bare", "http-liverl"],
                         help="call this one server and no other (to attach a profiler: bench/README.md)")
     parser.add_argument("--client", nargs=4, metavar=("API", "TARGET", "CALLS", "CONCURRENCY"),
@@ -121,6 +139,8 @@ def main(argv=None) -> None:
     if args.client:
         api, target, calls, concurrency = args.client
         return _client(api, target, int(calls), int(concurrency))
+    global ANSWER_S
+    ANSWER_S = args.answer_ms / 1000
 
     import psutil
 
@@ -149,8 +169,9 @@ def main(argv=None) -> None:
                 print(f"round {number}: " + " | ".join(
                     f"{name} {runs[name][-1]['calls_per_s']:.0f}/s server {runs[name][-1]['server_cpu_us']:.0f} us "
                     f"client {runs[name][-1]['client_cpu_us']:.0f} us" for name in targets), flush=True)
-            if not args.only:
-                record("api_layer", _summarize(runs, args))
+            if not args.only:  # the README's floor is the instant engine's; a slow engine's is kept beside it
+                name = f"api_layer_answer_{args.answer_ms:g}ms" if args.answer_ms else "api_layer"
+                record(name, _summarize(runs, args))
         finally:
             http_bare.should_exit = True
             on_loop(asyncio.wait_for(asyncio.shield(http_bare_task), 10))
@@ -175,7 +196,8 @@ def _measure(me, api: str, target: str, calls: int, concurrency: int) -> dict:
 def _summarize(runs: dict[str, list[dict]], args) -> dict:
     medians = {name: {key: round(statistics.median(run[key] for run in rs), 1)
                       for key in ("calls_per_s", "server_cpu_us", "client_cpu_us")} for name, rs in runs.items()}
-    print(f"\nmedians of {args.rounds} rounds ({args.calls} calls each, concurrency {args.concurrency}):")
+    print(f"\nmedians of {args.rounds} rounds ({args.calls} calls each, concurrency {args.concurrency}, "
+          f"answer after {args.answer_ms:g} ms):")
     for api in ("grpc", "http"):
         bare, ours = medians[f"{api}-bare"], medians[f"{api}-liverl"]
         print(f"  {api}: server CPU per call bare {bare['server_cpu_us']:.0f} us, liverl {ours['server_cpu_us']:.0f} us "
@@ -185,7 +207,8 @@ def _summarize(runs: dict[str, list[dict]], args) -> dict:
     failures = sum(run["failures"] for rs in runs.values() for run in rs)
     if failures:
         print(f"  {failures} calls failed", flush=True)
-    return {"calls": args.calls, "rounds": args.rounds, "concurrency": args.concurrency, "medians": medians,
+    return {"calls": args.calls, "rounds": args.rounds, "concurrency": args.concurrency,
+            "answer_ms": args.answer_ms, "medians": medians,
             "failures": failures}
 
 

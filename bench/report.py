@@ -34,14 +34,16 @@ def environment_line() -> str:
     return f"environment | {env['cores']} cores | load average {load} (1/5/15 min) | python {env['python']}"
 
 
-def record(name: str, figures: dict, path: str | Path | None = None) -> Path | None:
-    """Merge `figures` (JSON-able: medians, ratios, rounds) under `name` into the summary file, if one is set."""
+def record(name: str, figures: dict, path: str | Path | None = None, measured_in: dict | None = None) -> Path | None:
+    """Merge `figures` (JSON-able: medians, ratios, rounds) under `name` into the summary file, if one is set.
+    measured_in: the environment() read before the timed work, for a benchmark whose own processes would
+    load the machine by the time it records (default: read now)."""
     target = path or os.environ.get(SUMMARY_ENV)
     if not target:
         return None
     target = Path(target)
     summary = json.loads(target.read_text()) if target.exists() else {}
-    summary[name] = {"environment": environment(), **figures}
+    summary[name] = {"environment": measured_in or environment(), **figures}
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     return target

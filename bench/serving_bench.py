@@ -4,13 +4,16 @@ and after a forced hot-swap, once in place and once on a second engine (the fall
 
     .venv/bin/python bench/serving_bench.py --engine vllm --concurrency 8 --requests 64 --max-tokens 16 --rounds 3
 
-Starts its own embedded stack (broker + MLflow) in a temporary folder, registers three tiny policy
-versions, serves version 1, and prints, per round, requests/s, tokens/s and p50/p99 latency per path with
-the ratio to direct engine calls of the same round; then the medians of the rounds' ratios, and the
-recording lag (completion finished -> record acknowledged by Kafka) at p50/p99. Per swap mode: how long
-new requests were held (the pause), failed requests during the swap (goal 0), the worst latency during
-the swap relative to the steady p99 (goal <= 2x) and the peak memory (RSS of this process, which hosts
-the server, and its children, vLLM's engine process) relative to steady (goal <= 1.1x).
+Starts its own embedded stack (broker + MLflow) in a temporary folder, registers three tiny policy versions,
+serves version 1, and prints, per round, requests/s, tokens/s and p50/p99 latency per path with the ratio to
+direct engine calls of the same round, the CPU each process group spent per request and the mean number of
+requests inside the engine; then the medians of the rounds' ratios, the CPU account (what each path adds
+outside the engine, and the ratio that implies), the recording lag (completion finished -> record acknowledged
+by Kafka) at p50/p99, and recording on against off once more, switched every second within one gRPC load
+(--toggle-requests), where the machine's drift falls on both sides alike. Per swap mode: how long new requests
+were held (the pause), failed requests during the swap (goal 0), the worst latency during the swap relative to
+the steady p99 (goal <= 2x) and the peak memory (RSS of this process, which hosts the server, and its
+children, vLLM's engine process) relative to steady (goal <= 1.1x).
 
 Where the load comes from: direct calls run on the server's own event loop (they are engine calls, with
 no client); the gRPC and HTTP clients run in a driver process of their own (this script, `--drive`), as a
@@ -25,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import signal
 import statistics
 import subprocess
@@ -47,6 +51,7 @@ class Run:
     failures: int = 0
     wall_s: float = 0.0
     cpu_us: dict[str, float] = field(default_factory=dict)  # CPU per request, by process group (CpuMeter)
+    in_engine: float = 0.0  # mean requests inside the engine over the run (EngineOccupancy)
 
     @property
     def requests_per_s(self) -> float:
@@ -65,7 +70,8 @@ class Run:
         return {"requests_per_s": round(len(self.latencies) / self.wall_s, 2),
                 "tokens_per_s": round(self.tokens / self.wall_s, 1), "p50_ms": round(statistics.median(lat) * 1000, 2),
                 "p99_ms": round(lat[min(len(lat) - 1, int(0.99 * len(lat)))] * 1000, 2), "failed": self.failures,
-                "cpu_us_per_request": {k: round(v, 1) for k, v in self.cpu_us.items()}}
+                "cpu_us_per_request": {k: round(v, 1) for k, v in self.cpu_us.items()},
+                "mean_in_engine": round(self.in_engine, 2)}
 
     def line(self, baseline: "Run | None") -> str:
         lat = sorted(self.latencies) or [0.0]
@@ -73,6 +79,8 @@ class Run:
         rps, tps = len(self.latencies) / self.wall_s, self.tokens / self.wall_s
         text = (f"{self.name:<10} req/s {rps:7.1f} | tok/s {tps:8.1f} | p50 {p50 * 1000:7.1f} ms | "
                 f"p99 {p99 * 1000:7.1f} ms | failed {self.failures}")
+        if self.in_engine:
+            text += f" | in engine {self.in_engine:.2f}"
         if self.cpu_us:
             text += " | CPU/req " + " ".join(f"{k} {v:.0f} us" for k, v in self.cpu_us.items())
         if baseline is not None:
@@ -111,6 +119,10 @@ def main(argv=None) -> None:
     parser.add_argument("--swap-phase-s", type=float, default=20.0, help="steady load before the swap and after it")
     parser.add_argument("--swap-modes", default="in_place,two_engine", help="swaps to run under load, in order")
     parser.add_argument("--rounds", type=int, default=3, help="side-by-side rounds; ratios are their medians")
+    parser.add_argument("--toggle-requests", type=int, default=2048,
+                        help="after the rounds: one gRPC load of this many requests with recording switched on and "
+                             "off every --toggle-s (0: skip)")
+    parser.add_argument("--toggle-s", type=float, default=1.0)
     parser.add_argument("--only", choices=["direct", "grpc", "http", "grpc-norec"],
                         help="run this one path for --rounds rounds and nothing else (for a profiler; no ratios)")
     parser.add_argument("--drive", nargs=3, metavar=("GRPC_TARGET", "HTTP_BASE", "MODEL"),
@@ -161,7 +173,7 @@ def _register(config, policy_dir: Path, alias: str | None) -> str:
 
 
 def _bench(config, args, swaps: list[tuple[str, str]]) -> None:
-    from bench.report import environment_line, record
+    from bench.report import environment, environment_line, record
 
     from serving.server import PolicyServer
 
@@ -178,6 +190,7 @@ def _bench(config, args, swaps: list[tuple[str, str]]) -> None:
     on_server(server.start(), timeout_s=1800)  # vLLM's start takes minutes on a busy machine
     try:
         print(environment_line(), flush=True)
+        before = environment()  # vLLM's own processes load the machine by the end: the summary gets this one
         figures = {"engine": args.engine, "concurrency": args.concurrency, "max_tokens": args.max_tokens,
                    "requests": args.requests, **_side_by_side(server, on_server, args)}
         if args.only:
@@ -188,7 +201,7 @@ def _bench(config, args, swaps: list[tuple[str, str]]) -> None:
             time.sleep(server.swapper.config.probation_s + 1)  # the replaced version is freed before the next
         if swaps:
             _compare_swaps(figures, [mode for mode, _ in swaps])
-        record("serving", figures)
+        record("serving", figures, measured_in=before)
     finally:
         on_server(server.stop(grace_s=10))
         loop.call_soon_threadsafe(loop.stop)
@@ -196,15 +209,23 @@ def _bench(config, args, swaps: list[tuple[str, str]]) -> None:
 
 
 def _side_by_side(server, on_server, args) -> dict:
-    from serving.engine import Sampling
-
     slot = server.router.champion
     prompt_ids = list(slot.tokenizer(PROMPT)["input_ids"])
+    occupancy = EngineOccupancy(slot.engine)
+    slot.engine = occupancy  # every path's requests pass through it; put back before the swaps
+    try:
+        return _rounds(server, on_server, args, slot, prompt_ids, occupancy)
+    finally:
+        slot.engine = occupancy.engine
+
+
+def _rounds(server, on_server, args, slot, prompt_ids, occupancy) -> dict:
+    from serving.engine import Sampling
 
     async def direct_run(requests: int) -> Run:  # on the server's loop, where the engine lives
         async def one(i):
             n = 0
-            async for delta in slot.engine.generate(prompt_ids, Sampling(max_tokens=args.max_tokens, seed=i + 1),
+            async for delta in occupancy.generate(prompt_ids, Sampling(max_tokens=args.max_tokens, seed=i + 1),
                                                     f"direct-{time.time_ns()}-{i}", final_only=True):
                 n += len(delta.token_ids)
             return n
@@ -232,10 +253,11 @@ def _side_by_side(server, on_server, args) -> dict:
         lags_from = len(server.recorder.lags_s) if server.recorder is not None else 0
         for number in range(1, args.rounds + 1):
             runs: dict[str, Run] = {}
-            order = list(paths)[number - 1:] + list(paths)[:number - 1]  # rotated: drift favours no path
+            shift = (number - 1) % len(paths)
+            order = list(paths)[shift:] + list(paths)[:shift]  # rotated: drift favours no path
             for name in order:
                 settled()
-                runs[name] = meter.measure(paths[name], args.requests)
+                runs[name] = occupancy.measure(lambda: meter.measure(paths[name], args.requests))
             print(f"round {number} (order {', '.join(order)}):")
             print(runs["direct"].line(None))
             for name in ("grpc", "http", "grpc-norec"):
@@ -246,7 +268,11 @@ def _side_by_side(server, on_server, args) -> dict:
             rounds.append(runs)
         settled()
         lags = sorted(list(server.recorder.lags_s)[lags_from:]) if server.recorder is not None else []
-    return _summarize(rounds, lags, server)
+        interleaved = _recording_interleaved(server, driver, occupancy, args) if args.toggle_requests else {}
+    figures = _summarize(rounds, lags, server)
+    if interleaved:
+        figures["ratios"]["recording_on_vs_off_interleaved"] = interleaved["ratio"]
+    return {**figures, "recording_interleaved": interleaved}
 
 
 def _only(run, args) -> dict:
@@ -281,10 +307,86 @@ def _summarize(rounds: list[dict[str, "Run"]], lags: list[float], server) -> dic
     print("CPU per request, medians of the rounds (us): " + " | ".join(
         f"{name}: " + " ".join(f"{group} {value:.0f}" for group, value in groups.items())
         for name, groups in cpu.items()), flush=True)
+    in_engine = {name: round(statistics.median(r[name].in_engine for r in rounds), 2) for name in rounds[0]}
+    print("mean requests inside the engine, medians of the rounds: " + " | ".join(
+        f"{name} {value:.2f}" for name, value in in_engine.items()), flush=True)
+    account = _cpu_account(cpu, per_path, in_engine)
     return {"rounds": len(rounds), "ratios": {k: round(v, 3) for k, v in ratios.items()},
             "median_requests_per_s": {k: round(v, 2) for k, v in per_path.items()},
+            "median_in_engine": in_engine, "cpu_account": account,
             "median_cpu_us_per_request": cpu, "recording_lag": lag,
             "per_round": [{name: run.figures() for name, run in r.items()} for r in rounds]}
+
+
+def _cpu_account(cpu: dict, per_path: dict, in_engine: dict) -> dict:
+    """Per comparison: the CPU per request a path adds outside the engine (server, driver, stack) against its
+    baseline, as a share of the machine's time per baseline request (cores / baseline req/s), and the ratio
+    that share and the engine's occupancy imply. Every process shares the same cores, so this is where a
+    path's time goes; the steadier figure beside the measured ratios, which the machine's drift moves."""
+    def outside(name: str) -> float:
+        return sum(value for group, value in cpu[name].items() if group != "engine")
+
+    account = {}
+    print("CPU account (medians; added outside the engine, share of the machine's time per baseline request):")
+    for key, path, base in (("grpc_vs_direct", "grpc", "direct"), ("http_vs_direct", "http", "direct"),
+                            ("recording_on_vs_off", "grpc", "grpc-norec")):
+        machine_us = (os.cpu_count() or 1) * 1e6 / per_path[base]
+        added = outside(path) - outside(base)
+        occupancy = in_engine[path] / in_engine[base] if in_engine[base] else 1.0
+        implied = occupancy / (1 + added / machine_us)
+        account[key] = {"added_cpu_us": round(added, 1), "machine_us_per_request": round(machine_us, 1),
+                        "occupancy_ratio": round(occupancy, 3), "implied_ratio": round(implied, 3)}
+        print(f"  {key:<20} +{added:6.0f} us of {machine_us / 1000:5.1f} ms ({added / machine_us:6.1%}), requests in "
+              f"the engine x{occupancy:.3f} -> implied x{implied:.3f}", flush=True)
+    return account
+
+
+def _recording_interleaved(server, driver, occupancy, args) -> dict:
+    """Recording on against off within one steady gRPC load, switched every args.toggle_s: the machine's drift,
+    which moves a round's ratio by tenths, lands on both sides alike. Requests count for the phase they left
+    the engine in (where finish() decides whether to record); the first and last phases (load starting and
+    ending) are left out."""
+    recorder = server.completions.recorder
+    if recorder is None:
+        return {}
+    settled = {}
+    load = threading.Thread(target=lambda: settled.setdefault("run", driver.run("grpc", "toggle",
+                                                                                args.toggle_requests)))
+    phases: list[tuple[bool, float, int]] = []  # (recording, seconds, requests finished)
+    on = True
+    load.start()
+    try:
+        while load.is_alive():
+            server.completions.recorder = recorder if on else None
+            started, before = time.perf_counter(), occupancy.finished
+            load.join(args.toggle_s)
+            phases.append((on, time.perf_counter() - started, occupancy.finished - before))
+            on = not on
+    finally:
+        server.completions.recorder = recorder
+    steady = phases[1:-1]
+    if min(sum(1 for state, _, _ in steady if state == side) for side in (True, False)) < 2:
+        print(f"\nrecording on/off interleaved: {len(steady)} steady phases, too few for a ratio: raise "
+              f"--toggle-requests (or lower --toggle-s)", flush=True)
+        return {}
+    def rate(recording: bool) -> float:  # requests/s over every steady phase of that kind
+        return (sum(n for state, _, n in steady if state == recording)
+                / sum(seconds for state, seconds, _ in steady if state == recording))
+
+    on_rate, off_rate = rate(True), rate(False)
+    ratio = on_rate / off_rate
+    # each pair of neighbouring phases on its own: how far one second's ratio strays
+    neighbours = (sorted(pair, key=lambda phase: not phase[0]) for pair in zip(steady[::2], steady[1::2]))
+    pairs = sorted((on[2] / on[1]) / (off[2] / off[1]) for on, off in neighbours if off[2])
+    pair_median = statistics.median(pairs) if pairs else None
+    print(f"\nrecording on/off interleaved (gRPC, {args.toggle_requests} requests, switched every {args.toggle_s:g} s, "
+          f"{len(steady)} steady phases): on {on_rate:.1f} req/s, off {off_rate:.1f} req/s, ratio x{ratio:.3f} "
+          f"(neighbouring phases: median x{pair_median or 0:.3f}, {pairs[0] if pairs else 0:.2f}-"
+          f"{pairs[-1] if pairs else 0:.2f}) (goal >= 0.97)", flush=True)
+    return {"ratio": round(ratio, 3), "on_requests_per_s": round(on_rate, 2), "off_requests_per_s": round(off_rate, 2),
+            "phases": len(steady), "toggle_s": args.toggle_s,
+            "pair_median": round(pair_median, 3) if pairs else None,
+            "failed": settled["run"].failures if "run" in settled else None}
 
 
 def _recording_off(server, run):
@@ -407,6 +509,45 @@ class CpuMeter:
         result = run()
         after = self._seconds()
         result.cpu_us = {name: (after[name] - before[name]) * 1e6 / max(1, requests) for name in after}
+        return result
+
+
+class EngineOccupancy:
+    """Stands in for the engine and keeps the time-weighted mean number of requests inside it. A path whose
+    clients take longer to send the next request (a response crossing processes, a new request parsed) leaves
+    the engine fewer requests to batch, so each engine step yields fewer tokens: this says how much of a path's
+    shortfall is that, rather than CPU the path takes from the engine's cores."""
+
+    def __init__(self, engine, clock=time.perf_counter):
+        self.engine = engine
+        self._clock = clock
+        self._inside, self._area, self._since = 0, 0.0, clock()
+        self.finished = 0  # requests that left the engine, ever
+
+    def __getattr__(self, name):  # everything but generate is the engine's own
+        return getattr(self.engine, name)
+
+    def _tick(self, change: int) -> None:  # no lock: the loop ticks, and measure() only while the loop does not
+        now = self._clock()
+        self._area += self._inside * (now - self._since)
+        self._inside, self._since = self._inside + change, now
+
+    async def generate(self, *args, **kwargs):
+        self._tick(+1)
+        try:
+            async for delta in self.engine.generate(*args, **kwargs):
+                yield delta
+        finally:
+            self._tick(-1)
+            self.finished += 1
+
+    def measure(self, run) -> "Run":
+        """run() -> Run, with its mean occupancy (read between runs, when no request is inside)."""
+        self._tick(0)
+        area, started = self._area, self._since
+        result = run()
+        self._tick(0)
+        result.in_engine = (self._area - area) / max(1e-9, self._since - started)
         return result
 
 

@@ -41,6 +41,12 @@ def _ratio(*keys: str) -> Callable[[dict], str]:
     return measure
 
 
+def _layer(entry: dict, api: str) -> str:
+    medians = entry["medians"]
+    return (f"{medians[f'{api}-liverl']['server_cpu_us']:.0f} / {medians[f'{api}-bare']['server_cpu_us']:.0f} us; "
+            f"{medians[f'{api}-liverl']['client_cpu_us']:.0f} us")
+
+
 GOALS = [
     Goal("capture: SDK + capture service vs a plain producer, events/s", "capture", _ratio("ratio"), ">= 0.8x"),
     Goal("SDK overhead on the caller, p99", "capture", lambda e: f"{e['caller_p99_us']:.0f} us", "<= 50 us"),
@@ -49,6 +55,8 @@ GOALS = [
          ">= 0.9x"),
     Goal("serving with ModelCall recording on vs off", "serving", _ratio("ratios", "recording_on_vs_off"),
          ">= 0.97x"),
+    Goal("the same, switched every second within one gRPC load", "serving",
+         _ratio("ratios", "recording_on_vs_off_interleaved"), ">= 0.97x"),
     Goal("recording lag (completion -> Kafka ack), p50 / p99", "serving",
          lambda e: f"{e['recording_lag']['p50_ms']:.0f} / {e['recording_lag']['p99_ms']:.0f} ms", "(reported)"),
     Goal("gRPC layer: server CPU per call, liverl / bare grpc.aio", "api_layer",
@@ -57,6 +65,10 @@ GOALS = [
     Goal("HTTP layer: server CPU per call, liverl / bare uvicorn", "api_layer",
          lambda e: f"{e['medians']['http-liverl']['server_cpu_us']:.0f} / "
                    f"{e['medians']['http-bare']['server_cpu_us']:.0f} us", "(reported)"),
+    Goal("gRPC layer at an engine's rate (answer after 120 ms): server CPU per call, liverl / bare; client",
+         "api_layer_answer_120ms", lambda e: _layer(e, "grpc"), "(reported)"),
+    Goal("HTTP layer at an engine's rate (answer after 120 ms): server CPU per call, liverl / bare; client",
+         "api_layer_answer_120ms", lambda e: _layer(e, "http"), "(reported)"),
     Goal("trainer: useful (non-padding) tokens / computed tokens, packed", "trainer",
          lambda e: f"{e['useful_share']['packed']:.2f} (padded {e['useful_share']['padded']:.2f})", ">= 0.9"),
 ]

@@ -10,6 +10,8 @@ for bench in bench/*_bench.py; do
   echo "=== $bench"
   .venv/bin/python "$bench"
 done
+echo "=== bench/api_layer_bench.py at an engine's rate"  # the API floor the serving bench's requests pay
+.venv/bin/python bench/api_layer_bench.py --calls 600 --answer-ms 120
 echo "summary: $LIVERL_BENCH_SUMMARY"
 # The README's overhead table, from that summary (`--write README.md` puts it there).
 .venv/bin/python scripts/overhead_table.py --summary "$LIVERL_BENCH_SUMMARY"
