@@ -349,8 +349,8 @@ def _recording_interleaved(server, driver, occupancy, args) -> dict:
     recorder = server.completions.recorder
     if recorder is None:
         return {}
-    settled = {}
-    load = threading.Thread(target=lambda: settled.setdefault("run", driver.run("grpc", "toggle",
+    outcome = {}  # the driver's Run, once the load is over (not settled() of the rounds: no flush here)
+    load = threading.Thread(target=lambda: outcome.setdefault("run", driver.run("grpc", "toggle",
                                                                                 args.toggle_requests)))
     phases: list[tuple[bool, float, int]] = []  # (recording, seconds, requests finished)
     on = True
@@ -369,24 +369,24 @@ def _recording_interleaved(server, driver, occupancy, args) -> dict:
         print(f"\nrecording on/off interleaved: {len(steady)} steady phases, too few for a ratio: raise "
               f"--toggle-requests (or lower --toggle-s)", flush=True)
         return {}
+
     def rate(recording: bool) -> float:  # requests/s over every steady phase of that kind
         return (sum(n for state, _, n in steady if state == recording)
                 / sum(seconds for state, seconds, _ in steady if state == recording))
 
     on_rate, off_rate = rate(True), rate(False)
-    ratio = on_rate / off_rate
+    ratio = on_rate / off_rate if off_rate else 0.0  # no request finished unrecorded: nothing to compare
     # each pair of neighbouring phases on its own: how far one second's ratio strays
     neighbours = (sorted(pair, key=lambda phase: not phase[0]) for pair in zip(steady[::2], steady[1::2]))
-    pairs = sorted((on[2] / on[1]) / (off[2] / off[1]) for on, off in neighbours if off[2])
-    pair_median = statistics.median(pairs) if pairs else None
+    pairs = sorted((on[2] / on[1]) / (off[2] / off[1]) for on, off in neighbours if off[2]) or [0.0]
+    pair_median = statistics.median(pairs)
     print(f"\nrecording on/off interleaved (gRPC, {args.toggle_requests} requests, switched every {args.toggle_s:g} s, "
           f"{len(steady)} steady phases): on {on_rate:.1f} req/s, off {off_rate:.1f} req/s, ratio x{ratio:.3f} "
-          f"(neighbouring phases: median x{pair_median or 0:.3f}, {pairs[0] if pairs else 0:.2f}-"
-          f"{pairs[-1] if pairs else 0:.2f}) (goal >= 0.97)", flush=True)
+          f"(neighbouring phases: median x{pair_median:.3f}, {pairs[0]:.2f}-{pairs[-1]:.2f}) (goal >= 0.97)",
+          flush=True)
     return {"ratio": round(ratio, 3), "on_requests_per_s": round(on_rate, 2), "off_requests_per_s": round(off_rate, 2),
-            "phases": len(steady), "toggle_s": args.toggle_s,
-            "pair_median": round(pair_median, 3) if pairs else None,
-            "failed": settled["run"].failures if "run" in settled else None}
+            "phases": len(steady), "toggle_s": args.toggle_s, "pair_median": round(pair_median, 3),
+            "failed": outcome["run"].failures if "run" in outcome else None}
 
 
 def _recording_off(server, run):
