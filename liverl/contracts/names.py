@@ -44,3 +44,9 @@ DISTILL_APP_ID = "liverl-distill"
 
 # The files of an exported policy (a Hugging Face folder that serving loads and the trainer writes).
 POLICY_ARTIFACT_PATH = "policy"
+
+# What kind of weights a registered version holds, and for an adapter the base version it applies to.
+TAG_WEIGHTS_KIND = "liverl.weights"  # WEIGHTS_FULL | WEIGHTS_ADAPTER (absent: full, as before adapters)
+WEIGHTS_FULL = "full"
+WEIGHTS_ADAPTER = "adapter"
+TAG_BASE_VERSION = "liverl.base_version"  # an adapter's base policy version (the folder it is applied to)
