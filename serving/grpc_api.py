@@ -248,8 +248,9 @@ def _refusing_undecodable(implementation, streaming: bool, metrics: ServingMetri
 
 def build_grpc_server(host: str, port: int, completions: Completions,
                       info: Callable[[], serving_pb2.ModelInfoResponse], swapper: HotSwapper, keys: Keys,
-                      limiter: RateLimiter, max_message_bytes: int):
-    """The aio server with every service added; returns (server, bound port, health servicer)."""
+                      limiter: RateLimiter, max_message_bytes: int, tls: tuple[bytes, bytes] | None = None):
+    """The aio server with every service added; returns (server, bound port, health servicer).
+    tls: (private key, certificate chain) PEM bytes: the port speaks TLS only."""
     server = grpc.aio.server(interceptors=[AuthInterceptor(keys, limiter, completions.metrics)],
                              options=[("grpc.max_receive_message_length", max_message_bytes)])
     _add_service("PolicyService", PolicyServicer(completions, info, keys), server, completions.metrics)
@@ -259,5 +260,8 @@ def build_grpc_server(host: str, port: int, completions: Completions,
     reflection.enable_server_reflection(
         [POLICY_SERVICE, POLICY_ADMIN, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
          reflection.SERVICE_NAME], server)
-    bound = server.add_insecure_port(f"{host}:{port}")
+    if tls is None:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    else:
+        bound = server.add_secure_port(f"{host}:{port}", grpc.ssl_server_credentials([tls]))
     return server, bound, health_servicer

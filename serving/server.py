@@ -115,7 +115,7 @@ class PolicyServer:
         c = self.config.serving
         self._grpc, self.grpc_port, self._health = build_grpc_server(
             c.host, c.grpc_port, self.completions, self.model_info, self.swapper, self.keys, self.limiter,
-            c.max_request_bytes)
+            c.max_request_bytes, tls=_tls_pair(c))
         await self._grpc.start()
         for service in ("", POLICY_SERVICE):
             await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
@@ -138,7 +138,8 @@ class PolicyServer:
         # nothing here reads the client's address, so rewriting it from X-Forwarded-For is work per request.
         self._http = _uvicorn_without_signals(uvicorn.Config(app, log_level="warning", lifespan="off",
                                                              access_log=False, http="httptools", ws="none",
-                                                             proxy_headers=False))
+                                                             proxy_headers=False,
+                                                             ssl_certfile=c.tls_cert_file, ssl_keyfile=c.tls_key_file))
         self._http_task = asyncio.create_task(self._http.serve(sockets=[sock]))
         while not self._http.started:
             if self._http_task.done():
@@ -174,6 +175,13 @@ class PolicyServer:
             await self.swapper.close()
         if self.recorder is not None:
             await asyncio.to_thread(self.recorder.close, grace_s)
+
+
+def _tls_pair(c) -> tuple[bytes, bytes] | None:
+    """(key, certificate chain) PEM bytes when serving speaks TLS; None for plaintext."""
+    if c.tls_cert_file is None:
+        return None
+    return Path(c.tls_key_file).read_bytes(), Path(c.tls_cert_file).read_bytes()
 
 
 def _uvicorn_without_signals(config):

@@ -3,7 +3,7 @@
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from liverl.config.section import Section
 
@@ -23,6 +23,19 @@ class ApiKeyGrant(Section):
 class ServingConfig(Section):
     host: str = "127.0.0.1"
     """Interface both APIs listen on."""
+    tls_cert_file: Path | None = None
+    """PEM certificate chain: set with tls_key_file, both APIs (gRPC and HTTP) speak TLS only. Unset: plaintext,
+    for loopback or a mesh that terminates TLS in front of serving."""
+    tls_key_file: Path | None = None
+    """PEM private key of tls_cert_file."""
+
+    @model_validator(mode="after")
+    def _tls_files_together(self) -> "ServingConfig":
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("serving.tls_cert_file and serving.tls_key_file go together: set both for TLS, or "
+                             "neither for plaintext")
+        return self
+
     grpc_port: int = 50061
     """PolicyService + PolicyAdmin + health + reflection; 0 picks a free port (printed in the ready line)."""
     http_port: int = 8000
