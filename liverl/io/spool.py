@@ -93,7 +93,10 @@ class Spool:
                  durability: Durability = Durability.FSYNC,
                  on_corrupt: Callable[[CorruptFrame], None] | None = None):
         self.folder = Path(folder)
-        self.folder.mkdir(parents=True, exist_ok=True)
+        self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(self.folder, 0o700)  # records hold what users sent: readable by this service's user alone
+        for path in self.folder.rglob("*"):  # a spool written by an older version, with the umask's modes
+            os.chmod(path, 0o700 if path.is_dir() else 0o600)
         self.max_bytes = max_bytes
         self.segment_bytes = segment_bytes
         self.durability = durability
@@ -140,11 +143,11 @@ class Spool:
             # numbers are never reused, so a quarantine file always names the segment it came from
             number = last + 1 if last is not None else max(self._cursor.segment, 1)
             self._segments.append(number)
-            self._writer = self._segment_path(number).open("ab")
+            self._writer = open(self._segment_path(number), "ab", opener=_owner_only)
             if self.durability is Durability.FSYNC:
                 _fsync_dir(self.folder)
         elif self._writer is None:
-            self._writer = self._segment_path(last).open("ab")
+            self._writer = open(self._segment_path(last), "ab", opener=_owner_only)
         return self._writer
 
     # --- reading and committing --------------------------------------------------------------
@@ -235,11 +238,11 @@ class Spool:
         path = folder / f"{number:020d}-{start:020d}.bad"
         if path.exists():  # seen by an earlier read or an earlier run: already copied and counted
             return False
-        folder.mkdir(exist_ok=True)
+        folder.mkdir(exist_ok=True, mode=0o700)
         handle.seek(start)
         data = handle.read(end - start)
         tmp = path.with_suffix(".tmp")
-        with tmp.open("wb") as sink:
+        with open(tmp, "wb", opener=_owner_only) as sink:
             sink.write(data)
             sink.flush()
             if self.durability is Durability.FSYNC:
@@ -323,7 +326,7 @@ class Spool:
     def _write_cursor(self) -> None:
         path = self.folder / "cursor.json"
         tmp = path.with_suffix(".tmp")
-        with tmp.open("w") as handle:
+        with open(tmp, "w", opener=_owner_only) as handle:
             json.dump({"segment": self._cursor.segment, "offset": self._cursor.offset}, handle)
             handle.flush()
             if self.durability is Durability.FSYNC:
@@ -370,6 +373,11 @@ def _next_frame_start(handle: BinaryIO, start: int, size: int) -> int:
             return start + at
         at = data.find(MAGIC, at + 1)
     return size
+
+
+def _owner_only(path: str, flags: int) -> int:
+    """open()'s opener for every file the spool creates: mode 0600, whatever the process umask."""
+    return os.open(path, flags, 0o600)
 
 
 def _fsync_dir(folder: Path) -> None:

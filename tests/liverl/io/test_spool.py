@@ -171,3 +171,26 @@ def test_the_size_limit_refuses_instead_of_filling_the_disk(tmp_path):
     with pytest.raises(SpoolFull, match="raise the limit"):
         spool.append([b"y" * 60])
     assert spool.read(10)[0] == [b"x" * 50]
+
+
+def test_spool_files_are_readable_by_their_owner_only(tmp_path):
+    """Spooled records hold what users sent: no other local user may read them, whatever the umask."""
+    import os
+    import stat
+
+    older = tmp_path / "spool"
+    older.mkdir(mode=0o755)
+    (older / "stale.tmp").write_bytes(b"x")
+    os.chmod(older / "stale.tmp", 0o644)  # as a version before this rule left it
+    previous = os.umask(0o022)
+    try:
+        spool = Spool(older)
+        spool.append([b"a card number, say"])
+        records, position = spool.read(10)
+        spool.commit(position, len(records))
+        spool.close()
+    finally:
+        os.umask(previous)
+    modes = {path.name: stat.S_IMODE(path.stat().st_mode) for path in older.rglob("*")}
+    assert stat.S_IMODE(older.stat().st_mode) == 0o700
+    assert modes and all(mode == 0o600 for mode in modes.values()), modes
