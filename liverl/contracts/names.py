@@ -50,3 +50,4 @@ TAG_WEIGHTS_KIND = "liverl.weights"  # WEIGHTS_FULL | WEIGHTS_ADAPTER (absent: f
 WEIGHTS_FULL = "full"
 WEIGHTS_ADAPTER = "adapter"
 TAG_BASE_VERSION = "liverl.base_version"  # an adapter's base policy version (the folder it is applied to)
+TAG_SIGNATURE = "liverl.signature"  # Ed25519 signature of the version's files and gate verdict (liverl/io/signing.py)
