@@ -79,6 +79,10 @@ class CaptureServer:
         return f"{self.config.ingest.host}:{self.http_port}"
 
     def start(self) -> "CaptureServer":
+        from liverl.config.exposure import refuse_shipped_secrets
+
+        ingest = self.config.ingest
+        refuse_shipped_secrets(ingest.host, "ingest.host", ingest.redaction, ingest.tenant_tokens)
         if not self.config.ingest.tenant_tokens:
             log.warning("ingest.tenant_tokens is empty: every request will be refused as unauthenticated")
         self.delivery.start()

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from liverl.config import LiverlConfig
+from liverl.config.exposure import refuse_shipped_secrets
 from liverl.v1 import serving_pb2
 from serving.auth import Keys, refuse_open_exposure
 from serving.generation import Completions, Limits
@@ -62,6 +63,7 @@ class PolicyServer:
     async def start(self) -> None:
         c = self.config.serving
         refuse_open_exposure(c.host, self.keys, c.allow_open)  # before anything is loaded or bound
+        refuse_shipped_secrets(c.host, "serving.host", self.config.ingest.redaction)  # it pseudonymises records
         if c.policy_dir is None:
             from serving.registry import Registry
 
