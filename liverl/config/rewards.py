@@ -195,7 +195,9 @@ class JudgeConfig(Section):
     """Per request (connect, read, write, pool)."""
     batch_timeout_s: float = 300.0
     """A whole judge_many call: requests still running then leave their trajectories unjudged."""
-    max_retries: int = 1
+    max_retries: int = Field(1, ge=0, le=10)
+    """Retries of one request, with exponential backoff and jitter (the openai client's): connection errors,
+    timeouts, 408, 409, 429 and 5xx only; an unparsable reply is asked again only when temperature > 0."""
     max_concurrency: int = 8
     """Requests in flight at once within one batch."""
     max_transcript_chars: int = 12000

@@ -4,7 +4,10 @@
   one rubric gains little); fewer than judge.min_rubrics answers leaves it unjudged;
 - cached by content hash: sha256 of (model, rubric, transcript), so relabelling a batch costs nothing;
 - batched: one call takes many trajectories, dedupes identical requests and sends them max_concurrency at a
-  time, each with judge.timeout_s and judge.max_retries; the whole batch stops at judge.batch_timeout_s;
+  time, each with judge.timeout_s; the whole batch stops at judge.batch_timeout_s;
+- retried as the `openai` client retries (judge.max_retries, exponential backoff with jitter, honouring
+  Retry-After): connection errors, timeouts, 408, 409, 429 and 5xx; never another 4xx. An unparsable reply is
+  asked again only when sampling (temperature > 0): at temperature 0 the same question gets the same answer;
 - unjudged is a state, not an error: Judgement(score=None, reason=...) and `label` writes no judge component.
 This is the only I/O of the reward library; `label` itself stays pure (it takes the Judgement).
 """
@@ -13,12 +16,13 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from statistics import fmean
 
-import httpx
+import openai
+from cachetools import LRUCache
 
 from liverl.config.rewards import JudgeConfig
 from liverl.rewards.judge_prompt import SYSTEM_PROMPT, parse_score, render_transcript, user_prompt
@@ -27,20 +31,18 @@ from liverl.rewards.session import SessionRecord
 
 
 class Judge:
-    def __init__(self, config: JudgeConfig, client: httpx.Client | None = None):
+    def __init__(self, config: JudgeConfig):
         self.config = config
-        headers = dict(config.headers)
-        if config.api_key:
-            headers["Authorization"] = f"Bearer {config.api_key}"
-        self._client = client or httpx.Client(base_url=config.base_url.rstrip("/") + "/", headers=headers)
-        self._owns_client = client is None
-        self._cache: OrderedDict[str, float] = OrderedDict()
+        # An endpoint without keys still gets a placeholder bearer: the client insists on one.
+        self._client = openai.OpenAI(base_url=config.base_url, api_key=config.api_key or "unused",
+                                     default_headers=dict(config.headers), max_retries=config.max_retries,
+                                     timeout=config.timeout_s)
+        self._cache: LRUCache[str, float] = LRUCache(maxsize=config.cache_size)
         self.stats: Counter[str] = Counter()  # requests, cache_hits, failures, judged, unjudged
         self._stats_lock = threading.Lock()  # requests are counted from the sender threads
 
     def close(self) -> None:
-        if self._owns_client:
-            self._client.close()
+        self._client.close()
 
     def __enter__(self) -> "Judge":
         return self
@@ -66,13 +68,10 @@ class Judge:
                 item_keys[name] = key = self.key(rubric, transcript)
                 prompts.setdefault(key, (rubric, transcript))
             keys.append(item_keys)
-        known = {k: self._cache[k] for k in prompts if k in self._cache}
-        for key in known:
-            self._cache.move_to_end(key)  # least recently used goes first
+        known = {k: self._cache[k] for k in prompts if k in self._cache}  # a read marks it recently used
         self.stats["cache_hits"] += len(known)
         fresh, errors = self._ask_all({k: p for k, p in prompts.items() if k not in known})
-        for key, score in fresh.items():
-            self._remember(key, score)
+        self._cache.update(fresh)
         return [self._assemble(item_keys, known, fresh, errors) for item_keys in keys]
 
     def _ask_all(self, pending: dict[str, tuple[str, str]]) -> tuple[dict[str, float], dict[str, str]]:
@@ -100,26 +99,21 @@ class Judge:
         return scores, errors
 
     def _ask(self, rubric: str, transcript: str) -> float:
-        body = {"model": self.config.model, "temperature": self.config.temperature, "max_tokens": 8,
-                "messages": [{"role": "system", "content": SYSTEM_PROMPT},
-                             {"role": "user", "content": user_prompt(rubric, transcript)}]}
-        last_error: Exception | None = None
-        for _attempt in range(self.config.max_retries + 1):
+        """One rubric's score; transport retries happen inside the client (see the module doc)."""
+        messages = [{"role": "system", "content": SYSTEM_PROMPT},
+                    {"role": "user", "content": user_prompt(rubric, transcript)}]
+        asks = 1 + (self.config.max_retries if self.config.temperature > 0 else 0)
+        for ask in range(asks):
             with self._stats_lock:
                 self.stats["requests"] += 1
+            reply = self._client.chat.completions.create(model=self.config.model, messages=messages,
+                                                         temperature=self.config.temperature, max_tokens=8)
             try:
-                response = self._client.post("chat/completions", json=body, timeout=self.config.timeout_s)
-                response.raise_for_status()
-                return parse_score(response.json()["choices"][0]["message"]["content"])
-            except (httpx.HTTPError, KeyError, IndexError, TypeError, ValueError) as error:
-                last_error = error
-        raise last_error  # type: ignore[misc]
-
-    def _remember(self, key: str, score: float) -> None:
-        self._cache[key] = score
-        self._cache.move_to_end(key)
-        while len(self._cache) > self.config.cache_size:
-            self._cache.popitem(last=False)
+                return parse_score(reply.choices[0].message.content or "")
+            except (IndexError, ValueError):
+                if ask == asks - 1:
+                    raise
+        raise AssertionError("unreachable: the last ask returns or raises")
 
     def _assemble(self, item_keys: dict[str, str], known: dict[str, float], fresh: dict[str, float],
                   errors: dict[str, str]) -> Judgement:

@@ -75,7 +75,7 @@ def test_sends_the_api_key_and_the_model(judge_config):
         with Judge(judge_config.judge) as judge:
             judge.judge(session(), "main")
         seen = server.requests[0]
-    assert seen.headers["Authorization"] == "Bearer judge-secret"
+    assert {k.lower(): v for k, v in seen.headers.items()}["authorization"] == "Bearer judge-secret"
     assert seen.body["model"] == "rubric-judge-1"
 
 
@@ -98,7 +98,7 @@ def test_an_unreachable_endpoint_leaves_it_unjudged(judge_config):
     judge_config.judge.base_url = base_url
     with Judge(judge_config.judge) as judge:
         verdict = judge.judge(session(), "main")
-    assert verdict.score is None and "ConnectError" in verdict.reason
+    assert verdict.score is None and "APIConnectionError" in verdict.reason
     assert judge.stats["unjudged"] == 1
 
 
@@ -129,6 +129,34 @@ def test_a_retry_recovers_from_one_failure(judge_config):
         judge_config.judge.base_url = server.base_url
         with Judge(judge_config.judge) as judge:
             assert judge.judge(session(), "main").score == pytest.approx(0.6)
+
+
+def test_a_client_error_is_not_retried_and_an_unparsable_reply_at_temperature_0_is_asked_once(judge_config):
+    """A 4xx says the request is wrong (asking again changes nothing); at temperature 0 the judge answers the
+    same question the same way, so a reply with no score is not worth a second request either."""
+    judge_config.judge.max_retries = 3
+    judge_config.judge.rubrics = {"only": "Is it good?"}
+    judge_config.judge.min_rubrics = 1
+    for reply, reason in ((Reply(status=400), "BadRequestError"), (Reply("I cannot judge this."), "no score")):
+        with JudgeDouble(lambda body, reply=reply: reply) as server:
+            judge_config.judge.base_url = server.base_url
+            with Judge(judge_config.judge) as judge:
+                verdict = judge.judge(session(), "main")
+            assert len(server.requests) == 1, reason
+        assert verdict.score is None and reason in verdict.reason
+
+
+def test_an_unparsable_reply_is_asked_again_when_the_judge_samples(judge_config):
+    judge_config.judge.max_retries = 1
+    judge_config.judge.temperature = 0.7
+    judge_config.judge.rubrics = {"only": "Is it good?"}
+    judge_config.judge.min_rubrics = 1
+    replies = iter([Reply("hmm"), Reply("7")])
+    with JudgeDouble(lambda body: next(replies)) as server:
+        judge_config.judge.base_url = server.base_url
+        with Judge(judge_config.judge) as judge:
+            assert judge.judge(session(), "main").score == pytest.approx(0.7)
+        assert len(server.requests) == 2
 
 
 def test_unparseable_replies_do_not_count():
