@@ -20,7 +20,6 @@ import collections
 import functools
 import logging
 import os
-import random
 import threading
 import time
 from collections import Counter
@@ -29,6 +28,7 @@ from pathlib import Path
 
 import grpc
 
+from liverl.io.backoff import Backoff
 from liverl.io.spool import Spool, SpoolFull
 from liverl.v1 import capture_pb2
 
@@ -142,7 +142,7 @@ class BackgroundSender:
     # --- sender thread -----------------------------------------------------------------------
 
     def _run(self) -> None:
-        backoff = 0.1
+        backoff = Backoff(first_s=0.1, cap_s=MAX_BACKOFF_S)
         while True:
             with self._cond:
                 if self._stopping:
@@ -150,13 +150,12 @@ class BackgroundSender:
             spooled = self._spool_remainder is not None or not self._spool_empty()
             ok = self._send_spooled() if spooled else self._send_queued()
             if ok:
-                backoff = 0.1
+                backoff.reset()
                 continue
             self._park_queue()  # the service is away: persist what waits, in order, behind the spool
             with self._cond:
                 self._stats.retries += 1
-                self._cond.wait(backoff * (0.5 + random.random()))
-            backoff = min(backoff * 2, MAX_BACKOFF_S)
+                self._cond.wait(backoff.next_delay())
 
     def _send_queued(self) -> bool:
         batch = self._take_batch()
@@ -232,6 +231,7 @@ class BackgroundSender:
         indices still unsettled because the service is away (the caller parks them), [] when all are."""
         pending = list(range(len(blobs)))
         attempts = 0
+        backoff = Backoff(first_s=0.2, cap_s=MAX_BACKOFF_S)
         while pending:
             outcome, pending = self._attempt(blobs, pending)
             if outcome in ("settled", "away"):
@@ -244,7 +244,7 @@ class BackgroundSender:
                 return []
             with self._cond:
                 self._stats.retries += 1
-            if not self._pause(min(MAX_BACKOFF_S, 0.1 * 2 ** attempts) * (0.5 + random.random())):
+            if not self._pause(backoff.next_delay()):
                 return pending
         return []
 

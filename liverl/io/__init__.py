@@ -3,6 +3,7 @@
 - `spool`: one durable on-disk spool (framed, checksummed, fsync'd; corrupt frames quarantined).
 - `kafka_writer`: an idempotent producer in front of the spool: acks=all or spooled, replayed in order
   when Kafka is back (at-least-once; consumers dedupe on event id).
+- `backoff`: one exponential backoff with jitter for every retry loop.
 - `processes`: start detached processes, wait for readiness, stop them by PID; free ports.
 - `tracking`: the MLflow server: one client per URI, experiments and runs, and the error rule
   (RESOURCE_DOES_NOT_EXIST is an answer; anything else raises `RegistryUnavailable`).

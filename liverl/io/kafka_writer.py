@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 
 from liverl.config.kafka import KafkaConfig
+from liverl.io.backoff import Backoff
 from liverl.io.spool import Spool
 
 log = logging.getLogger("liverl.io.kafka_writer")
@@ -330,7 +331,7 @@ class KafkaWriter:
         return producer.send_and_wait(records, self.ack_timeout_s)
 
     def _drain_loop(self) -> None:
-        backoff = 0.2
+        backoff = Backoff(first_s=0.2, cap_s=MAX_BACKOFF_S)
         while not self._stopping.is_set():
             if not self._spool_mode:
                 self._wake.wait(timeout=1.0)
@@ -344,10 +345,9 @@ class KafkaWriter:
                 log.exception("draining the spool failed; retrying")
                 progressed = False
             if progressed:
-                backoff = 0.2
+                backoff.reset()
             else:
-                self._stopping.wait(backoff)
-                backoff = min(backoff * 2, MAX_BACKOFF_S)
+                self._stopping.wait(backoff.next_delay())
 
     def _drain_once(self) -> bool:
         """Produce the next spooled chunk; True on progress (or on reaching the end)."""
