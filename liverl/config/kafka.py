@@ -15,10 +15,6 @@ class KafkaConfig(Section):
     sasl_username: str | None = None
     sasl_password: str | None = None
     ssl_cafile: str | None = None
-    producer_client: Literal["kafka-python", "librdkafka"] = "librdkafka"
-    """The client under liverl's Kafka writers: "librdkafka" (confluent-kafka) builds and sends records in native
-    code, a sixth of the CPU per record of kafka-python's pure-Python producer; both give acks=all, idempotence,
-    murmur2 key partitioning and the same spool fallback."""
     session_events_topic: str = "liverl.session-events"
     """SessionEvent records, key = session id."""
     model_calls_topic: str = "liverl.model-calls"

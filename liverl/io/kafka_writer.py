@@ -7,8 +7,8 @@ spool in order when Kafka is back, committing the spool's cursor only after Kafk
 spool is empty again the writer returns to direct mode. Order per key is therefore kept; a record may
 arrive twice (at-least-once), and consumers dedupe on the event id every record carries.
 
-The producer underneath is `kafka.producer_client`'s: kafka-python (pure Python) or librdkafka (confluent-kafka,
-native); both are idempotent, wait for acks=all and pick a keyed record's partition by murmur2 of its key.
+The producer underneath is librdkafka's (confluent-kafka): idempotent, waiting for acks=all, and picking a keyed
+record's partition by murmur2 of its key, as the Java client and kafka-python do.
 
 Stages feed their own metrics through a `WriterListener`; nothing here knows what the records mean.
 """
@@ -35,8 +35,6 @@ MAX_BACKOFF_S = 5.0
 # A write waits for acks=all anyway and then flushes, so its records need not wait for linger to form batches:
 # a long linger packs one write into one batch per partition instead of a batch every few milliseconds.
 LINGER_MS = 100
-BATCH_BYTES = 256 << 10  # per partition: a whole write (hundreds of events) in one batch, not one per 16 KiB
-KEY_HASH_CACHE = 100_000
 
 
 @dataclass(frozen=True)
@@ -82,30 +80,6 @@ class Record:
         return Record(topic, key, blob[at:], tuple(headers), event_time_ms)
 
 
-def key_hash_partitioner(capacity: int = KEY_HASH_CACHE):
-    """kafka-python's default partitioner (murmur2 of the key, as every Kafka client: same key, same
-    partition), remembering each key's hash: kafka-python hashes in pure Python, once per record, and the
-    records of one session share their key. (A factory: kafka is imported only when a producer is made.)"""
-    from kafka.partitioner.default import DefaultPartitioner, murmur2
-
-    class KeyHashPartitioner(DefaultPartitioner):
-        def __init__(self) -> None:
-            self._hashes: dict[bytes, int] = {}
-
-        def partition(self, topic, key, serialized_key, value, serialized_value, cluster):
-            if serialized_key is None or topic not in cluster.topics():
-                return super().partition(topic, key, serialized_key, value, serialized_value, cluster)
-            hashed = self._hashes.get(serialized_key)
-            if hashed is None:
-                if len(self._hashes) >= capacity:
-                    self._hashes.clear()
-                hashed = self._hashes[serialized_key] = murmur2(serialized_key) & 0x7FFFFFFF
-            partitions = sorted(cluster.partitions_for_topic(topic))
-            return partitions[hashed % len(partitions)]
-
-    return KeyHashPartitioner()
-
-
 class WriterListener:
     """Hooks a stage overrides to feed its own metrics; each default does nothing. They run on the
     caller's or the drainer's thread: keep them quick."""
@@ -118,48 +92,6 @@ class WriterListener:
 
     def state_changed(self, writer: "KafkaWriter") -> None:
         """The mode or the spool's depth changed (read writer.direct(), writer.spool.stats())."""
-
-
-class KafkaPythonProducer:
-    """kafka-python's idempotent producer; raises at construction when no broker answers within the timeout."""
-
-    def __init__(self, kafka: KafkaConfig, ack_timeout_s: float):
-        from kafka import KafkaProducer
-
-        timeout_ms = int(ack_timeout_s * 1000)
-        self._producer = KafkaProducer(
-            **kafka.client_kwargs(), enable_idempotence=True, acks="all", linger_ms=LINGER_MS,
-            batch_size=BATCH_BYTES, partitioner=key_hash_partitioner(),
-            request_timeout_ms=timeout_ms, delivery_timeout_ms=timeout_ms + LINGER_MS + 10, max_block_ms=timeout_ms,
-            bootstrap_timeout_ms=timeout_ms, reconnect_backoff_max_ms=1000,
-        )
-
-    def send_and_wait(self, records: list[Record], timeout_s: float) -> int | None:
-        """Index of the first record Kafka did not acknowledge in time, or None when all were."""
-        producer = self._producer
-        futures = []
-        try:
-            for record in records:
-                futures.append(producer.send(record.topic, key=record.key or None, value=record.value,
-                                             headers=list(record.headers)))
-        except Exception as error:  # metadata timeout, closed producer, buffer full
-            log.warning("kafka send failed: %s", error)
-            return 0
-        deadline = time.monotonic() + timeout_s
-        try:
-            producer.flush(timeout=timeout_s)  # send now, without waiting out linger_ms
-        except Exception as error:  # a timeout: the futures below say which records are acknowledged
-            log.warning("kafka flush did not complete: %s", error)
-        for index, future in enumerate(futures):
-            try:
-                future.get(timeout=max(0.0, deadline - time.monotonic()))
-            except Exception as error:
-                log.warning("kafka did not acknowledge record %d: %s", index, error)
-                return index
-        return None
-
-    def close(self, timeout_s: float) -> None:
-        self._producer.close(timeout_s)
 
 
 PENDING = object()  # a record librdkafka has not reported on yet
@@ -183,7 +115,7 @@ class LibrdkafkaProducer:
             "acks": "all", "enable.idempotence": True,
             "partitioner": "murmur2_random",  # keyed records: murmur2 as the Java client and kafka-python
             "linger.ms": LINGER_MS,  # flush() sends at once; see LINGER_MS
-            # the largest request kafka-python sends (its max_request_size): the same records fit both clients
+            # 1 MiB, the largest request most Kafka clients send by default (kafka-python's max_request_size)
             "message.max.bytes": 1_048_576,
             "request.timeout.ms": timeout_ms, "message.timeout.ms": timeout_ms + LINGER_MS + 10,
             "socket.connection.setup.timeout.ms": max(1000, timeout_ms), "reconnect.backoff.max.ms": 1000,
@@ -245,7 +177,7 @@ class LibrdkafkaProducer:
 
 
 class KafkaWriter:
-    """An idempotent producer (kafka.producer_client's) in front of a durable spool; thread-safe."""
+    """An idempotent librdkafka producer in front of a durable spool; thread-safe."""
 
     def __init__(self, kafka: KafkaConfig, spool: Spool, ack_timeout_s: float = 5.0,
                  listener: WriterListener | None = None, name: str = "kafka-writer"):
@@ -384,9 +316,8 @@ class KafkaWriter:
         self.listener.state_changed(self)
 
     def _try_new_producer(self):
-        client = LibrdkafkaProducer if self.kafka.producer_client == "librdkafka" else KafkaPythonProducer
         try:
-            return client(self.kafka, self.ack_timeout_s)
+            return LibrdkafkaProducer(self.kafka, self.ack_timeout_s)
         except KafkaSettingsRefused:
             raise
         except Exception as error:  # unreachable brokers: stay in spool mode and retry later

@@ -1,7 +1,4 @@
-"""The Kafka writer against the real embedded broker: broker down -> spooled -> broker up -> replayed, none lost.
-
-Every broker test runs with each producer client (kafka.producer_client).
-"""
+"""The Kafka writer against the real embedded broker: broker down -> spooled -> broker up -> replayed, none lost."""
 
 from __future__ import annotations
 
@@ -17,18 +14,6 @@ from liverl.config.kafka import KafkaConfig
 from liverl.io.kafka_writer import KafkaSettingsRefused, KafkaWriter, Record, WriterListener
 from liverl.io.spool import Spool
 from tests.conftest import stack_config
-
-
-CLIENTS = ["kafka-python", "librdkafka"]
-
-
-@pytest.fixture(params=CLIENTS)
-def client(request) -> str:
-    return request.param
-
-
-def using(kafka: KafkaConfig, client: str) -> KafkaConfig:
-    return kafka.model_copy(update={"producer_client": client})
 
 
 class Tally(WriterListener):
@@ -103,11 +88,11 @@ def absent_broker(tmp_path):
         processes.stop(pid)
 
 
-def test_broker_down_spools_then_broker_up_replays_exactly_and_returns_to_direct(absent_broker, client, tmp_path):
+def test_broker_down_spools_then_broker_up_replays_exactly_and_returns_to_direct(absent_broker, tmp_path):
     config, broker_up = absent_broker
     topic = config.kafka.session_events_topic
     tally = Tally()
-    writer = KafkaWriter(using(config.kafka, client), Spool(tmp_path / "spool"), ack_timeout_s=1.0,
+    writer = KafkaWriter(config.kafka, Spool(tmp_path / "spool"), ack_timeout_s=1.0,
                          listener=tally).start()
     try:
         down = make_records(topic, 0, 40)
@@ -125,11 +110,11 @@ def test_broker_down_spools_then_broker_up_replays_exactly_and_returns_to_direct
     assert_exactly(read_all(config, topic, want=50), down + up)
 
 
-def test_a_spool_left_by_a_writer_without_kafka_is_replayed_first_by_the_next(fresh_topics, client, tmp_path):
+def test_a_spool_left_by_a_writer_without_kafka_is_replayed_first_by_the_next(fresh_topics, tmp_path):
     from liverl.io.processes import free_port
 
     topic = fresh_topics.kafka.model_calls_topic
-    kafka = using(fresh_topics.kafka, client)
+    kafka = fresh_topics.kafka
     unreachable = kafka.model_copy(update={"bootstrap_servers": f"127.0.0.1:{free_port()}"})
     first = KafkaWriter(unreachable, Spool(tmp_path / "spool"), ack_timeout_s=0.5).start()
     spooled = make_records(topic, 0, 12)
@@ -150,12 +135,12 @@ def test_a_spool_left_by_a_writer_without_kafka_is_replayed_first_by_the_next(fr
     assert_exactly(read_all(fresh_topics, topic, want=18), spooled + later)
 
 
-def test_direct_writes_land_on_the_default_murmur2_partition_of_their_key(fresh_topics, client, tmp_path):
-    """The writer's cached key hash must pick the partition every other Kafka client picks for that key."""
+def test_direct_writes_land_on_the_default_murmur2_partition_of_their_key(fresh_topics, tmp_path):
+    """The writer must pick the partition every other Kafka client picks for that key."""
     from kafka.partitioner.default import murmur2
 
     topic = fresh_topics.kafka.session_events_topic
-    writer = KafkaWriter(using(fresh_topics.kafka, client), Spool(tmp_path / "spool"), ack_timeout_s=5.0).start()
+    writer = KafkaWriter(fresh_topics.kafka, Spool(tmp_path / "spool"), ack_timeout_s=5.0).start()
     records = make_records(topic, 0, 60, sessions=17)
     try:
         for chunk in (records[:25], records[25:]):  # the second chunk hits the cached hashes
@@ -170,32 +155,12 @@ def test_direct_writes_land_on_the_default_murmur2_partition_of_their_key(fresh_
     assert_exactly(received, records)
 
 
-def test_both_clients_put_each_key_on_the_same_partition(fresh_topics, tmp_path):
-    """Switching clients must not move a session: downstream reads a session's events from one partition."""
-    topic = fresh_topics.kafka.session_events_topic
-    written: list[Record] = []
-    for index, client in enumerate(CLIENTS):
-        writer = KafkaWriter(using(fresh_topics.kafka, client), Spool(tmp_path / client), ack_timeout_s=5.0).start()
-        records = make_records(topic, index * 100, 80, sessions=23)
-        try:
-            writer.write(records)
-            assert writer.direct()
-        finally:
-            writer.close()
-        written += records
-    received = read_all(fresh_topics, topic, want=len(written))
-    partitions_of_key: dict[bytes, set[int]] = {}
-    for r in received:
-        partitions_of_key.setdefault(r.key, set()).add(r.partition)
-    assert len(received) == len(written) and all(len(p) == 1 for p in partitions_of_key.values())
-
-
-def test_a_broker_lost_mid_run_sends_the_next_write_to_the_spool(absent_broker, client, tmp_path):
+def test_a_broker_lost_mid_run_sends_the_next_write_to_the_spool(absent_broker, tmp_path):
     config, broker_up = absent_broker
     topic = config.kafka.session_events_topic
     broker = broker_up()
     tally = Tally()
-    writer = KafkaWriter(using(config.kafka, client), Spool(tmp_path / "spool"), ack_timeout_s=1.0,
+    writer = KafkaWriter(config.kafka, Spool(tmp_path / "spool"), ack_timeout_s=1.0,
                          listener=tally).start()
     try:
         writer.write(make_records(topic, 0, 10))
@@ -219,7 +184,6 @@ def test_settings_librdkafka_cannot_use_are_refused_at_start(tmp_path):
     from liverl.io.processes import free_port
 
     kafka = KafkaConfig(bootstrap_servers=f"127.0.0.1:{free_port()}", security_protocol="SASL_PLAINTEXT",
-                        sasl_mechanism="NO-SUCH-MECHANISM", sasl_username="u", sasl_password="p",
-                        producer_client="librdkafka")
+                        sasl_mechanism="NO-SUCH-MECHANISM", sasl_username="u", sasl_password="p")
     with pytest.raises(KafkaSettingsRefused, match="SASL mechanism"):
         KafkaWriter(kafka, Spool(tmp_path / "spool"), ack_timeout_s=0.5).start()
