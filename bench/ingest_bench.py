@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO))
 # What the profiles showed (bench/README.md has the commands and the figures before and after).
 NOTES = """notes   | the capture service is one GIL-bound process: its CPU per event (the `cpu` lines) bounds its rate,
         | and on shared cores the ratio follows the CPU ratio. With kafka-python in the service its producer
-        | alone cost ~45 us per event (about the whole plain path); librdkafka (the service.s
+        | alone cost ~45 us per event (about the whole plain path); librdkafka (the service's
         | producer now) hands a record over in ~7-9 us, leaving redaction's prefilter (~19 us) and the checks and the
         | record (~18 us). Round 1 removed: ~12 RE2 scans per id string, murmur2 in pure Python per record, a
         | 2 ms linger. Round 2, from the SDK: uuid4 per id, a lock per sequence number, sizing every event twice,
