@@ -1,6 +1,6 @@
-"""Build the README's overhead table (issue #17) from the benchmarks' JSON summary.
+"""Build the overhead table of docs/measurements.md from the benchmarks' JSON summary.
 
-    .venv/bin/python scripts/overhead_table.py [--summary reports/bench-summary.json] [--write README.md]
+    .venv/bin/python scripts/overhead_table.py [--summary reports/bench-summary.json] [--write docs/measurements.md]
 
 One row per goal: what liverl's path achieves against its plain baseline (medians of the benchmark's
 rounds, as the benchmark recorded them), the goal, and the environment it ran in (cores, 1-minute load

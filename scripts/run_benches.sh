@@ -13,5 +13,5 @@ done
 echo "=== bench/api_layer_bench.py at an engine's rate"  # the API floor the serving bench's requests pay
 .venv/bin/python bench/api_layer_bench.py --calls 600 --answer-ms 120
 echo "summary: $LIVERL_BENCH_SUMMARY"
-# The README's overhead table, from that summary (`--write README.md` puts it there).
+# The overhead table of docs/measurements.md, from that summary (`--write docs/measurements.md` puts it there).
 .venv/bin/python scripts/overhead_table.py --summary "$LIVERL_BENCH_SUMMARY"
