@@ -12,7 +12,6 @@
 - `table_history`: the trajectory table's commits (batch id, Kafka offsets), their rows, snapshots.
 - `traces`: trajectories as MLflow traces (written once, idempotently) and the searches that find them,
   e.g. the training data of a registered version.
-- `lease`: a registry-held lease with an owner and an expiry (the serving fleet's rolling swap).
 
 Clients only: nothing here knows what a stage does with what it reads or writes.
 """
