@@ -1,4 +1,4 @@
-"""Build the README's overhead table (issue #17) from the benchmarks' JSON summary.
+"""Build the README's overhead table (each stage against its plain baseline) from the benchmarks' JSON summary.
 
     .venv/bin/python scripts/overhead_table.py [--summary reports/bench-summary.json] [--write README.md]
 
