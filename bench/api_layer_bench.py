@@ -1,4 +1,4 @@
-"""API layer floor (issue #17): what one gRPC Generate and one HTTP /v1/completions cost the server's CPU,
+"""API layer floor: what one gRPC Generate and one HTTP /v1/completions cost the server's CPU,
 liverl's API against the bare framework it runs on, with an engine that answers at once (or after
 --answer-ms, as a real engine does).
 

@@ -1,5 +1,5 @@
-"""HTTP layer microbenchmark (issue #17): /v1/completions through FastAPI, as it was served before, and
-through the plain ASGI front that serves it now (serving.asgi_routes), side by side on one running server.
+"""HTTP layer microbenchmark: /v1/completions through FastAPI, as it was served before, and through the
+plain ASGI front that serves it now (serving.asgi_routes), side by side on one running server.
 
     .venv/bin/python bench/http_layer_bench.py [--requests 200] [--rounds 5]
 
@@ -79,7 +79,7 @@ async def per_request_us(app, case: str, requests: int) -> float:
 
 
 def fastapi_baseline(ctx):
-    """The completion routes as FastAPI served them before issue #17, over today's guards and handlers."""
+    """The completion routes as FastAPI served them before serving.asgi_routes, over today's guards and handlers."""
     from fastapi import Depends, Request
     from fastapi.responses import StreamingResponse
     from starlette.background import BackgroundTask

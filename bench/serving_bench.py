@@ -671,7 +671,7 @@ def _swap_under_load(server, args, version: str, mode: str) -> dict:
 
 
 def _compare_swaps(figures: dict, modes: list[str]) -> None:
-    """One line per swap mode, side by side: the figures issue #14 sets goals for."""
+    """One line per swap mode, side by side: the hot-swap figures the README's Measured section holds."""
     print("\nswap modes side by side:")
     for mode in modes:
         f = figures[f"swap_{mode}"]

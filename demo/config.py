@@ -32,6 +32,9 @@ class DemoRunConfig(Section):
     """Start from an empty loop: stop a stack a previous demo left and remove its state under stack.data_dir
     (topics, registry, tables, checkpoints, spools, logs). The fitted base policy and past reports stay.
     false: continue from the previous run's champion and data."""
+    stop_after_versions: int = Field(0, ge=0, le=1000)
+    """End the traffic once the product was served this many trained versions (hot-swapped after the first);
+    demo.duration_s stays the ceiling. 0: run for demo.duration_s."""
     capture_token: str = "demo-token"
     """The product's bearer token for the capture service (ingest.tenant_tokens holds the tenant's)."""
     serving_api_key: str = ""

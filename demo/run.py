@@ -15,6 +15,7 @@ from demo.interrupt import DemoInterrupt, interrupt_handling
 from demo.freshness import Freshness, first_served_at, freshness
 from demo.lineage import VersionLineage, committed_at, read_lineage
 from demo.services import StageProcess, run_stage, start_stage
+from demo.stop_after import StopAfterVersions
 from demo.stage_env import config_environment
 from demo.verdict import Verdict, judge_rise
 from demo.config import DemoLiverlConfig
@@ -58,7 +59,9 @@ def _run_demo(config: DemoLiverlConfig, say, interrupt: DemoInterrupt) -> DemoRe
                   config_environment(config))
         say("[4/6] stages: capture, serving, distill --follow, train --follow (each its own process)")
         _start_stages(config, logs, say, stages)
-        say(f"[5/6] traffic for {demo.duration_s:.0f} s ({demo.run.concurrency} concurrent sessions)")
+        count = demo.run.stop_after_versions
+        until = f", or until {count} trained versions served" if count else ""
+        say(f"[5/6] traffic for {demo.duration_s:.0f} s{until} ({demo.run.concurrency} concurrent sessions)")
         with interrupt.traffic() as stop:
             traffic = _run_traffic(config, say, started, stop)
         say("[6/6] summary")
@@ -144,9 +147,15 @@ def _run_traffic(config: DemoLiverlConfig, say, started: float, stop):
     policy = grpc_policy(config)
     client = capture_client(config, config.stack.data_dir / "sdk-spool")
     progress = _Progress(config, say, started)
+    stop_rule = StopAfterVersions(config.demo.run.stop_after_versions, stop, say)
+
+    def on_session(session) -> None:
+        progress.on_session(session)
+        stop_rule.on_session(session)
+
     try:
         traffic = run_configured_traffic(config, policy, client, duration_s=config.demo.duration_s, stop=stop,
-                                         on_session=progress.on_session)
+                                         on_session=on_session)
     finally:
         client.flush(timeout_s=30.0)
         say(f"      SDK: {client.stats()}")

@@ -10,6 +10,8 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 
+from liverl.access.token_bucket import TokenBuckets
+
 
 class RateLimited(Exception):
     """The tenant's bucket is empty: retry after `retry_after_s`."""
@@ -21,28 +23,16 @@ class RateLimited(Exception):
 
 
 class TenantRateLimiter:
-    """Token buckets keyed by tenant; a request costs one token per event (at least one)."""
+    """Token buckets keyed by tenant (liverl.access); a request costs one token per event (at least one)."""
 
     def __init__(self, events_per_s: float, burst: int, clock: Callable[[], float] = time.monotonic):
-        self.events_per_s = events_per_s
-        self.burst = max(1, burst)
-        self._clock = clock
-        self._buckets: dict[str, tuple[float, float]] = {}  # tenant -> (tokens, last refill)
-        self._lock = threading.Lock()
+        self._buckets = TokenBuckets(events_per_s, burst, clock)
 
     def take(self, tenant: str, events: int) -> None:
         """Spend `events` tokens or raise RateLimited (spending nothing). events_per_s <= 0: no limit."""
-        if self.events_per_s <= 0:
-            return
-        cost = min(max(1, events), self.burst)  # a batch bigger than the burst waits for a full bucket
-        now = self._clock()
-        with self._lock:
-            tokens, last = self._buckets.get(tenant, (float(self.burst), now))
-            tokens = min(float(self.burst), tokens + (now - last) * self.events_per_s)
-            if tokens < cost:
-                self._buckets[tenant] = (tokens, now)
-                raise RateLimited(tenant, (cost - tokens) / self.events_per_s)
-            self._buckets[tenant] = (tokens - cost, now)
+        wait_s = self._buckets.take(tenant, events)
+        if wait_s > 0:
+            raise RateLimited(tenant, wait_s)
 
 
 class RecentEvents:

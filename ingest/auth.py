@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Mapping
+
+from liverl.access.bearer import SecretTable, bearer_secret
 
 
 class AuthError(Exception):
@@ -26,20 +27,16 @@ class TokenAuth:
                              "Kafka keys; rename them in ingest.tenant_tokens")
         if len(set(tenant_tokens.values())) < len(tenant_tokens):
             raise ValueError("two tenants share a token in ingest.tenant_tokens; a token must name one tenant")
-        self._tokens = [(tenant, token.encode()) for tenant, token in tenant_tokens.items()]
+        self._tenants = SecretTable((token, tenant) for tenant, token in tenant_tokens.items())
 
     def tenant_of(self, authorization: str | None, claimed_tenant: str | None = None) -> str:
         """The tenant whose token is in `authorization` ("Bearer <token>"); raises AuthError otherwise."""
         if not authorization:
             raise AuthError("unauthenticated", "missing credentials: send 'authorization: Bearer <tenant token>'")
-        scheme, _, token = authorization.strip().partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
+        token = bearer_secret(authorization)
+        if token is None:
             raise AuthError("unauthenticated", "malformed authorization: expected 'Bearer <tenant token>'")
-        presented = token.strip().encode()
-        tenant = None
-        for candidate, expected in self._tokens:  # compare with every token: timing says nothing about which
-            if hmac.compare_digest(presented, expected):
-                tenant = candidate
+        tenant = self._tenants.owner_of(token)
         if tenant is None:
             raise AuthError("unauthenticated", "invalid token: it belongs to no tenant in ingest.tenant_tokens")
         if claimed_tenant and claimed_tenant != tenant:

@@ -1,7 +1,7 @@
 """The capture core shared by the gRPC and HTTP front ends: parse, check, drop, redact, make durable.
 
 Per event: parse -> opt-out -> validate -> dedupe -> session rules -> redact. Good events become Kafka
-records keyed by (tenant, session) (DESIGN.md contract 1); bad ones become dead letters with their
+records keyed by (tenant, session) (docs/architecture.md, contract 1); bad ones become dead letters with their
 reason; both are made durable in one delivery before the caller gets its answer, so an acknowledgement
 always means "stored". The tenant is always the token's, never the payload's. An event already stored
 (same tenant and event id, within ingest.dedupe_window_events) is acknowledged again, not stored twice.

@@ -39,7 +39,7 @@ class Timing:
     late_event_retention_ms: int
 
 
-SessionKey = tuple[str, str]  # (tenant id, session id): a session's identity (DESIGN.md, contract 1)
+SessionKey = tuple[str, str]  # (tenant id, session id): a session's identity (docs/architecture.md, contract 1)
 
 
 @dataclass

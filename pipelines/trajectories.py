@@ -131,7 +131,7 @@ def label_agents(session: SessionRecord, agent_ids: list[str], rewards: RewardsC
                  label_fn=reward_label) -> dict:
     """agent id -> RewardLabel, or the exception the reward library raised for that agent.
 
-    Without a judge: liverl.rewards.label per agent (contract 5). With the judge enabled: the library's
+    Without a judge: liverl.rewards.label per agent (the reward library). With the judge enabled: the library's
     label_batch, which fetches every verdict of the session in one judge_many call, then labels.
     """
     if judge is not None:

@@ -26,7 +26,8 @@ BEGIN, END = "<!-- capacity:begin (scripts/capacity.py) -->", "<!-- capacity:end
 
 # Defaults used only when the summary lacks a figure; each is named in the table where it is used.
 DEFAULT_CAPTURE_EVENTS_PER_S = 2000.0  # per replica process; assumed, about what one Python process acknowledges
-DEFAULT_PIPELINE_RECORDS_PER_S = 3000.0  # per Beam worker core: DESIGN.md's ~6k records/s on 2 cores, halved
+# Per Beam worker core: ~6k records/s through Sessions+GroupByKey were measured on 2 cores, halved.
+DEFAULT_PIPELINE_RECORDS_PER_S = 3000.0
 DEFAULT_PARTITION_RECORDS_PER_S = 5000.0  # per Kafka partition; a conservative figure for a real cluster
 DEFAULT_REPLICA_EFFICIENCY = 0.8  # share of one replica's rate kept per replica once (R-1)/R of events hop
 ACCELERATOR_PEAK_FLOPS = 989e12  # bf16 dense, one H100-class accelerator

@@ -1,4 +1,5 @@
-"""Build the overhead table of docs/measurements.md from the benchmarks' JSON summary.
+"""Build the overhead table of docs/measurements.md (each stage against its plain baseline) from the benchmarks'
+JSON summary.
 
     .venv/bin/python scripts/overhead_table.py [--summary reports/bench-summary.json] [--write docs/measurements.md]
 

@@ -2,8 +2,8 @@
 
 POST /v1/completions, /v1/chat/completions and their per-session forms /s/<session_id>/v1/... carry
 nearly all the traffic, and FastAPI's middleware, routing, dependency solving and Request objects cost
-more of the event loop than the guards and handlers themselves (issue #17). So they are matched here,
-by path, with the headers decoded once from the scope; the guards of serving.http_guard run in their
+more of the event loop than the guards and handlers themselves (bench/http_layer_bench.py). So they are
+matched here, by path, with the headers decoded once from the scope; the guards of serving.http_guard run in their
 order (key -> rate limit -> caller headers -> body under the cap and deadline -> strict parse, in the
 handler) and the reply is written with `send`. What FastAPI answered on these paths is kept: 405 with
 Allow: POST for another method, a 307 to the path without its trailing slash, OpenAI-shaped errors,

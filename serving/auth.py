@@ -9,11 +9,11 @@ is open (local use): the headers decide, and the server refuses to start open on
 from __future__ import annotations
 
 import hashlib
-import hmac
 import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from liverl.access.bearer import SecretTable, bearer_secret
 from liverl.config.serving import ApiKeyGrant
 
 OPEN = "open"  # key id of every call while serving runs without keys
@@ -63,25 +63,27 @@ class Keys:
     def __init__(self, grants: Mapping[str, ApiKeyGrant], admin_keys: list[str], default_tenant: str):
         if any(not key for key in grants) or any(not key for key in admin_keys):
             raise ValueError("serving.api_keys and serving.admin_api_keys must not hold an empty key")
-        self._grants = [(key.encode(), _principal(key, grant.tenant, grant.roles)) for key, grant in grants.items()]
-        self._admins = [(key.encode(), _principal(key, default_tenant, (), admin=True)) for key in admin_keys]
+        tenant_entries = [(key, _principal(key, grant.tenant, grant.roles)) for key, grant in grants.items()]
+        admin_entries = [(key, _principal(key, default_tenant, (), admin=True)) for key in admin_keys]
+        self._any = SecretTable(tenant_entries + admin_entries)
+        self._admins = SecretTable(admin_entries)
         self._open = Principal(OPEN, None, admin=True)
 
     @property
     def open(self) -> bool:
-        return not self._grants and not self._admins
+        return not len(self._any)
 
     def principal(self, authorization: str | None) -> Principal | None:
         """Who may generate, list models, read info: a tenant's key or an admin key; None: refuse (401)."""
         if self.open:
             return self._open
-        return _match(_bearer(authorization), self._grants + self._admins)
+        return self._any.owner_of(bearer_secret(authorization))
 
     def admin(self, authorization: str | None) -> Principal | None:
         """Who may force a swap or roll back: an admin key only (anyone while open); None: refuse."""
         if self.open:
             return self._open
-        return _match(_bearer(authorization), self._admins)
+        return self._admins.owner_of(bearer_secret(authorization))
 
 
 def refuse_open_exposure(host: str, keys: Keys, allow_open: bool) -> None:
@@ -104,21 +106,3 @@ def is_loopback(host: str) -> bool:
 
 def _principal(key: str, tenant: str, roles, admin: bool = False) -> Principal:
     return Principal(f"key-{hashlib.sha256(key.encode()).hexdigest()[:12]}", tenant, frozenset(roles), admin)
-
-
-def _bearer(authorization: str | None) -> str:
-    if not authorization:
-        return ""
-    scheme, _, token = authorization.strip().partition(" ")
-    return token.strip() if scheme.lower() == "bearer" else ""
-
-
-def _match(token: str, keys: list[tuple[bytes, Principal]]) -> Principal | None:
-    # Constant-time comparison against every key, so timing reveals neither a prefix nor which key matched.
-    if not token:
-        return None
-    given, found = token.encode(), None
-    for key, principal in keys:
-        if hmac.compare_digest(given, key) and found is None:
-            found = principal
-    return found

@@ -118,7 +118,7 @@ class Recorder:
                       call.SerializeToString(), headers, finished_ms)
 
     def dead_letter(self, reason: str, message: str, tenant_id: str, session_id: str, payload: bytes) -> None:
-        """A bad request, for the dead-letter topic (contract 1's JSON shape)."""
+        """A bad request, for the dead-letter topic (docs/architecture.md, contract 1: its JSON shape)."""
         value = json.dumps({"reason": reason, "message": message, "source": "serving", "tenant_id": tenant_id,
                             "session_id": session_id, "payload_b64": base64.b64encode(payload).decode("ascii"),
                             "at_ms": int(time.time() * 1000)}).encode()

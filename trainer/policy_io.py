@@ -1,4 +1,5 @@
-"""The policy format (contract 2): a Hugging Face folder that serving loads and the trainer exports."""
+"""The policy folder (docs/architecture.md, contract 6): a Hugging Face folder that serving loads and the trainer
+exports."""
 
 from __future__ import annotations
 

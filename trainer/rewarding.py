@@ -1,4 +1,4 @@
-"""Rewards at training time through the reward library (contract 5), and the drift input of the gate."""
+"""Rewards at training time through the reward library (liverl.rewards), and the drift input of the gate."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from demo.product.traffic import TrafficStats, run_traffic
 
 
 def grpc_policy(config) -> GrpcPolicy:
-    """The policy as served by `liverl serve` (contract 7)."""
+    """The policy as served by `liverl serve` (docs/architecture.md, contract 5)."""
     demo = config.demo
     return GrpcPolicy(
         f"{config.serving.host}:{config.serving.grpc_port}",
@@ -24,7 +24,7 @@ def grpc_policy(config) -> GrpcPolicy:
 
 
 def capture_client(config, spool_dir: Path):
-    """The ingest SDK's CaptureClient with the demo product's token (contract 6)."""
+    """The ingest SDK's CaptureClient with the demo product's token (docs/architecture.md, contract 7)."""
     from ingest.sdk import CaptureClient
 
     return CaptureClient(

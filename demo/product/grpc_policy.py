@@ -1,4 +1,4 @@
-"""The policy behind serving's gRPC PolicyService (contract 7), as the demo product calls it."""
+"""The policy behind serving's gRPC PolicyService (docs/architecture.md, contract 5), as the demo product calls it."""
 
 from __future__ import annotations
 

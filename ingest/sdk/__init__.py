@@ -1,4 +1,4 @@
-"""The Python SDK an agent product uses to record its sessions (contract 6 in the team brief)."""
+"""The Python SDK an agent product uses to record its sessions (docs/architecture.md, contract 7)."""
 
 from ingest.sdk.client import CaptureClient
 from ingest.sdk.session import FeedbackKind, SessionRecorder

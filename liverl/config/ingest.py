@@ -3,6 +3,8 @@
 from pathlib import Path
 
 from liverl.config.redaction import RedactionConfig
+from pydantic import Field
+
 from liverl.config.section import Section
 
 __all__ = ["IngestConfig", "RedactionConfig"]  # RedactionConfig lives in liverl.config.redaction (shared)
@@ -11,11 +13,11 @@ __all__ = ["IngestConfig", "RedactionConfig"]  # RedactionConfig lives in liverl
 class IngestConfig(Section):
     host: str = "127.0.0.1"
     """Address both listeners bind to (0.0.0.0 in a container)."""
-    grpc_port: int = 50051
+    grpc_port: int = Field(50051, ge=0, le=65535)
     """CaptureService gRPC port."""
-    http_port: int = 8081
+    http_port: int = Field(8081, ge=0, le=65535)
     """HTTP JSON endpoint for products not written in Python (POST /v1/capture); 0 disables."""
-    metrics_port: int = 9101
+    metrics_port: int = Field(9101, ge=0, le=65535)
     """Prometheus metrics; 0 disables (the HTTP endpoint serves /metrics too)."""
     tenant_tokens: dict[str, str] = {"demo": "demo-token"}
     """tenant id -> bearer token. Every request must carry its tenant's token."""
@@ -26,35 +28,35 @@ class IngestConfig(Section):
     spool_dir: Path | None = None
     """Durable local spool (events acknowledged while Kafka is unreachable) and session state;
     default: <stack.data_dir>/ingest/spool. A restarted service must reuse the same folder."""
-    max_spool_bytes: int = 1 << 30
+    max_spool_bytes: int = Field(1 << 30, ge=1)
     """Past this the service stops acknowledging (callers retry) instead of filling the disk."""
-    kafka_ack_timeout_s: float = 5.0
+    kafka_ack_timeout_s: float = Field(5.0, gt=0.0)
     """How long a request waits for Kafka's acks=all before its events go to the spool instead."""
-    max_event_bytes: int = 256 * 1024
+    max_event_bytes: int = Field(256 * 1024, ge=1)
     """Largest serialized SessionEvent accepted."""
-    max_batch_events: int = 1000
+    max_batch_events: int = Field(1000, ge=1)
     """Most events in one request."""
-    max_request_bytes: int = 16 * 1024 * 1024
+    max_request_bytes: int = Field(16 * 1024 * 1024, ge=1)
     """Largest request body (gRPC message or HTTP body)."""
-    handler_timeout_s: float = 10.0
+    handler_timeout_s: float = Field(10.0, ge=0.0)
     """Most time one request may take in the service (or the caller's gRPC deadline, if sooner); events
     not reached by then are answered "deadline_exceeded" (not stored: resend just those)."""
-    rate_limit_events_per_s: float = 5000.0
+    rate_limit_events_per_s: float = Field(5000.0, ge=0.0)
     """Events per second per tenant (token bucket); over it, gRPC RESOURCE_EXHAUSTED or HTTP 429 with a
     retry delay. 0 disables."""
-    rate_limit_burst_events: int = 20000
+    rate_limit_burst_events: int = Field(20000, ge=1)
     """Events a tenant may send at once above its rate (the bucket's size)."""
-    dedupe_window_events: int = 100_000
+    dedupe_window_events: int = Field(100_000, ge=0)
     """Event ids remembered per service (per tenant) so an event resent after a lost answer is
     acknowledged again without being stored twice. 0 disables."""
-    max_future_skew_s: float = 300.0
+    max_future_skew_s: float = Field(300.0, ge=0.0)
     """Events stamped further than this in the future are rejected (clock_skew)."""
-    max_event_age_s: float = 7 * 24 * 3600.0
+    max_event_age_s: float = Field(7 * 24 * 3600.0, gt=0.0)
     """Events older than this are rejected (too_old); SDK spools may hold events for hours."""
     enforce_sessions: bool = True
     """Reject events of sessions never seen to start (unknown_session) or already closed (closed_session).
     Across replicas the session's owner (ingest.replicas) applies these rules, so they hold as on one."""
-    session_start_grace_s: float = 60.0
+    session_start_grace_s: float = Field(60.0, ge=0.0)
     """An event numbered after its session's start (sequence > 0) may overtake that start in flight
     (concurrent requests, retries): it is accepted for this long after the session's first event, and
     unknown_session after that if the start never came."""
@@ -67,10 +69,10 @@ class IngestConfig(Section):
     neither charges them to the rate limit again nor forwards them on."""
     replica_address: str = ""
     """This replica's own entry in ingest.replicas (default: host:grpc_port), e.g. the pod's stable name."""
-    replica_forward_timeout_s: float = 5.0
+    replica_forward_timeout_s: float = Field(5.0, gt=0.0)
     """How long a replica waits for the owner of a forwarded session; past it (or if the owner is down)
     those events are answered "deadline_exceeded" (not stored: the SDK resends them)."""
-    late_event_horizon_s: float = 24 * 3600.0
+    late_event_horizon_s: float = Field(24 * 3600.0, ge=0.0)
     """Feedback and outcomes of a closed session are accepted for this long after it closed."""
     opt_out_tenants: list[str] = []
     """Tenants whose events are dropped at the edge (counted, never stored)."""

@@ -2,7 +2,11 @@
 
 from typing import Literal
 
+from pydantic import Field, field_validator
+
 from liverl.config.section import Section
+
+MIN_RETENTION_MS = 60_000
 
 
 class KafkaConfig(Section):
@@ -13,21 +17,34 @@ class KafkaConfig(Section):
     sasl_mechanism: str | None = None
     """E.g. "PLAIN" or "SCRAM-SHA-512" when the cluster uses SASL."""
     sasl_username: str | None = None
+    """SASL user name, with sasl_mechanism."""
     sasl_password: str | None = None
+    """SASL password, with sasl_mechanism (pass it through LIVERL_KAFKA__SASL_PASSWORD, not a file)."""
     ssl_cafile: str | None = None
+    """PEM file of the certificate authorities that signed the brokers' certificates (SSL, SASL_SSL)."""
     session_events_topic: str = "liverl.session-events"
     """SessionEvent records, key = session id."""
     model_calls_topic: str = "liverl.model-calls"
     """ModelCall records, key = session id."""
     dead_letters_topic: str = "liverl.dead-letters"
     """Rejected input with its reason, written by ingest and serving."""
-    partitions: int = 4
+    partitions: int = Field(4, ge=1, le=100_000)
     """Partitions per topic when liverl creates them."""
-    replication_factor: int = 1
+    replication_factor: int = Field(1, ge=1, le=100)
     """Replication per topic when liverl creates them (3 on a real cluster)."""
-    topic_retention_ms: int = 7 * 24 * 3600 * 1000
+    topic_retention_ms: int = Field(7 * 24 * 3600 * 1000, ge=-1)
     """retention.ms of the topics liverl creates: keep it above the longest time the distiller may be stopped,
-    or records are deleted before they are distilled (pipelines.on_retention_gap decides what happens then)."""
+    or records are deleted before they are distilled (pipelines.on_retention_gap decides what happens then).
+    -1: keep records forever (Kafka's convention); 0 up to a minute is refused (records would be gone before
+    anyone read them)."""
+
+    @field_validator("topic_retention_ms")
+    @classmethod
+    def _retention_keeps_records_a_while(cls, value: int) -> int:
+        if 0 <= value < MIN_RETENTION_MS:
+            raise ValueError(f"{value} ms deletes records before they can be distilled: give at least "
+                             f"{MIN_RETENTION_MS} ms (hours in production), or -1 to keep them forever")
+        return value
 
     def client_kwargs(self) -> dict:
         """Connection arguments shared by every kafka-python client."""

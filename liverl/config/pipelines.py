@@ -10,8 +10,8 @@ from liverl.config.section import Section
 class PipelinesConfig(Section):
     consumer_group: str = "liverl-distill"
     """Name under which the distiller's progress is recorded (offsets live in the table's commits); batch id prefix."""
-    follow_interval_s: float = 10.0
-    """`liverl distill --follow`: seconds between batches."""
+    follow_interval_s: float = Field(10.0, ge=0.0, le=24 * 3600.0)
+    """`liverl distill --follow`: seconds between batches (0: the next starts as soon as one ends)."""
     runner: str = "DirectRunner"
     """Beam runner of the distill graph: "DirectRunner" (in process, or several local worker processes with
     beam_options ["--direct_num_workers=N", "--direct_running_mode=multi_processing"]); "PortableRunner" (a Beam
@@ -26,11 +26,11 @@ class PipelinesConfig(Section):
     """Batch plans, staged outputs and pending sessions (any pyarrow filesystem URI). Workers write the staged
     outputs and read the carried state here, so on a distributed runner it must be shared storage (s3://,
     gs://); default: <table.trajectories_uri>/_liverl_distill (hidden from Parquet readers)."""
-    reward_horizon_s: float = 3600.0
+    reward_horizon_s: float = Field(3600.0, ge=0.0)
     """A session is ready this long after its end event, so delayed signals (edit kept/reverted, feedback) join it."""
-    idle_timeout_s: float = 7200.0
+    idle_timeout_s: float = Field(7200.0, gt=0.0)
     """A session without an end event is ready once nothing happened in it for this long."""
-    late_event_retention_s: float = 7 * 24 * 3600.0
+    late_event_retention_s: float = Field(7 * 24 * 3600.0, ge=0.0)
     """How long emitted sessions are remembered, so events arriving after emission count as "late_event"."""
     read_chunk_records: int = Field(default=5000, gt=0)
     """Offset ranges are split into chunks of at most this many records: the unit of read parallelism."""
@@ -39,11 +39,11 @@ class PipelinesConfig(Section):
     earliest): "skip" records each gap as a `retention_gap` dead letter (topic, partition, expected offset,
     earliest available, records lost) plus a warning line and continues from the earliest offset; "fail"
     stops the batch with an error saying what to do. The records are lost either way."""
-    read_timeout_s: float = 30.0
+    read_timeout_s: float = Field(30.0, gt=0.0)
     """A worker reading a range fails the batch (nothing is committed) when no progress happens this long."""
     audit: bool = True
     """Log an MLflow run per committed batch in mlflow.audit_experiment (counts, offsets, rewards, samples)."""
-    audit_sample_size: int = 20
+    audit_sample_size: int = Field(20, ge=0)
     """Trajectories shown in each audit run's sample table."""
     trace_sample_rate: float = Field(default=1.0, ge=0.0, le=1.0)
     """Share of sessions whose committed trajectories are logged as MLflow traces (in mlflow.audit_experiment,
@@ -53,5 +53,5 @@ class PipelinesConfig(Section):
     trace_tokenizer: str | None = None
     """A Hugging Face tokenizer folder (the policy's) to decode model calls' token ids into text in traces;
     unset: a model-call span shows the session's texts around it (user message, tool results, tool calls)."""
-    keep_state_batches: int = 3
+    keep_state_batches: int = Field(3, ge=0)
     """Staged folders of older committed batches beyond this many are deleted."""

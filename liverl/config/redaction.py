@@ -1,6 +1,8 @@
 """Redaction of personal data and secrets, shared by every stage that writes what users sent (ingest's
 events and dead letters, serving's model-call records, the trace export). Read by liverl.redaction."""
 
+from pydantic import Field
+
 from liverl.config.section import Section
 
 DETECTORS = ["private_key", "jwt", "api_key", "bearer_token", "env_secret", "email", "iban", "card", "national_id",
@@ -16,7 +18,7 @@ class TenantRedaction(Section):
     """This tenant's built-in detectors instead of the global list."""
     custom_patterns: dict[str, str] = {}
     """Extra name -> RE2 pattern for this tenant, added to the global custom patterns."""
-    max_field_chars: int | None = None
+    max_field_chars: int | None = Field(None, ge=1)
     """This tenant's cap on one string field."""
     phone_region: str | None = None
     """This tenant's default region for phone numbers written without a country code."""
@@ -32,7 +34,7 @@ class RedactionConfig(Section):
     custom_patterns: dict[str, str] = {}
     """name -> RE2 regular expression (linear time: no lookaround or backreferences); each match becomes
     "[REDACTED:<name>]"."""
-    max_field_chars: int = 64 * 1024
+    max_field_chars: int = Field(64 * 1024, ge=1)
     """Longer strings are cut here with a "[TRUNCATED:<n> chars]" marker (counted as "truncated"), so one
     field cannot make redaction, or anything downstream, arbitrarily slow."""
     phone_region: str = "US"

@@ -1,4 +1,4 @@
-"""The Kafka key of every record that belongs to a session, on every topic (DESIGN.md contract 1).
+"""The Kafka key of every record that belongs to a session, on every topic (docs/architecture.md, contract 1).
 
 A session's identity is (tenant, session): the key carries both, so one session keeps its order in one
 partition and equal session ids of two tenants never share a key. Tenant ids cannot hold "/" (ingest and

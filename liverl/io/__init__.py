@@ -15,7 +15,6 @@
   e.g. the training data of a registered version.
 - `signing`: signed weights: the digest of a version's files and its gate verdict, signed by the trainer's
   Ed25519 key and verified by serving with the public one.
-- `lease`: a registry-held lease with an owner and an expiry (the serving fleet's rolling swap).
 
 Clients only: nothing here knows what a stage does with what it reads or writes.
 """

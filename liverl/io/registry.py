@@ -1,4 +1,4 @@
-"""The MLflow model registry with one set of alias semantics, for every stage (contract 4 of DESIGN.md).
+"""The MLflow model registry with one set of alias semantics, for every stage (docs/architecture.md, contract 4).
 
 One registered model per policy. A version is a policy folder logged under `names.POLICY_ARTIFACT_PATH`
 in a run, plus tags (lineage: liverl.io.lineage). Aliases (`candidate`, `champion`) name versions.

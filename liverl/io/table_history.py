@@ -1,8 +1,8 @@
 """Read the trajectory table's history: its commits, each commit's batch and Kafka offsets, its rows.
 
 The pipelines commit one batch per Delta version, with the batch id and the Kafka offsets it covers
-in the commit metadata (contract 3). The trainer follows these commits; audits and reports read them
-back. A table that does not exist yet reads as empty, never as an error.
+in the commit metadata (docs/architecture.md, contract 3). The trainer follows these commits; audits and
+reports read them back. A table that does not exist yet reads as empty, never as an error.
 """
 
 from __future__ import annotations

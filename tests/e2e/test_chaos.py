@@ -1,4 +1,4 @@
-"""Chaos (issue 12): kill -9 every stage at random points under live traffic; nothing acknowledged is lost.
+"""Chaos: kill -9 every stage at random points under live traffic; nothing acknowledged is lost.
 
 The real stack (broker on disk storage, MLflow), the four stages as their own processes (`liverl capture`,
 `liverl serve` on the light hf engine, `liverl distill --follow`, `liverl train --follow`), the demo product

@@ -53,3 +53,54 @@ def test_every_shipped_config_parses():
 def test_a_stage_config_refuses_the_demo_section():
     with pytest.raises(ValueError, match="demo"):
         load_config(overrides=["--demo.duration_s", "5"], environ={})
+
+
+@pytest.mark.parametrize("flag, value, expected", [
+    ("--kafka.partitions", "0", "greater than or equal to 1"),
+    ("--kafka.replication_factor", "0", "greater than or equal to 1"),
+    ("--kafka.topic_retention_ms", "1000", "or -1 to keep them forever"),
+    ("--pipelines.follow_interval_s", "-1", "greater than or equal to 0"),
+    ("--pipelines.idle_timeout_s", "0", "greater than 0"),
+    ("--ingest.grpc_port", "70000", "less than or equal to 65535"),
+    ("--ingest.rate_limit_burst_events", "0", "greater than or equal to 1"),
+    ("--ingest.max_batch_events", "0", "greater than or equal to 1"),
+    ("--ingest.redaction.max_field_chars", "0", "greater than or equal to 1"),
+    ("--stack.s3_port", "60000", "less than or equal to"),
+    ("--stack.start_timeout_s", "0", "greater than 0"),
+])
+def test_a_wrong_value_is_refused_naming_its_field(flag, value, expected):
+    with pytest.raises(ValidationError) as refused:
+        load_config(overrides=[flag, value], environ={})
+    message = str(refused.value)
+    assert flag[2:] in message and expected in message, message
+
+
+def test_the_same_bounds_hold_from_a_file_and_the_environment(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text("[kafka]\npartitions = -3\n")
+    with pytest.raises(ValidationError, match="kafka.partitions"):
+        load_config(path, environ={})
+    with pytest.raises(ValidationError, match="pipelines.follow_interval_s"):
+        load_config(environ={"LIVERL_PIPELINES__FOLLOW_INTERVAL_S": "-0.5"})
+
+
+BOUNDED_SECTIONS = ["kafka", "pipelines", "ingest", "stack", "mlflow", "table"]
+
+
+def test_every_number_in_these_sections_has_a_lower_bound():
+    """A port, a size, a timeout or a rate below its floor is always a mistake: each says what it accepts."""
+    from annotated_types import Ge, Gt
+    from pydantic import BaseModel
+
+    def unbounded(model: type[BaseModel], where: str):
+        for name, field in model.model_fields.items():
+            kind = field.annotation
+            if isinstance(kind, type) and issubclass(kind, BaseModel):
+                yield from unbounded(kind, f"{where}.{name}")
+            elif kind in (int, float, int | None, float | None) and \
+                    not any(isinstance(m, (Ge, Gt)) for m in field.metadata):
+                yield f"{where}.{name}"
+
+    missing = [f for section in BOUNDED_SECTIONS
+               for f in unbounded(LiverlConfig.model_fields[section].annotation, section)]
+    assert not missing, f"numeric fields without a bound (Field(ge=..., le=...)): {missing}"

@@ -1,4 +1,5 @@
-"""Test data: SessionEvents and ModelCalls built here and produced exactly as ingest and serving do (contract 1)."""
+"""Test data: SessionEvents and ModelCalls built here and produced exactly as ingest and serving do
+(docs/architecture.md, contract 1)."""
 
 from __future__ import annotations
 

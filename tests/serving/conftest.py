@@ -16,7 +16,8 @@ WORDS = ["edit", "search", "ask", "fix", "file", "done"]
 
 
 def register_version(config: LiverlConfig, policy_dir: Path, aliases: tuple[str, ...] = ()) -> str:
-    """Contract 2: log the policy folder under "policy" in a run, create a version from it, set aliases."""
+    """Log the policy folder (docs/architecture.md, contract 6) under "policy" in a run, create a version from it,
+    set aliases."""
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 

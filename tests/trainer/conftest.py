@@ -54,7 +54,7 @@ def step_sizes(uri: str, micro_batch_tokens: int, accumulation_steps: int) -> tu
 
 
 def commit_batch(uri: str, rows: list[dict], batch_id: str, sequence: int, offsets: dict | None = None) -> None:
-    """One commit = one batch, with the metadata and app transaction of contract 4."""
+    """One commit = one batch, with the metadata and app transaction of docs/architecture.md, contract 3."""
     import pyarrow as pa
     from deltalake import CommitProperties, Transaction, write_deltalake
 

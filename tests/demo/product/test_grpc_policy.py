@@ -1,4 +1,5 @@
-"""GrpcPolicy against a real gRPC server speaking PolicyService (contract 7); it echoes what it got.
+"""GrpcPolicy against a real gRPC server speaking PolicyService (docs/architecture.md, contract 5); it echoes
+what it got.
 
 Serving's own engine is tested in tests/serving; here only the product's side of the contract:
 request fields, metadata names, the bearer key, and the response mapped into a Completion.
