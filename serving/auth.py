@@ -9,11 +9,11 @@ is open (local use): the headers decide, and the server refuses to start open on
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from liverl.access.bearer import SecretTable, bearer_secret
+from liverl.config.exposure import is_loopback
 from liverl.config.serving import ApiKeyGrant
 
 OPEN = "open"  # key id of every call while serving runs without keys
@@ -93,15 +93,6 @@ def refuse_open_exposure(host: str, keys: Keys, allow_open: bool) -> None:
                          "generate as any tenant and swap versions. Set serving.api_keys and serving.admin_api_keys "
                          "(LIVERL_SERVING__API_KEYS, LIVERL_SERVING__ADMIN_API_KEYS), bind serving.host to "
                          "127.0.0.1, or set serving.allow_open = true to serve open on purpose.")
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:  # a host name: it may resolve anywhere
-        return False
 
 
 def _principal(key: str, tenant: str, roles, admin: bool = False) -> Principal:

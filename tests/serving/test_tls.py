@@ -1,7 +1,5 @@
 """serving.tls_cert_file / tls_key_file: both APIs speak TLS only; a plaintext client gets nothing served."""
 
-import datetime
-import ipaddress
 import ssl
 
 import grpc
@@ -11,33 +9,11 @@ import pytest
 from liverl.config import LiverlConfig
 from liverl.v1 import serving_pb2, serving_pb2_grpc
 from tests.serving.conftest import ServerThread, serving_config
-
-
-def _self_signed(folder):
-    """A certificate for 127.0.0.1 and its key, as PEM files."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "liverl-test")])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=1))
-            .not_valid_after(now + datetime.timedelta(hours=1))
-            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                           critical=False)
-            .sign(key, hashes.SHA256()))
-    cert_file, key_file = folder / "tls.crt", folder / "tls.key"
-    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
-    return cert_file, key_file
+from tests.tls_certificates import self_signed
 
 
 def test_both_apis_speak_tls_only(tmp_path, tiny_policy_dir):
-    cert_file, key_file = _self_signed(tmp_path)
+    cert_file, key_file = self_signed(tmp_path)
     base = LiverlConfig()
     base.stack.data_dir = tmp_path / "data"
     config = serving_config(base, tmp_path, "tls", policy_dir=tiny_policy_dir, record=False)
