@@ -2,14 +2,16 @@
 
     liverl train @ my.toml --trainer.learning_rate 1e-5
     LIVERL_KAFKA__BOOTSTRAP_SERVERS=broker:9092 liverl distill
+
+Each layer is read by pydantic-settings' own source (TOML, environment, CLI); the layers are merged here and the
+tree is validated once, as the schema itself, so an error names the offending key whatever layer set it and the
+result is a plain config object (picklable, no settings machinery left in it).
 """
 
 from __future__ import annotations
 
-import json
-import os
-import tomllib
 from collections.abc import Mapping, Sequence
+from functools import cache
 from pathlib import Path
 
 from liverl.config.root import LiverlConfig
@@ -24,14 +26,26 @@ def load_config(
     environ: Mapping[str, str] | None = None,
     schema: type[LiverlConfig] = LiverlConfig,
 ) -> LiverlConfig:
-    """Merge the layers and validate once, so an error names the offending key whatever layer set it.
+    """Merge the layers and validate once.
 
     `schema` is the tree to validate against: a command with sections of its own (the demo) passes a subclass.
+    `environ` replaces the process environment (tests, and tools that must not read it).
+    Raises FileNotFoundError for a missing file, ValueError (pydantic-settings' SettingsError) for a flag that
+    names no setting or lacks its value, and pydantic's ValidationError for a wrong value.
     """
+    from pydantic_settings import CliSettingsSource, EnvSettingsSource, TomlConfigSettingsSource
+
+    settings = _settings_class(schema)
+    if config_file and not Path(config_file).is_file():
+        raise FileNotFoundError(f"config file {config_file} does not exist; pass an existing TOML file after '@'")
+    env = EnvSettingsSource(settings, env_prefix=ENV_PREFIX, env_nested_delimiter=ENV_NESTING, case_sensitive=False)
+    if environ is not None:
+        env.env_vars = {key.lower(): value for key, value in environ.items()}  # the source reads these, not os
     layers = [
-        _read_toml(config_file) if config_file else {},
-        _from_environment(os.environ if environ is None else environ),
-        _from_overrides(overrides),
+        TomlConfigSettingsSource(settings, toml_file=Path(config_file))() if config_file else {},
+        env(),
+        CliSettingsSource(settings, cli_parse_args=list(overrides), cli_implicit_flags=False,
+                          cli_exit_on_error=False)() if overrides else {},
     ]
     merged: dict = {}
     for layer in layers:
@@ -39,54 +53,15 @@ def load_config(
     return schema.model_validate(merged)
 
 
-def _read_toml(path: str | Path) -> dict:
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"config file {path} does not exist; pass an existing TOML file after '@'")
-    with path.open("rb") as handle:
-        return tomllib.load(handle)
+@cache
+def _settings_class(schema: type[LiverlConfig]):
+    """The schema as a pydantic-settings class: only the sources read it (to learn the fields' names and types)."""
+    from pydantic_settings import BaseSettings, SettingsConfigDict
 
+    class Layered(schema, BaseSettings):
+        model_config = SettingsConfigDict(extra="forbid")
 
-def _from_environment(environ: Mapping[str, str]) -> dict:
-    """LIVERL_SECTION__FIELD=value -> {"section": {"field": value}}; JSON values are decoded."""
-    tree: dict = {}
-    for key, raw in environ.items():
-        if key.startswith(ENV_PREFIX) and ENV_NESTING in key:
-            path = key[len(ENV_PREFIX):].lower().split(ENV_NESTING)
-            _set_path(tree, path, _decode(raw))
-    return tree
-
-
-def _from_overrides(overrides: Sequence[str]) -> dict:
-    """["--a.b", "1", "--c.d=2"] -> {"a": {"b": 1}, "c": {"d": 2}}."""
-    tree: dict = {}
-    items = list(overrides)
-    while items:
-        flag = items.pop(0)
-        if not flag.startswith("--") or "." not in flag:
-            raise ValueError(f"unexpected argument {flag!r}: overrides look like --section.field VALUE")
-        if "=" in flag:
-            flag, raw = flag.split("=", 1)
-        elif items:
-            raw = items.pop(0)
-        else:
-            raise ValueError(f"override {flag} has no value: write {flag} VALUE")
-        _set_path(tree, flag[2:].replace("-", "_").split("."), _decode(raw))
-    return tree
-
-
-def _decode(raw: str):
-    """Numbers, booleans, lists and objects may be written as JSON; anything else stays a string."""
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError:
-        return raw
-
-
-def _set_path(tree: dict, path: list[str], value) -> None:
-    for part in path[:-1]:
-        tree = tree.setdefault(part, {})
-    tree[path[-1]] = value
+    return Layered
 
 
 def _deep_merge(into: dict, layer: Mapping) -> None:
@@ -94,4 +69,5 @@ def _deep_merge(into: dict, layer: Mapping) -> None:
         if isinstance(value, Mapping) and isinstance(into.get(key), dict):
             _deep_merge(into[key], value)
         else:
-            into[key] = value
+            into[key] = dict(value) if isinstance(value, Mapping) else value
+

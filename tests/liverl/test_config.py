@@ -29,13 +29,19 @@ def test_unset_addresses_and_folders_follow_the_embedded_stack(tmp_path):
     assert real.kafka.client_kwargs()["bootstrap_servers"] == ["kafka-0:9092", "kafka-1:9092"]
 
 
-def test_unknown_key_is_an_error_naming_it():
-    with pytest.raises(ValidationError, match="no_such_field"):
+def test_unknown_key_is_an_error_naming_it(tmp_path):
+    with pytest.raises(ValueError, match="no_such_field"):
         load_config(overrides=["--kafka.no_such_field", "1"], environ={})
+    with pytest.raises(ValidationError, match="no_such_field"):
+        load_config(environ={"LIVERL_KAFKA__NO_SUCH_FIELD": "1", "LIVERL_KAFKA__PARTITIONS": "2"})
+    path = tmp_path / "c.toml"
+    path.write_text("[kafka]\nno_such_field = 1\n")
+    with pytest.raises(ValidationError, match="no_such_field"):
+        load_config(path, environ={})
 
 
 def test_override_without_value_says_how_to_write_it():
-    with pytest.raises(ValueError, match="has no value"):
+    with pytest.raises(ValueError, match="--kafka.partitions: expected one argument"):
         load_config(overrides=["--kafka.partitions"], environ={})
 
 
