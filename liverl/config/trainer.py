@@ -160,6 +160,15 @@ class GateConfig(Section):
     (clarifying instead of editing, broken tool calls, giving up, ...), candidate minus champion, at its upper
     confidence bound (estimate + confidence_z × SE). Both tolerances: see trainer/online_eval.py, Calibration."""
 
+    rejudges: int = Field(1, ge=0, le=5)
+    """A candidate judged against a champion that another trainer replaced meanwhile is judged again against the new
+    one this many times; then it is refused (never promoted on a comparison with a former champion)."""
+    promotion_lease_ttl_s: float = Field(60.0, ge=5.0, le=3600.0)
+    """The registry lease that makes promotion compare-and-set across trainers (liverl/io/lease.py) expires this
+    long after a trainer that died holding it took it."""
+    promotion_lease_wait_s: float = Field(30.0, ge=0.0, le=3600.0)
+    """How long a passed candidate waits for another trainer's promotion lease before it is refused."""
+
     @model_validator(mode="after")
     def _persistent_takes_no_folders(self) -> "GateConfig":
         if self.online_eval_mode == "persistent" and any(
