@@ -5,6 +5,7 @@ against a champion that is no longer champion is judged again or refused, under 
 from __future__ import annotations
 
 import json
+import threading
 import uuid
 from pathlib import Path
 
@@ -163,3 +164,28 @@ def test_the_promotion_waits_for_the_lease_and_refuses_when_another_trainer_keep
         other.release()
     assert result.decision == "fail" and "promotion lease" in result.reasons[0] and "trainer-b" in result.reasons[0]
     assert registry.alias_version(names.ALIAS_CHAMPION) == "1"
+
+
+def test_two_trainers_promoting_at_once_never_lose_an_update(model):
+    """Both candidates pass against v1 at the same moment: the lease orders the promotions, and the second one is
+    judged again against the first instead of overwriting it on a comparison with v1."""
+    registry = Registry(model.mlflow)
+    both_judged = threading.Barrier(2, timeout=60)
+
+    def judged_together(call: int) -> None:
+        if call == 1:
+            both_judged.wait()
+
+    publishers = {version: Judged(Registry(model.mlflow), during=judged_together) for version in ("2", "3")}
+    results = {}
+    threads = [threading.Thread(target=lambda v=v, p=p: results.update({v: p.judge(v, checkpoint=None)}))
+               for v, p in publishers.items()]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert all(result.promoted for result in results.values())
+    first, second = sorted(results, key=lambda v: len(publishers[v].judged_against))
+    assert publishers[first].judged_against == ["1"] and publishers[second].judged_against == ["1", first]
+    assert registry.alias_version(names.ALIAS_CHAMPION) == second
+    assert (_report(registry, first)["champion"], _report(registry, second)["champion"]) == ("1", first)
