@@ -258,7 +258,6 @@ def judge_online(evaluation: OnlineEvaluation, config: GateConfig) -> list[str]:
                        f"more than {config.max_online_reward_drop}")
     moves = [MonitorMove(name, move, move_se, "up", config.max_online_monitor_increase, change, se)
              for name, (move, move_se) in evaluation.monitor_changes().items()]
-    verdict = judge_hacking(moves, config.monitor_alpha, config.monitor_correction, z)
     for name, reason in judge_hacking(moves, config.monitor_alpha, config.monitor_correction, z).flags.items():
         reasons.append(f"online: {reason} (on the candidate's own outputs: candidate "
                        f"{evaluation.candidate.monitors[name]:.4f}, champion {evaluation.champion.monitors[name]:.4f})")
