@@ -18,8 +18,8 @@ evaluator may keep what it learned of a policy it has run before (a champion is 
 Stdin's end is its signal to exit, so it never outlives the trainer.
 
 Fail-closed like the per-candidate mode: a process that cannot start, dies, answers past
-online_eval_timeout_s (its own answer, by id) or answers with no or broken JSON raises OnlineEvalError (the gate refuses); it is then
-stopped and the next candidate starts a fresh one.
+online_eval_timeout_s (its own answer, by id) or answers with no or broken JSON raises OnlineEvalError (the gate
+refuses); it is then stopped and the next candidate starts a fresh one.
 """
 
 from __future__ import annotations

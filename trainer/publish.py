@@ -160,7 +160,8 @@ class Publisher:
     def _promote(self, version: str, body: dict) -> "_Refusal | None":
         """Compare-and-set under the promotion lease: `champion` moves to version only if it still is
         body["champion"], the champion the version was judged against; None when it moved, else why not."""
-        lease = RegistryLease(self.registry, PROMOTION_LEASE, self.owner, slots=1, ttl_s=self.gate.promotion_lease_ttl_s)
+        lease = RegistryLease(self.registry, PROMOTION_LEASE, self.owner, slots=1,
+                              ttl_s=self.gate.promotion_lease_ttl_s)
         if not self._acquire(lease):
             return _Refusal(f"another trainer kept the registry's promotion lease (holders {lease.holders()}) past "
                             f"trainer.gate.promotion_lease_wait_s={self.gate.promotion_lease_wait_s:g} s; "

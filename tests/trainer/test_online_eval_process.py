@@ -31,13 +31,14 @@ def _server(body: str) -> list[str]:
     return ["python", "-c", script]
 
 
-ECHO = ('print(json.dumps({"id": request.get("id"), "candidate": dict(side, reward_mean=float(len(request["candidate"]))), '
-        '"champion": side}), flush=True)')
+ECHO = ('print(json.dumps({"id": request.get("id"), '
+        '"candidate": dict(side, reward_mean=float(len(request["candidate"]))), "champion": side}), flush=True)')
 
 
 def _answer(reward: float, request_id: str = 'request.get("id")') -> str:
     """A statement printing an answer whose candidate reward is `reward`, tagged with `request_id` (an expression)."""
-    return f'print(json.dumps({{"id": {request_id}, "candidate": dict(side, reward_mean={reward}), "champion": side}}), flush=True)'
+    return (f'print(json.dumps({{"id": {request_id}, "candidate": dict(side, reward_mean={reward}), '
+            f'"champion": side}}), flush=True)')
 
 
 def test_a_stale_extra_answer_is_discarded_and_counted_not_read_as_the_next_candidates():

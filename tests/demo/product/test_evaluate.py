@@ -103,7 +103,8 @@ def test_a_bad_request_is_answered_with_an_error_and_the_evaluator_goes_on(demo_
         [sys.executable, "-m", "demo.product.evaluate", "--serve", "--tasks", "2"], capture_output=True, text=True,
         timeout=120, input="not json\n" + json.dumps({"id": "r-1", "candidate": str(tmp_path),
                                                       "champion": str(demo_base_policy)})
-        + "\n" + json.dumps({"id": "r-2", "candidate": str(demo_base_policy), "champion": str(demo_base_policy)}) + "\n")
+        + "\n" + json.dumps({"id": "r-2", "candidate": str(demo_base_policy), "champion": str(demo_base_policy)})
+        + "\n")
     answers = [json.loads(line) for line in process.stdout.splitlines()]
     assert process.returncode == 0 and len(answers) == 3
     assert [answer["id"] for answer in answers] == [None, "r-1", "r-2"]  # each answer names its request
