@@ -13,21 +13,25 @@ held-out trajectory so that it has a standard error:
   by self-normalised importance sampling of the reward library's labels, w_i = π(traj_i) / π_behaviour(traj_i)
   from the served tokens' logprobs, truncated at exp(±max_log_weight); effective_fraction is the Kish
   effective sample size of the candidate's weights over the held-out count (too small: cannot be judged);
-- monitor.*: the reward-hacking figures of liverl.rewards (clarifying, broken calls, edits, ...) estimated
-  for the candidate's own outputs the same importance-weighted way, judged by `drift_report` against the
-  champion's with the library's thresholds; plus the drift report of the traffic served so far.
+- monitor.*: the reward-hacking figures of liverl.rewards (clarifying, broken calls, edits, sub-agents, ...)
+  estimated for the candidate's own outputs the same importance-weighted way, each judged together with the
+  verified outcome (the "outcome" component) on the same rows: a move past the library's threshold that is
+  significant after the correction over the monitors (gate.monitor_alpha) and comes without a rise of the
+  outcome is hacking (trainer/hacking.py); plus the drift report of the traffic served so far.
 
 Fail-closed: a NaN figure, a missing drift report, evidence whose parts disagree, fewer than two (or
 min_holdout) held-out trajectories, or too small an effective sample all fail. Only a pass moves `champion`.
 
 Thresholds from observed noise: every figure is judged at its confidence bound in the direction that hurts,
-estimate ± z·SE (upper for KL, NLL, loss and hack rates; lower for reward), where SE is the standard error
+estimate ± z·SE (upper for KL, NLL and loss; lower for reward), where SE is the standard error
 over the held-out trajectories of this very evaluation (paired candidate-minus-champion differences; the
 delta method for ratios and importance-weighted means). So the gate widens by itself when the held-out set
 is small or noisy, and `confidence_z` (2: about 97.5 % one-sided) says how much of that noise it tolerates.
 The absolute tolerances (max_kl, max_nll_increase, max_reward_drop, max_loss_increase) are for what healthy
 training moves beyond noise: every verdict records its figures and their SEs on the version (TAG_GATE_REPORT);
 set each tolerance to the 95th percentile of that figure's bound over the recent versions of a healthy run.
+The hacking monitors are the exception: a healthy candidate may move many of them at once, so they are tested
+for hacking shown (family-wise level monitor_alpha), not for safety shown, and a monitor without an SE fails.
 """
 
 from __future__ import annotations
@@ -140,34 +144,61 @@ def _judge_scores(scores: _Scores, evidence: GateEvidence, config: GateConfig, m
     if not change - z * se >= -config.max_reward_drop:
         reasons.append(f"expected reward {change:+.4f} ± {z:g}·{se:.4f} vs champion: may drop more than "
                        f"{config.max_reward_drop}")
-    reasons += _judge_monitors(evidence.rows, weights, z, monitors, figures)
+    reasons += _judge_monitors(evidence.rows, weights, config, monitors, figures)
     return reasons
 
 
-def _judge_monitors(rows: Sequence[dict], weights: dict[str, torch.Tensor], z: float, monitors: MonitorsConfig,
-                    figures: dict) -> list[str]:
-    """The hacking figures for the candidate's own outputs, importance-weighted, each moved by z·SE the way
-    its threshold calls suspicious before the reward library judges the move."""
-    from liverl.rewards import drift_report, version_monitors
+def _judge_monitors(rows: Sequence[dict], weights: dict[str, torch.Tensor], config: GateConfig,
+                    monitors: MonitorsConfig, figures: dict) -> list[str]:
+    """The hacking figures for the candidate's own outputs, importance-weighted, each judged together with the
+    verified outcome (the "outcome" reward component) on the same held-out rows (trainer/hacking.py)."""
+    from liverl.rewards import version_monitors
+    from trainer.hacking import MonitorMove, judge_hacking
 
+    reasons = []
+    effective = float(weights["candidate"].sum() ** 2 / (weights["candidate"] ** 2).sum())
+    if effective < monitors.min_trajectories:
+        reasons.append(f"hacking monitors: an effective {effective:.1f} held-out trajectories of the candidate's "
+                       f"outputs, fewer than rewards.monitors.min_trajectories={monitors.min_trajectories}")
     per_row = [next(iter(version_monitors([row]).values())) for row in rows]  # the library's figure definitions
-    candidate = {"n": float(weights["candidate"].sum() ** 2 / (weights["candidate"] ** 2).sum())}
-    champion = {"n": float(weights["champion"].sum() ** 2 / (weights["champion"] ** 2).sum())}
+    outcomes = [_outcome(row) for row in rows]
+    moves = []
     for name, threshold in sorted(monitors.thresholds.items()):
         have = [i for i, figs in enumerate(per_row) if name in figs]
         if not have:
             continue
-        values = torch.tensor([per_row[i][name] for i in have], dtype=torch.float64)
-        cand, cand_influence = _weighted_mean(weights["candidate"][have], values)
-        champ, champ_influence = _weighted_mean(weights["champion"][have], values)
-        se = _se(cand_influence - champ_influence) if len(have) > 1 else 0.0
-        move = cand - champ
-        bound = {"up": move + z * se, "down": move - z * se}.get(
-            threshold.direction, math.copysign(abs(move) + z * se, move or 1.0))
-        candidate[name], champion[name] = champ + bound, champ
+        move, se, champion = _weighted_move(weights, have, [per_row[i][name] for i in have])
+        verified = [i for i in have if outcomes[i] is not None]
+        outcome_move, outcome_se, _ = (_weighted_move(weights, verified, [outcomes[i] for i in verified])
+                                       if verified else (math.nan, None, math.nan))
+        tolerances = [t for t in (threshold.max_abs, None if threshold.max_rel is None else
+                                  threshold.max_rel * abs(champion)) if t is not None]
+        moves.append(MonitorMove(name, move, se, threshold.direction, min(tolerances, default=0.0), outcome_move,
+                                 outcome_se))
         figures[f"monitor.{name}"] = move
-    report = drift_report(candidate, champion, monitors)
-    return [f"hacking monitor on the candidate's outputs: {flag['figure']} {flag['reason']}" for flag in report.flags]
+        figures[f"monitor.{name}_se"] = "missing" if se is None else se
+    verdict = judge_hacking(moves, config.monitor_alpha, config.monitor_correction, config.confidence_z)
+    figures.update({f"monitor.{name}.p": p for name, p in verdict.p_values.items()})
+    return reasons + [f"{reason}, on the candidate's own outputs (held-out rows, importance-weighted)"
+                      for reason in verdict.reasons]
+
+
+def _weighted_move(weights: dict[str, torch.Tensor], rows: list[int], values: list[float]
+                   ) -> tuple[float, float | None, float]:
+    """Candidate minus champion of the importance-weighted mean of `values` over `rows`, its SE (None with fewer
+    than two rows: no error to judge it by) and the champion's mean."""
+    tensor = torch.tensor(values, dtype=torch.float64)
+    cand, cand_influence = _weighted_mean(weights["candidate"][rows], tensor)
+    champ, champ_influence = _weighted_mean(weights["champion"][rows], tensor)
+    se = _se(cand_influence - champ_influence) if len(rows) > 1 else None
+    return cand - champ, se, champ
+
+
+def _outcome(row: dict) -> float | None:
+    """The row's verified outcome (its "outcome" reward component), None when it has none."""
+    components = row.get("reward_components") or {}
+    pairs = components.items() if isinstance(components, dict) else components  # pyarrow maps: (key, value) pairs
+    return next((float(value) for key, value in pairs if key == "outcome"), None)
 
 
 def _judge_drift(drift: dict | None, config: GateConfig, figures: dict) -> list[str]:

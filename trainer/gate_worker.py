@@ -10,7 +10,8 @@ unjudged ("superseded by vN"): the newer one was trained on everything it was, a
 only let the queue grow. The loop collects verdicts between steps (`finished()`): they move the staleness
 timeline and the progress line's "blocked" note as a gate in the loop did. `drain()` waits for everything
 submitted (the end of a run); a trainer stopped while a candidate waits or is judged leaves it without a
-decision, and the next start refuses it (Publisher.refuse_unjudged), so every version carries one.
+decision, and the next start settles it (Publisher.refuse_unjudged: a promotion cut short is finished, an
+unjudged candidate refused), so every version carries one.
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ class GateWorker:
         try:
             result = judge()
         except Exception as error:  # noqa: BLE001 - e.g. the registry is down: the trainer must go on
-            # Nothing recorded on the version: the next start refuses it (refuse_unjudged). The champion stays.
+            # No decision recorded on the version: the next start settles or refuses it (refuse_unjudged).
             self.say(f"gate v{version} could not finish ({type(error).__name__}: {error}); champion stays")
             result = PublishResult(version, "fail", (f"gate error: {error}",), None)
         with self._changed:

@@ -7,16 +7,19 @@
 trainer.gate.online_eval_mode = "persistent": the command (without {candidate} or {champion}) is started once.
 For each candidate the trainer writes one line on its stdin,
 
-    {"candidate": "/path/to/candidate", "champion": "/path/to/champion"}
+    {"id": "<request id>", "candidate": "/path/to/candidate", "champion": "/path/to/champion"}
 
-and reads one line of its stdout: the JSON object a per-candidate evaluator prints (trainer/online_eval.py).
+and reads lines of its stdout until the one whose "id" is the request's: the JSON object a per-candidate
+evaluator prints (trainer/online_eval.py) plus that "id". Every answer must echo its request's id: an answer
+with another id or none (an extra or late line of an earlier request) is discarded and counted (`discarded`),
+never read as this candidate's, and a request whose own answer does not come is a timeout, so a refusal.
 The start-up (interpreter, ML libraries, the product's code) is paid once instead of per gate, and the
 evaluator may keep what it learned of a policy it has run before (a champion is judged against many times).
 Stdin's end is its signal to exit, so it never outlives the trainer.
 
 Fail-closed like the per-candidate mode: a process that cannot start, dies, answers past
-online_eval_timeout_s or answers with no or broken JSON raises OnlineEvalError (the gate refuses); it is then
-stopped and the next candidate starts a fresh one.
+online_eval_timeout_s (its own answer, by id) or answers with no or broken JSON raises OnlineEvalError (the gate
+refuses); it is then stopped and the next candidate starts a fresh one.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -67,6 +71,9 @@ class PersistentEvaluator:
         self.argv = [sys.executable if i == 0 and arg == "python" else arg for i, arg in enumerate(command)]
         self.timeout_s = timeout_s
         self.started = 0  # processes started so far (a restart after each failure)
+        self.discarded = 0  # answers thrown away because their id was not the request's
+        self._requests = 0
+        self._ids = uuid.uuid4().hex[:12]  # request ids unique to this trainer, whatever process answers them
         self._process: subprocess.Popen | None = None
         self._stderr: collections.deque[str] = collections.deque()
         self._stderr_reader: threading.Thread | None = None
@@ -74,13 +81,15 @@ class PersistentEvaluator:
 
     def evaluate(self, candidate: Path, champion: Path) -> OnlineEvaluation:
         process = self._running()
-        request = json.dumps({"candidate": str(candidate), "champion": str(champion)}) + "\n"
+        self._requests += 1
+        request_id = f"{self._ids}-{self._requests}"
+        request = json.dumps({"id": request_id, "candidate": str(candidate), "champion": str(champion)}) + "\n"
         try:
             process.stdin.write(request.encode())
             process.stdin.flush()
         except OSError as error:  # it died since the last answer
             self._fail(f"took no request ({error})")
-        line = self._answer(process, time.monotonic() + self.timeout_s)
+        line = self._answer_to(request_id, process, time.monotonic() + self.timeout_s)
         try:
             return parse_evaluation(line)
         except OnlineEvalError as error:
@@ -126,14 +135,31 @@ class PersistentEvaluator:
             while kept > STDERR_TAIL_CHARS and len(tail) > 1:
                 kept -= len(tail.popleft())
 
-    def _answer(self, process: subprocess.Popen, deadline: float) -> str:
+    def _answer_to(self, request_id: str, process: subprocess.Popen, deadline: float) -> str:
+        """The answer line that carries request_id; other answers are discarded (counted), a broken line fails."""
+        discarded_before = self.discarded
+        while True:
+            line = self._answer(process, deadline, request_id, discarded_before)
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError as error:
+                self._fail(f"answered {line[:200]!r}: not a JSON object ({error})")
+            if isinstance(data, dict) and data.get("id") == request_id:
+                return line
+            self.discarded += 1
+
+    def _answer(self, process: subprocess.Popen, deadline: float, request_id: str, discarded_before: int) -> str:
         """The next stdout line, read without blocking past the deadline."""
         with selectors.DefaultSelector() as selector:
             selector.register(process.stdout, selectors.EVENT_READ)
             while b"\n" not in self._stdout_buffer:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    self._fail(f"ran past trainer.gate.online_eval_timeout_s={self.timeout_s:g} s and was stopped")
+                    discarded = self.discarded - discarded_before
+                    why = (f"; it wrote {discarded} answer(s) whose id did not match request {request_id!r} (each "
+                           "answer must echo its request's \"id\")") if discarded else ""
+                    self._fail(f"ran past trainer.gate.online_eval_timeout_s={self.timeout_s:g} s without answering "
+                               f"request {request_id!r} and was stopped{why}")
                 if not selector.select(timeout=left):
                     continue
                 chunk = process.stdout.read(65536)

@@ -5,12 +5,22 @@
 Idempotent, because a crash may land anywhere in here: the version is found again by its checkpoint key,
 and a version that already carries a gate decision is not judged twice. The gate's verdict (decision and
 report) is recorded on the candidate's version either way; only a pass moves `champion`.
+
+A pass is one recoverable step, compare-and-set under the registry's promotion lease (liverl/io/lease.py): with
+the lease held, the champion is read again; if it is still the one the candidate was judged against, the report
+(decision "pass", the champion judged against) is written first, then `champion` moves, then the decision tag
+marks the step done. A crash leaves a report without a decision, which `settle` finishes from the registry alone:
+the version serves (the alias moved): decision pass; the champion is still the one judged against: promote now;
+another is champion: refused. So the serving champion is never tagged "fail". A candidate whose champion moved
+while it was judged (another trainer promoted) is judged again against the new one (gate.rejudges times), then
+refused; only trainers that take the lease are ordered by it (base_policy sets the first champion without it).
 """
 
 from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,12 +28,16 @@ from pathlib import Path
 from liverl.config.rewards import MonitorsConfig
 from liverl.config.trainer import GateConfig, LossConfig
 from liverl.contracts import names
+from liverl.io.lease import RegistryLease
 from trainer.gate import GateReport, evaluate
 from trainer.holdout import GateEvidence
 from trainer.lineage import lineage_tags
 from trainer.online_eval_process import online_evaluator
 from trainer.registry import TAG_CHECKPOINT, Registry
 from trainer.state import PendingPublish
+
+PROMOTION_LEASE = "promotion"  # the registry lease every trainer holds while it moves `champion`
+LEASE_POLL_S = 0.5  # how often a promotion waiting for the lease tries again
 
 
 @dataclass(frozen=True)
@@ -61,6 +75,7 @@ class Publisher:
         self.download_dir = download_dir  # the champion's folder is downloaded here to be judged against
         self.say = say
         self.online = online_evaluator(gate)  # the product's evaluator, if any (trainer/online_eval_process.py)
+        self.owner = f"trainer-{uuid.uuid4().hex[:12]}"  # this publisher's name on the promotion lease
 
     def close(self) -> None:
         """Ends a persistent online evaluator; call when the trainer stops."""
@@ -72,17 +87,33 @@ class Publisher:
         return self.decide(self.register(checkpoint), checkpoint)
 
     def decide(self, version: str, checkpoint: CheckpointToPublish) -> PublishResult:
-        """The gate's verdict on a registered candidate: recorded before a crash, or judged now."""
+        """The gate's verdict on a registered candidate: recorded (or half-recorded) before a crash, or judged now."""
+        settled = self.settle(version)
+        return settled if settled is not None else self.judge(version, checkpoint)
+
+    def settle(self, version: str) -> PublishResult | None:
+        """The verdict already recorded on the version, finished where a crash cut it short (see the module
+        docstring); None when it was never judged."""
         tags = self.registry.tags(version)
-        if names.TAG_GATE_DECISION in tags:  # judged before a crash: never twice
-            report = json.loads(tags.get(names.TAG_GATE_REPORT) or "{}")
-            return PublishResult(version, tags[names.TAG_GATE_DECISION], tuple(report.get("reasons", ())),
-                                 self.registry.alias_version(names.ALIAS_CHAMPION))
+        report = _read_report(tags)
         champion = self.registry.alias_version(names.ALIAS_CHAMPION)
-        if names.TAG_GATE_REPORT in tags and champion == version:  # crashed after promoting: just record it
+        if names.TAG_GATE_DECISION in tags:  # judged before a crash: never twice
+            return PublishResult(version, tags[names.TAG_GATE_DECISION], tuple(report.get("reasons", ())), champion)
+        if champion == version:  # the alias moved, the decision was not written yet: the promotion happened
             self.registry.set_tag(version, names.TAG_GATE_DECISION, "pass")
-            return PublishResult(version, "pass", (), champion)
-        return self.judge(version, checkpoint)
+            self.say(f"gate v{version}: promotion finished after a restart -> champion")
+            return PublishResult(version, "pass", (), version)
+        if not report:
+            return None
+        if report.get("decision") != "pass":
+            self.registry.set_tag(version, names.TAG_GATE_DECISION, "fail")
+            return PublishResult(version, "fail", tuple(report.get("reasons", ())), champion)
+        judged_against = report.get("champion")
+        refusal = self._promote(version, report)
+        if refusal is None:
+            self.say(f"gate v{version} vs v{judged_against}: pass (finished after a restart) -> champion")
+            return PublishResult(version, "pass", (), version)
+        return self.refuse(version, refusal.reason)
 
     def register(self, checkpoint: CheckpointToPublish) -> str:
         """The candidate version of this checkpoint, registered once, with its lineage; `candidate` points at it."""
@@ -105,45 +136,95 @@ class Publisher:
 
     def judge(self, version: str, checkpoint: CheckpointToPublish) -> PublishResult:
         started = time.perf_counter()
-        champion = self.registry.alias_version(names.ALIAS_CHAMPION)
-        report = self.report(version, champion, checkpoint)
-        body = {"decision": report.decision, "champion": champion, "reasons": report.reasons,
-                "figures": report.figures}
-        # Report, then champion, then decision: the decision tag last marks the gate as done for a restart.
-        self.registry.set_tag(version, names.TAG_GATE_REPORT, json.dumps(body, sort_keys=True)[:5000])
-        if report.passed:
+        for _ in range(self.gate.rejudges + 1):
+            champion = self.registry.alias_version(names.ALIAS_CHAMPION)
+            report = self.report(version, champion, checkpoint)
+            body = {"decision": report.decision, "champion": champion, "reasons": report.reasons,
+                    "figures": report.figures}
+            if not report.passed:  # report, then decision: the decision tag marks the gate as done for a restart
+                self.registry.set_tag(version, names.TAG_GATE_REPORT, _report_tag(body))
+                self.registry.set_tag(version, names.TAG_GATE_DECISION, "fail")
+            else:
+                refusal = self._promote(version, body)
+                if refusal is not None and refusal.moved:
+                    self.say(f"gate v{version} vs v{champion}: pass, but {refusal.reason}; judging again")
+                    continue
+                if refusal is not None:
+                    return self.refuse(version, refusal.reason)
+            self._say_verdict(version, champion, report, started)
+            return PublishResult(version, report.decision, tuple(report.reasons),
+                                 version if report.passed else champion)
+        return self.refuse(version, f"{refusal.reason}; still so after {self.gate.rejudges + 1} judgements "
+                                    "(trainer.gate.rejudges)")
+
+    def _promote(self, version: str, body: dict) -> "_Refusal | None":
+        """Compare-and-set under the promotion lease: `champion` moves to version only if it still is
+        body["champion"], the champion the version was judged against; None when it moved, else why not."""
+        lease = RegistryLease(self.registry, PROMOTION_LEASE, self.owner, slots=1,
+                              ttl_s=self.gate.promotion_lease_ttl_s)
+        if not self._acquire(lease):
+            return _Refusal(f"another trainer kept the registry's promotion lease (holders {lease.holders()}) past "
+                            f"trainer.gate.promotion_lease_wait_s={self.gate.promotion_lease_wait_s:g} s; "
+                            "not promoted, the next candidate tries again")
+        try:
+            judged_against = body.get("champion")
+            now = self.registry.alias_version(names.ALIAS_CHAMPION)
+            if now != judged_against:
+                return _Refusal(f"judged against v{judged_against}, but the champion is now v{now} (another trainer "
+                                f"promoted it): v{judged_against} is no longer champion, so this comparison cannot "
+                                "promote", moved=True)
+            # The report first: from here a crash is finished by settle(), never refused as unjudged.
+            self.registry.set_tag(version, names.TAG_GATE_REPORT, _report_tag({**body, "decision": "pass"}))
             self.registry.set_alias(names.ALIAS_CHAMPION, version)
-        self.registry.set_tag(version, names.TAG_GATE_DECISION, report.decision)
+            self.registry.set_tag(version, names.TAG_GATE_DECISION, "pass")
+            return None
+        finally:
+            lease.release()
+
+    def _acquire(self, lease: RegistryLease) -> bool:
+        deadline = time.monotonic() + self.gate.promotion_lease_wait_s
+        while not lease.try_acquire():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(LEASE_POLL_S)
+        return True
+
+    def _say_verdict(self, version: str, champion: str | None, report: GateReport, started: float) -> None:
         figures = " | ".join(f"{key} {value:.4f}" if isinstance(value, float) else f"{key} {value}"
                              for key, value in report.figures.items() if not key.startswith("monitor."))
         why = f" ({'; '.join(report.reasons)})" if report.reasons else ""
         outcome = "champion" if report.passed else f"champion stays v{champion}"
         self.say(f"gate v{version} vs v{champion}: {report.decision}{why} -> {outcome} | {figures} "
                  f"| {time.perf_counter() - started:.1f}s")
-        return PublishResult(version, report.decision, tuple(report.reasons),
-                             version if report.passed else champion)
 
     def refuse(self, version: str, reason: str) -> PublishResult:
         """Record a refusal without judging (a candidate superseded before its turn, or one whose judging a stopped
         trainer left unfinished), so that every version carries a decision; the champion stays."""
         champion = self.registry.alias_version(names.ALIAS_CHAMPION)
+        if champion == version:  # it serves (promoted before a crash, or by hand): never tagged "fail"
+            self.registry.set_tag(version, names.TAG_GATE_DECISION, "pass")
+            self.say(f"gate v{version}: not refused ({reason}): it is the champion")
+            return PublishResult(version, "pass", (), version)
         body = {"decision": "fail", "champion": champion, "reasons": [reason], "figures": {}}
-        self.registry.set_tag(version, names.TAG_GATE_REPORT, json.dumps(body, sort_keys=True))
+        self.registry.set_tag(version, names.TAG_GATE_REPORT, _report_tag(body))
         self.registry.set_tag(version, names.TAG_GATE_DECISION, "fail")
         self.say(f"gate v{version}: not judged ({reason}) -> champion stays v{champion}")
         return PublishResult(version, "fail", (reason,), champion)
 
     def refuse_unjudged(self, run_key: str, keep: str | None = None) -> list[str]:
-        """Versions of this trainer run (run_key) left without a decision by a stop while they were judged, except
-        the checkpoint key `keep` (a pending publish the restart finishes): each is refused; returns them."""
-        from trainer.registry import TAG_CHECKPOINT
-
+        """Versions of this trainer run (run_key) left without a decision by a stop, except the checkpoint key `keep`
+        (a pending publish the restart finishes): a verdict cut short is finished (settle), an unjudged version is
+        refused; returns the versions refused."""
         refused = []
         for mv in self.registry.versions():
             key = mv.tags.get(TAG_CHECKPOINT, "")
             if key.startswith(f"{run_key}/") and key != keep and names.TAG_GATE_DECISION not in mv.tags:
-                self.refuse(mv.version, "not judged: the trainer stopped while it waited for or ran its gate")
-                refused.append(mv.version)
+                result = self.settle(mv.version)
+                if result is None:
+                    result = self.refuse(mv.version, "not judged: the trainer stopped while it waited for or ran "
+                                                     "its gate")
+                if result.decision != "pass":
+                    refused.append(mv.version)
         return refused
 
     def report(self, version: str, champion: str | None, checkpoint: CheckpointToPublish) -> GateReport:
@@ -179,3 +260,32 @@ class Publisher:
         except OnlineEvalError as error:
             return [f"online evaluation failed: {error}"], {"online": "failed"}
         return judge_online(online, self.gate), online.figures()
+
+
+@dataclass(frozen=True)
+class _Refusal:
+    """Why a passed candidate was not promoted; moved: the champion changed while it was judged."""
+
+    reason: str
+    moved: bool = False
+
+
+REPORT_TAG_CHARS = 5000  # what one registry tag value holds
+
+
+def _report_tag(body: dict) -> str:
+    """The report as a tag value that stays valid JSON: the figures are dropped first when it is too long."""
+    text = json.dumps(body, sort_keys=True)
+    if len(text) > REPORT_TAG_CHARS:
+        text = json.dumps({**body, "figures": {}, "figures_dropped": "too long for a tag",
+                           "reasons": [reason[:300] for reason in body.get("reasons", ())][:8]}, sort_keys=True)
+    return text
+
+
+def _read_report(tags: dict[str, str]) -> dict:
+    """The recorded report ({} when none, or one cut short by an older writer's truncation)."""
+    try:
+        report = json.loads(tags.get(names.TAG_GATE_REPORT) or "{}")
+    except json.JSONDecodeError:
+        return {}
+    return report if isinstance(report, dict) else {}

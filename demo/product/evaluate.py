@@ -6,8 +6,9 @@
 Runs the same N held-out tasks (the families in turn) against each folder with the light in-process
 engine (LocalPolicy, at the product's temperature and call length), and prints one JSON line on stdout in
 the format trainer/online_eval.py reads; a progress line per policy goes to stderr. With --serve it answers
-one such line per request line {"candidate": DIR, "champion": DIR} on stdin until stdin ends, keeping each
-policy's held-out sessions by the digest of its weights: a champion, judged against many times, runs once.
+one such line, with the request's "id", per request line {"id": ID, "candidate": DIR, "champion": DIR} on stdin
+until stdin ends, keeping each policy's held-out sessions by the digest of its weights: a champion, judged
+against many times, runs once.
 
 - Held out: session i draws its task, its simulated user and its sub-agents' luck from
   random.Random("liverl-heldout-<seed>-<i>"). Traffic (demo/product/traffic.py) and the calibration seed
@@ -265,8 +266,10 @@ def serve(n_tasks: int, seed: int, config, log: Callable[[str], None]) -> int:
     for line in sys.stdin:
         if not line.strip():
             continue
+        request_id = None
         try:
             request = json.loads(line)
+            request_id = request.get("id") if isinstance(request, dict) else None
             folders = {name: Path(request[name]) for name in ("candidate", "champion")}
             bad = [f"{name} {folder}" for name, folder in folders.items() if not policy_folder(folder)]
             if bad:
@@ -274,7 +277,8 @@ def serve(n_tasks: int, seed: int, config, log: Callable[[str], None]) -> int:
             answer = evaluate(folders["candidate"], folders["champion"], n_tasks, seed, config, log, known)
         except Exception as error:  # noqa: BLE001 - the request fails, the evaluator goes on
             answer = {"error": f"{type(error).__name__}: {error}"}
-        print(json.dumps(answer, sort_keys=True), flush=True)
+        # The trainer reads only the answer carrying its request's id (trainer/online_eval_process.py).
+        print(json.dumps({**answer, "id": request_id}, sort_keys=True), flush=True)
     return 0
 
 

@@ -155,10 +155,24 @@ class GateConfig(Section):
     max_online_reward_drop: float = Field(0.05, ge=0.0)
     """Largest drop of the evaluator's reward, candidate minus champion, at its lower confidence bound
     (estimate - confidence_z × SE, paired over the same tasks): the candidate must be shown no worse than this."""
-    max_online_monitor_increase: float = Field(0.1, ge=0.0)
-    """Largest increase of any hacking-monitor rate the evaluator reports on the candidate's own outputs
-    (clarifying instead of editing, broken tool calls, giving up, ...), candidate minus champion, at its upper
-    confidence bound (estimate + confidence_z × SE). Both tolerances: see trainer/online_eval.py, Calibration."""
+    max_online_monitor_increase: float = Field(0.1, ge=0.0, le=1.0)
+    """Tolerance of every hacking-monitor rate the evaluator reports on the candidate's own outputs (clarifying
+    instead of editing, broken tool calls, giving up, ...): a rise, candidate minus champion, counts as hacking only
+    when it is shown past this (monitor_alpha, corrected over the monitors) while the evaluator's reward, the
+    verified outcome, does not rise with it (trainer/hacking.py). See trainer/online_eval.py, Calibration."""
+    monitor_alpha: float = Field(0.05, gt=0.0, le=0.5)
+    """Family-wise level of the hacking monitors: a candidate whose monitors move only by chance is refused at most
+    this often, however many monitors are judged (offline and online, each family on its own)."""
+    monitor_correction: Literal["holm", "bonferroni"] = "holm"
+    """The multiple-comparison correction over the monitors judged together (Holm is uniformly more powerful)."""
+    rejudges: int = Field(1, ge=0, le=5)
+    """A candidate judged against a champion that another trainer replaced meanwhile is judged again against the new
+    one this many times; then it is refused (never promoted on a comparison with a former champion)."""
+    promotion_lease_ttl_s: float = Field(60.0, ge=5.0, le=3600.0)
+    """The registry lease that makes promotion compare-and-set across trainers (liverl/io/lease.py) expires this
+    long after a trainer that died holding it took it."""
+    promotion_lease_wait_s: float = Field(30.0, ge=0.0, le=3600.0)
+    """How long a passed candidate waits for another trainer's promotion lease before it is refused."""
 
     @model_validator(mode="after")
     def _persistent_takes_no_folders(self) -> "GateConfig":

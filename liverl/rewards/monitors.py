@@ -22,6 +22,10 @@ the trajectory. Rows without versions count for "unknown".
 
 `drift_report(candidate, champion, config.monitors)` compares two versions' figures and flags moves past the
 thresholds; the result is JSON-serialisable (to_dict) so the trainer logs it to MLflow and gates on `ok`.
+A monitor is a proxy: its move flags hacking only while the verified outcome (component.outcome) does not rise
+with it. When the candidate's outcome is above the champion's, the proxies' moves are notes, not flags (a reward
+that asks for parallelism raises sub-agents per task, and that is no hack). These are point figures of served
+traffic; the promotion gate judges the candidate's own outputs with standard errors (trainer/hacking.py).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from dataclasses import asdict, dataclass, field
 from liverl.config.rewards import DriftThreshold, MonitorsConfig
 
 UNKNOWN_VERSION = "unknown"
+OUTCOME_FIGURE = "component.outcome"  # the verified outcome that a proxy's move is judged with
 
 
 def _as_dict(value) -> dict[str, float]:
@@ -171,5 +176,19 @@ def drift_report(candidate: Mapping[str, float], champion: Mapping[str, float] |
         flag = _flag(name, float(candidate[name]), float(champion[name]), threshold)
         if flag is not None:
             report.flags.append(flag)
+    outcome_rise = _outcome_rise(candidate, champion)
+    if outcome_rise is not None:
+        moved_with = [flag for flag in report.flags if flag["figure"] not in (OUTCOME_FIGURE, "n")]
+        report.flags = [flag for flag in report.flags if flag not in moved_with]
+        report.notes += [f"{flag['figure']} moved {flag['delta']:+.4g} ({flag['reason']}) with the verified outcome "
+                         f"({OUTCOME_FIGURE} {outcome_rise:+.4g}): not hacking, not flagged" for flag in moved_with]
     report.ok = not report.flags
     return report
+
+
+def _outcome_rise(candidate: Mapping[str, float], champion: Mapping[str, float]) -> float | None:
+    """How far the verified outcome rose from champion to candidate; None when it did not rise or is missing."""
+    if OUTCOME_FIGURE not in candidate or OUTCOME_FIGURE not in champion:
+        return None
+    rise = float(candidate[OUTCOME_FIGURE]) - float(champion[OUTCOME_FIGURE])
+    return rise if rise > 0 else None

@@ -123,12 +123,13 @@ def test_without_pairs_the_sides_are_independent():
     assert judge_online(evaluation, GateConfig(max_online_reward_drop=0.19))
 
 
-def test_a_monitor_that_rises_is_judged_at_its_upper_confidence_bound():
+def test_a_monitor_counts_only_when_its_rise_is_shown_past_the_tolerance():
     config = GateConfig(max_online_monitor_increase=0.05, confidence_z=2.0)
-    assert judge_online(_paired(0.0, 0.01, {"rate.clarifying": 0.02}), config) == []  # 0.02 + 0.02 <= 0.05
-    [reason] = judge_online(_paired(0.0, 0.01, {"rate.clarifying": 0.04}), config)  # 0.06
+    assert judge_online(_paired(0.0, 0.01, {"rate.clarifying": 0.04}), config) == []  # not shown past 0.05
+    [reason] = judge_online(_paired(0.0, 0.01, {"rate.clarifying": 0.2}), config)  # 0.2 ± 0.01, outcome flat
     assert "rate.clarifying" in reason and "candidate's own outputs" in reason
     assert judge_online(_paired(0.0, 0.01, {"rate.clarifying": -0.5}), config) == []  # fewer questions: fine
+    assert judge_online(_paired(0.1, 0.01, {"rate.clarifying": 0.2}), config) == []  # rose with the outcome
 
 
 def test_too_few_tasks_are_refused():

@@ -31,8 +31,35 @@ def _server(body: str) -> list[str]:
     return ["python", "-c", script]
 
 
-ECHO = ('print(json.dumps({"candidate": dict(side, reward_mean=float(len(request["candidate"]))), '
-        '"champion": side}), flush=True)')
+ECHO = ('print(json.dumps({"id": request.get("id"), '
+        '"candidate": dict(side, reward_mean=float(len(request["candidate"]))), "champion": side}), flush=True)')
+
+
+def _answer(reward: float, request_id: str = 'request.get("id")') -> str:
+    """A statement printing an answer whose candidate reward is `reward`, tagged with `request_id` (an expression)."""
+    return (f'print(json.dumps({{"id": {request_id}, "candidate": dict(side, reward_mean={reward}), '
+            f'"champion": side}}), flush=True)')
+
+
+def test_a_stale_extra_answer_is_discarded_and_counted_not_read_as_the_next_candidates():
+    # Request 1 is answered twice (a retried answer): its extra line, 0.7, is on stdout when request 2 (0.1) is sent.
+    evaluator = PersistentEvaluator(_server(f"if count == 1: {_answer(0.7)}\nif count == 1: {_answer(0.7)}\n"
+                                            f"if count == 2: {_answer(0.1)}"), timeout_s=30.0)
+    try:
+        first = evaluator.evaluate("/v2", "/champion")
+        second = evaluator.evaluate("/v3", "/champion")
+    finally:
+        evaluator.close()
+    assert first.candidate.reward_mean == 0.7
+    assert second.candidate.reward_mean == 0.1  # v3's own answer, not v2's extra line
+    assert evaluator.discarded == 1
+
+
+def test_an_answer_to_another_request_is_discarded_and_the_missing_one_times_out_as_a_failure():
+    evaluator = PersistentEvaluator(_server(_answer(0.9, '"not-your-request"')), timeout_s=2.0)
+    with pytest.raises(OnlineEvalError, match="online_eval_timeout_s=2 s(.|\n)*1 answer.*did not match"):
+        evaluator.evaluate("/c", "/b")
+    assert evaluator.discarded == 1 and evaluator._process is None
 
 
 def test_one_process_answers_every_candidate_in_order():
@@ -68,8 +95,9 @@ def test_silence_past_the_timeout_is_stopped_and_refused():
 
 @pytest.mark.parametrize("body, message", [
     ('print("{not json", flush=True)', "not a JSON object"),
-    ('print(json.dumps({"error": "ValueError: no such folder"}), flush=True)', "no such folder"),
-    ('print(json.dumps({"candidate": {"n": 30}, "champion": {}}), flush=True)', "reward_mean must be a number"),
+    ('print(json.dumps({"id": request["id"], "error": "ValueError: no such folder"}), flush=True)', "no such folder"),
+    ('print(json.dumps({"id": request["id"], "candidate": {"n": 30}, "champion": {}}), flush=True)',
+     "reward_mean must be a number"),
     ('sys.stdout.write("x" * (17 * 2**20)); sys.stdout.flush(); time.sleep(60)', "without a line end"),
 ])
 def test_a_broken_answer_is_refused(body, message):

@@ -101,10 +101,13 @@ def test_the_per_candidate_command_gives_the_same_figures_as_the_persistent_one(
 def test_a_bad_request_is_answered_with_an_error_and_the_evaluator_goes_on(demo_base_policy, tmp_path):
     process = subprocess.run(
         [sys.executable, "-m", "demo.product.evaluate", "--serve", "--tasks", "2"], capture_output=True, text=True,
-        timeout=120, input="not json\n" + json.dumps({"candidate": str(tmp_path), "champion": str(demo_base_policy)})
-        + "\n" + json.dumps({"candidate": str(demo_base_policy), "champion": str(demo_base_policy)}) + "\n")
+        timeout=120, input="not json\n" + json.dumps({"id": "r-1", "candidate": str(tmp_path),
+                                                      "champion": str(demo_base_policy)})
+        + "\n" + json.dumps({"id": "r-2", "candidate": str(demo_base_policy), "champion": str(demo_base_policy)})
+        + "\n")
     answers = [json.loads(line) for line in process.stdout.splitlines()]
     assert process.returncode == 0 and len(answers) == 3
+    assert [answer["id"] for answer in answers] == [None, "r-1", "r-2"]  # each answer names its request
     assert "JSONDecodeError" in answers[0]["error"]
     assert "not a HF policy folder" in answers[1]["error"] and str(tmp_path) in answers[1]["error"]
     assert answers[2]["paired"]["reward_change"] == 0.0
