@@ -1,7 +1,7 @@
 """Replicas that follow the same alias, as one fleet: a rolling swap, canary first, rollback everywhere.
 
 They never talk to each other; they meet in the registry, through three things:
-- the update lease (serving/lease.py): at most `serving.max_unavailable` replicas update at once;
+- the update lease (liverl/io/lease.py): at most `serving.max_unavailable` replicas update at once;
 - the canary: the replica with `serving.fleet_canary` holds a canary lease (renewed every poll) and
   tags each version it has taken (`TAG_CANARY_TOOK`); while a canary is alive, the others take only
   versions it has taken. A canary that stops renewing expires after lease_ttl_s and blocks nobody;
@@ -20,7 +20,7 @@ import time
 
 from liverl.config.serving import ServingConfig
 from liverl.contracts import names
-from serving.lease import RegistryLease
+from liverl.io.lease import RegistryLease
 from liverl.io.registry import ModelRegistry
 
 TAG_CANARY_TOOK = "liverl.serving.canary-took"  # set on a version by the canary replica once it serves it

@@ -13,6 +13,8 @@
 - `table_history`: the trajectory table's commits (batch id, Kafka offsets), their rows, snapshots.
 - `traces`: trajectories as MLflow traces (written once, idempotently) and the searches that find them,
   e.g. the training data of a registered version.
+- `lease`: a registry-held lease with an owner and an expiry (the serving fleet's rolling swap, the trainers'
+  promotion).
 - `signing`: signed weights: the digest of a version's files and its gate verdict, signed by the trainer's
   Ed25519 key and verified by serving with the public one.
 
