@@ -11,6 +11,7 @@ from liverl.contracts import names
 from liverl.config import LiverlConfig
 from trainer.lineage import code_version
 from trainer.registry import TAG_BASE_DIGEST, Registry
+from trainer.signing import TAG_FILES_DIGEST, sign_pass
 
 REQUIRED_FILES = ("config.json", "tokenizer.json")
 
@@ -45,9 +46,10 @@ def register_base(config: LiverlConfig, folder: Path, say: Callable[[str], None]
         names.TAG_TRAINER_STEP: "0",
     }
     version = registry.register(folder, tags, run_name=f"base policy {folder.name}")
+    registry.set_tag(version, names.TAG_GATE_REPORT, json.dumps({"decision": "pass", "reasons": ["base policy"]}))
+    sign_pass(registry, version, registry.tags(version)[TAG_FILES_DIGEST], config.trainer.signing_key_file)
     registry.set_alias(names.ALIAS_CANDIDATE, version)
     registry.set_alias(names.ALIAS_CHAMPION, version)
-    registry.set_tag(version, names.TAG_GATE_REPORT, json.dumps({"decision": "pass", "reasons": ["base policy"]}))
     registry.set_tag(version, names.TAG_GATE_DECISION, "pass")
     say(f"base policy {folder} registered as version {version} of {registry.name} (candidate, champion)")
     return version

@@ -78,7 +78,7 @@ class Trainer:
         self.follower = TableFollower(config.table.trajectories_uri)
         self.publisher = Publisher(
             self.registry, self.tc.gate, self.tc.loss, config.rewards.monitors, self.tc.max_seq_len,
-            config.rewards.version, self.dir / "registry", say,
+            config.rewards.version, self.dir / "registry", say, signing_key_file=self.tc.signing_key_file,
         )
         self.gates: GateWorker | None = None  # rank 0, with trainer.gate.background: candidates judged beside training
         self.stop_requested = False

@@ -34,6 +34,7 @@ from trainer.holdout import GateEvidence
 from trainer.lineage import lineage_tags
 from trainer.online_eval_process import online_evaluator
 from trainer.registry import TAG_CHECKPOINT, Registry
+from trainer.signing import TAG_FILES_DIGEST, sign_pass
 from trainer.state import PendingPublish
 
 PROMOTION_LEASE = "promotion"  # the registry lease every trainer holds while it moves `champion`
@@ -68,7 +69,7 @@ class PublishResult:
 class Publisher:
     def __init__(self, registry: Registry, gate: GateConfig, loss: LossConfig, monitors: MonitorsConfig,
                  max_seq_len: int, reward_config_version: str, download_dir: Path,
-                 say: Callable[[str], None] = print):
+                 say: Callable[[str], None] = print, signing_key_file: Path | None = None):
         self.registry = registry
         self.gate, self.loss, self.monitors, self.max_seq_len = gate, loss, monitors, max_seq_len
         self.reward_config_version = reward_config_version
@@ -76,6 +77,7 @@ class Publisher:
         self.say = say
         self.online = online_evaluator(gate)  # the product's evaluator, if any (trainer/online_eval_process.py)
         self.owner = f"trainer-{uuid.uuid4().hex[:12]}"  # this publisher's name on the promotion lease
+        self.signing_key_file = signing_key_file  # signs each version it promotes (None: unsigned, tests only)
 
     def close(self) -> None:
         """Ends a persistent online evaluator; call when the trainer stops."""
@@ -175,11 +177,18 @@ class Publisher:
                                 "promote", moved=True)
             # The report first: from here a crash is finished by settle(), never refused as unjudged.
             self.registry.set_tag(version, names.TAG_GATE_REPORT, _report_tag({**body, "decision": "pass"}))
+            self._sign(version)  # before the alias: serving never sees this champion unsigned
             self.registry.set_alias(names.ALIAS_CHAMPION, version)
             self.registry.set_tag(version, names.TAG_GATE_DECISION, "pass")
             return None
         finally:
             lease.release()
+
+    def _sign(self, version: str) -> None:
+        digest = self.registry.tags(version).get(TAG_FILES_DIGEST)
+        if self.signing_key_file is None or digest is None:  # registered before digests were recorded: unsigned
+            return
+        sign_pass(self.registry, version, digest, self.signing_key_file)
 
     def _acquire(self, lease: RegistryLease) -> bool:
         deadline = time.monotonic() + self.gate.promotion_lease_wait_s

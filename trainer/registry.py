@@ -14,6 +14,8 @@ from pathlib import Path
 from liverl.config.mlflow import MlflowConfig
 from liverl.contracts import names
 from liverl.io.registry import ModelRegistry, RegistryUnavailable
+from liverl.io.signing import folder_digest
+from trainer.signing import TAG_FILES_DIGEST
 
 __all__ = ["Registry", "RegistryUnavailable", "TAG_BASE_DIGEST", "TAG_CHECKPOINT", "TAG_METRICS"]
 
@@ -32,7 +34,9 @@ class Registry(ModelRegistry):
 
     def register(self, folder: Path, tags: dict[str, str], run_name: str,
                  step_metrics: Iterable[tuple[int, dict[str, float]]] = ()) -> str:
-        """Log the exported folder (and the step metrics) in a training run; a new version from it."""
+        """Log the exported folder (and the step metrics) in a training run; a new version from it, tagged with the
+        digest of its files (what a signature of the version binds: trainer/signing.py)."""
+        tags = {**tags, TAG_FILES_DIGEST: folder_digest(folder)}
         return self.register_folder(folder, tags, self.config.training_experiment, run_name, step_metrics)
 
     def download(self, version: str, cache_dir: Path) -> Path:

@@ -41,4 +41,8 @@ class LiverlConfig(Section):
             self.table.dead_letters_uri = str(data / "tables" / "dead_letters")
         if self.trainer.checkpoint_dir is None:
             self.trainer.checkpoint_dir = data / "checkpoints"
+        if self.trainer.signing_key_file is None:
+            self.trainer.signing_key_file = data / "keys" / "signing.pem"
+        if self.serving.verify_key_file is None:
+            self.serving.verify_key_file = data / "keys" / "verify.pem"
         return self

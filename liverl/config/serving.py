@@ -28,6 +28,12 @@ class ServingConfig(Section):
     for loopback or a mesh that terminates TLS in front of serving."""
     tls_key_file: Path | None = None
     """PEM private key of tls_cert_file."""
+    verify_key_file: Path | None = None
+    """Ed25519 public key (PEM) of the trainer's signing key; default: <data_dir>/keys/verify.pem."""
+    require_signature: bool = True
+    """Serve a registry version only when its files and its gate verdict carry the trainer's signature
+    (liverl/io/signing.py), whatever the alias says; a version that fails is refused and counted. false: serve
+    unsigned versions (registries written by tools other than the trainer). A fixed policy_dir is never checked."""
 
     @model_validator(mode="after")
     def _tls_files_together(self) -> "ServingConfig":

@@ -188,6 +188,10 @@ class TrainerConfig(Section):
 
     checkpoint_dir: Path | None = None
     """DeepSpeed checkpoints for resume and HF exports for serving; default: <data_dir>/checkpoints."""
+    signing_key_file: Path | None = None
+    """Ed25519 private key (PEM) that signs every version the gate passes (its files and verdict); serving
+    verifies with the public key. Made with its public half (`verify.pem` beside it) when missing; default:
+    <data_dir>/keys/signing.pem. In production mount it from a secret only the trainer reads."""
     learning_rate: float = 1e-4
     """AdamW learning rate (a torch optimizer: no DeepSpeed op build)."""
     weight_decay: float = 0.0
