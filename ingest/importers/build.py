@@ -17,6 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from liverl.contracts.chat import content_text
+from ingest.validation import check_content
 from ingest.importers.chat import completion_text, render_prompt, tool_calls_of
 from ingest.importers.model import (OBSERVATION_OF, Exchange, ImportedSession, ToolCallSpec, ToolExecution)
 from liverl.contracts import names
@@ -88,6 +89,8 @@ class _Assembly:
             self.event(f"{s.identity}-end", "session_end", reason=s.end_reason)
         for message in [*self.out.events, *self.out.calls]:
             self.out.redacted += self.builder.redactor.redact_message(message)
+        for event in self.out.events:  # the capture service's own rules (a Rejected is a ValueError)
+            check_content(event)
         return self.out
 
     # --- items ---------------------------------------------------------------------------------
