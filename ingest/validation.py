@@ -22,13 +22,14 @@ MAX_ID_CHARS = 256
 LATE_KINDS = frozenset({"feedback", "outcome"})  # may arrive after the session closed
 AGENT_ROLES = frozenset(common_pb2.AgentRole.values())
 FEEDBACK_KINDS = frozenset(session_event_pb2.FeedbackKind.values()) - {session_event_pb2.FEEDBACK_KIND_UNSPECIFIED}
-# Names and ids beside event_id and session_id: printable (no control characters, which break logs and
-# terminals and can forge lines), at most MAX_ID_CHARS; empty is allowed (optional).
-NAME_FIELDS = {None: ("user_id", "agent_id"), "session_start": ("task_family", "task_id"),
-               "tool_call": ("call_id", "name", "request_id"), "tool_result": ("call_id",),
-               "feedback": ("target_call_id",), "summary": ("request_id",),
-               "subagent_created": ("subagent_id", "name"), "task_assigned": ("subagent_id", "task_id"),
-               "subagent_finished": ("subagent_id", "task_id")}
+# Ids beside event_id and session_id (join keys, log fields): printable (no control characters, which
+# break logs and terminals and can forge lines), at most MAX_ID_CHARS; empty is allowed (optional).
+# Free text (task_family, names, messages) is redacted and size-limited, not held to a character set.
+ID_FIELDS = {None: ("user_id", "agent_id"), "session_start": ("task_id",),
+             "tool_call": ("call_id", "request_id"), "tool_result": ("call_id",),
+             "feedback": ("target_call_id",), "summary": ("request_id",),
+             "subagent_created": ("subagent_id",), "task_assigned": ("subagent_id", "task_id"),
+             "subagent_finished": ("subagent_id", "task_id")}
 FEEDBACK_VALUE_RANGE = (-1.0, 1.0)  # thumbs and edits carry +-1 (or nothing); a rating lies in [0, 1]
 MAX_TOKEN_BUDGET = 100_000_000  # a context budget in tokens; more is a bug or an attack, not a model
 
@@ -111,7 +112,7 @@ def check_content(event: SessionEvent) -> None:
                                                      f"this service speaks {names.EVENT_SCHEMA_VERSION}")
     if event.WhichOneof("body") is None:
         raise Rejected("invalid_schema", "the event has no body; set exactly one of session_start, user_message, ...")
-    _check_names(event)
+    _check_id_fields(event)
     _check_values(event)
 
 
@@ -124,9 +125,9 @@ def _check_ids(event: SessionEvent) -> None:
             raise Rejected("invalid_schema", f"{field} must be printable and at most {MAX_ID_CHARS} characters")
 
 
-def _check_names(event: SessionEvent) -> None:
+def _check_id_fields(event: SessionEvent) -> None:
     kind = event.WhichOneof("body")
-    for owner, fields in ((None, NAME_FIELDS[None]), (kind, NAME_FIELDS.get(kind, ()))):
+    for owner, fields in ((None, ID_FIELDS[None]), (kind, ID_FIELDS.get(kind, ()))):
         message = event if owner is None else getattr(event, owner)
         for field in fields:
             value = getattr(message, field)
