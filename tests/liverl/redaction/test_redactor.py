@@ -82,7 +82,8 @@ FINDING_PIECES = ["4155550134", "+1 415 555 0134", "(415) 555-0134", "4111 1111 
                   "536-22-1234", "12345678Z", "111.444.777-35", "bob@example.com", "DB_PASSWORD=x", "Bearer abcdefgh1",
                   "sk-abcdefghijklmnop1234", "AKIAIOSFODNN7EXAMPLE", "3f786850e387550fdab836", "123456", "v1.2.3456789",
                   "a", "Z", "_", "/", ".", "-", "+", " ", "\n", "é", "٣", "ſecret=1", "line 42", "[REDACTED:email]",
-                  "４１１１１１１１１１１１１１１１", "dave%40example.com", "ssn 536221234", "gb82west12345698765432",
+                  "４１１１１１１１１１１１１１１１", "dave%40example.com", "ssn 536221234",
+                  "gb82west12345698765432",
                   "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "3f786850e387550fdab836ed7e6dc881de23001b"]
 
 
