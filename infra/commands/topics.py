@@ -9,8 +9,8 @@ SessionEvent), "calls" (kafka.model_calls_topic, ModelCall), "dead-letters" (kaf
 the JSON envelope). Each line: {"topic", "partition", "offset", "timestamp_ms", "key", "headers",
 "value"} with the value in the protobuf JSON mapping. A session id that holds personal data is stored (and
 keyed) as its pseudonym: --session takes either, the id as the product knows it or the pseudonym.
-Without --follow it stops at the end the topic had when it started. Start: --from-beginning (the default), --from-offset N or --tail N, per
-partition.
+Without --follow it stops at the end the topic had when it started. Start: --from-beginning (the default),
+--from-offset N or --tail N, per partition.
 """
 
 from __future__ import annotations
