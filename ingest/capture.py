@@ -106,8 +106,7 @@ class CaptureCore:
         duplicates = 0
         redacted: Counter = Counter()
 
-        def refuse(index: int, item, event: SessionEvent | None, error: Rejected) -> None:
-            rejected = error
+        def refuse(index: int, item, event: SessionEvent | None, rejected: Rejected) -> None:
             response.rejected.add(index=index, event_id=event.event_id if event else "",
                                   reason=rejected.reason, message=rejected.message)
             dead.append(self.dead_letter(rejected.reason, rejected.message, tenant, item, event, now_ms))
@@ -295,7 +294,6 @@ class CaptureCore:
         if now_ms / 1000 - self._last_prune > PRUNE_EVERY_S:
             self._last_prune = now_ms / 1000
             self.sessions.prune(now_ms)
-
 
     def _internal(self, error: Exception) -> Rejected:
         """A bug met on one event: dead-lettered and logged without the value that caused it (its type, a

@@ -144,20 +144,21 @@ def test_a_refused_compressed_body_is_dead_lettered_as_a_summary_never_as_sent(s
 
 
 def test_an_unexpected_failure_is_a_500_logged_without_the_value(start_service, monkeypatch):
-    from ingest.otlp_api import OtlpTraces
+    from ingest.importers import otlp
 
-    def failing(self, tenant, document):
+    def failing(document, source):
         raise ValueError(f"cannot use {PERSONAL[1]} of {PERSONAL[0]}")
 
-    monkeypatch.setattr(OtlpTraces, "map", failing)  # a bug met on client input, whatever it is
+    monkeypatch.setattr(otlp, "spans_of", failing)  # a bug met on client input, whatever it is
     lines: list[str] = []
     handler = logging.Handler()
-    handler.emit = lambda record: lines.append(logging.Formatter().format(record))
+    handler.emit = lambda record: lines.append(logging.Formatter().format(record))  # with any traceback
+    service = start_service()  # first: uvicorn sets up its own loggers' handlers when it starts
     loggers = [logging.getLogger(), logging.getLogger("uvicorn.error"), logging.getLogger("uvicorn")]
     for logger in loggers:
         logger.addHandler(handler)
+        logger.disabled = False  # a logging config of another library may have disabled uvicorn's
     try:
-        service = start_service()
         answer = httpx.post(f"http://{service.http_address}/v1/traces",
                             json=_request(_chat("01" * 8, [{"role": "user", "content": "hi"}],
                                                 {"role": "assistant", "content": "ok"})), headers=ACME, timeout=30)

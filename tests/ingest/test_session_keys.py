@@ -43,7 +43,7 @@ def test_capture_events_and_dead_letters_are_keyed_by_the_pseudonym(capture):
         return {"eventId": uuid.uuid4().hex, "sessionId": RAW_SESSION, "schemaVersion": 1, "eventTimeMs": now, **body}
     answer = httpx.post(f"http://{capture.http_address}/v1/capture", headers=ACME, json={"events": [
         event(sessionStart={"taskFamily": "coding"}), event(userMessage={"text": "hi"}, sequence=1),
-        event(feedback={"value": 1.0}, sequence=2)]})  # no kind: refused, dead-lettered
+        event(outcome={"score": 2.0}, sequence=2)]})  # out of [0, 1]: refused, dead-lettered
     assert answer.status_code == 200 and answer.json()["accepted"] == 2
     records = read_topic(config, config.kafka.session_events_topic, want=2)
     records += read_topic(config, config.kafka.dead_letters_topic, want=1)
