@@ -39,7 +39,10 @@ def _national(kind: str, pattern: str) -> Detector:
 # An AWS secret access key: 40 base64 characters standing alone; validators.is_aws_secret tells it from
 # other 40-character tokens (hex digests, identifiers, paths) by its context or its randomness.
 AWS_SECRET = r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])"
-AWS_SECRET_PREFILTER = r"(?:^|[^A-Za-z0-9/+=])[A-Za-z0-9/+]{40}(?:$|[^A-Za-z0-9/+=])"
+# Its prefilter leaves out the commonest 40-character token, a lowercase hex digest (a git commit): at least
+# one character outside [0-9a-f], at any of the 40 places, so a text full of commit ids is not walked.
+AWS_SECRET_PREFILTER = r"(?:^|[^A-Za-z0-9/+=])(?:" + "|".join(
+    f"[A-Za-z0-9/+]{{{k}}}[A-Zg-z/+][A-Za-z0-9/+]{{{39 - k}}}" for k in range(40)) + r")(?:$|[^A-Za-z0-9/+=])"
 
 BUILTIN: dict[str, list[Detector]] = {
     "private_key": [Detector("private_key", r"-----BEGIN [A-Z ]{0,40}PRIVATE KEY-----[\s\S]*?"

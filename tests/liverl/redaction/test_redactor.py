@@ -163,3 +163,5 @@ def test_hex_ids_and_line_numbers_skip_the_detectors():
     redactor = Redactor()
     assert not redactor._may_hold_finding("3f786850e387550f1234567dab836ed7") and not redactor._may_hold_finding("line 42")
     assert redactor._may_hold_finding("call 4155550134")
+    # a commit id is 40 characters like an AWS secret key: it must not make every coding event walk
+    assert not redactor._may_hold_finding("commit 3f786850e387550fdab836ed7e6dc881de23001b merged")
