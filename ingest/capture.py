@@ -23,6 +23,7 @@ from functools import lru_cache
 from ingest.admission import RecentEvents, TenantRateLimiter
 from ingest.delivery import KafkaDelivery, Record
 from ingest.metrics import CaptureMetrics
+from ingest.refused import log_unexpected
 from ingest.routing import Forwarded, PeerForwarder, ReplicaRing
 from ingest.sessions import SessionRegistry
 from ingest.validation import Limits, Rejected, SessionEvent, validate
@@ -57,6 +58,7 @@ class CaptureCore:
         self.recent = RecentEvents(ingest.dedupe_window_events)
         self.rate_limiter = TenantRateLimiter(ingest.rate_limit_events_per_s, ingest.rate_limit_burst_events)
         self.handler_timeout_s = ingest.handler_timeout_s
+        self.max_events_per_request = ingest.max_events_per_request
         self.limits = Limits(ingest.max_event_bytes, int(ingest.max_future_skew_s * 1000),
                              int(ingest.max_event_age_s * 1000))
         self.opt_out_tenants = set(ingest.opt_out_tenants)
@@ -104,8 +106,7 @@ class CaptureCore:
         duplicates = 0
         redacted: Counter = Counter()
 
-        def refuse(index: int, item, event: SessionEvent | None, error: Exception) -> None:
-            rejected = error if isinstance(error, Rejected) else _internal(error)
+        def refuse(index: int, item, event: SessionEvent | None, rejected: Rejected) -> None:
             response.rejected.add(index=index, event_id=event.event_id if event else "",
                                   reason=rejected.reason, message=rejected.message)
             dead.append(self.dead_letter(rejected.reason, rejected.message, tenant, item, event, now_ms))
@@ -130,7 +131,7 @@ class CaptureCore:
                 stored.add(identity)
                 accepted.append((index, item, event))
             except Exception as error:  # noqa: BLE001 - one event's failure must never fail its batch
-                refuse(index, item, event, error)
+                refuse(index, item, event, error if isinstance(error, Rejected) else self._internal(error))
         # One prefilter scan over the request's strings instead of one per event; any doubt: event by event
         try:
             clean = redactor.none_can_change([event for _, _, event in accepted])
@@ -144,7 +145,7 @@ class CaptureCore:
                 records.append(self._event_record(event))
             except Exception as error:  # noqa: BLE001 - one event's failure must never fail its batch
                 stored.discard((tenant, event.event_id))
-                refuse(index, item, event, error)
+                refuse(index, item, event, error if isinstance(error, Rejected) else self._internal(error))
         self.sessions.commit()
         self.delivery.deliver(records + dead)
         self.recent.add(stored)
@@ -211,20 +212,22 @@ class CaptureCore:
 
     def dead_letter(self, reason: str, message: str, tenant: str, raw: object, event: SessionEvent | None,
                     now_ms: int) -> Record:
-        """The contract's dead-letter JSON; the payload is redacted like anything else bound for Kafka."""
+        """The contract's dead-letter JSON; the payload is redacted like anything else bound for Kafka, and
+        the session id (in the value and the key) is the redacted event's: the pseudonym its events carry."""
+        session_id = ""
         try:
             if event is not None:
                 copy = SessionEvent()
                 copy.CopyFrom(event)
                 self.redactor_for(tenant).redact_message(copy)
                 payload = copy.SerializeToString()
+                session_id = copy.session_id
             else:
                 blob = raw if isinstance(raw, bytes) else json.dumps(raw, default=str).encode("utf-8", "replace")
                 payload, _ = self.redactor_for(tenant).redact_bytes(blob[:DEAD_LETTER_PAYLOAD_LIMIT])
-        except Exception:  # noqa: BLE001 - an unprintable payload still gets its dead letter, without it
-            log.exception("could not encode a dead letter's payload")
+        except Exception as error:  # noqa: BLE001 - an unprintable payload still gets its dead letter, without it
+            log_unexpected(log, "could not encode a dead letter's payload", error, self._scrub)
             payload = b""
-        session_id = event.session_id if event is not None else ""
         message = self._scrub(message)  # parse errors may quote the offending value
         value = json.dumps({"reason": reason, "message": message, "source": "ingest", "tenant_id": tenant,
                             "session_id": session_id, "payload_b64": base64.b64encode(payload).decode(),
@@ -233,10 +236,12 @@ class CaptureCore:
         return Record(self.topics.dead_letters_topic, session_key(tenant, session_id), value,
                       _headers(tenant, b"dead-letter"))
 
-    def reject_request(self, reason: str, message: str, tenant: str, raw: bytes, api: str) -> None:
-        """A whole request refused (framing, body, batch size): one dead letter and a log line."""
+    def reject_request(self, reason: str, message: str, tenant: str, summary: bytes, api: str) -> None:
+        """A whole request refused (framing, body, batch size): one dead letter and a log line. summary:
+        ingest.refused.request_summary of the request, never its body (compressed or binary bodies hide
+        personal data from redaction)."""
         self.metrics.requests_rejected.labels(reason).inc()
-        self.delivery.deliver([self.dead_letter(reason, message, tenant, raw, None, int(self.clock() * 1000))])
+        self.delivery.deliver([self.dead_letter(reason, message, tenant, summary, None, int(self.clock() * 1000))])
         log.warning(json.dumps({"msg": "capture request rejected", "api": api, "tenant": tenant, "reason": reason,
                                 "detail": self._scrub(message)}))
 
@@ -290,10 +295,14 @@ class CaptureCore:
             self._last_prune = now_ms / 1000
             self.sessions.prune(now_ms)
 
+    def _internal(self, error: Exception) -> Rejected:
+        """A bug met on one event: dead-lettered and logged without the value that caused it (its type, a
+        redacted message and where), so its batch still goes through."""
+        log_unexpected(log, "capture failed on one event", error, self._scrub)
+        return _internal_rejection(error)
 
-def _internal(error: Exception) -> Rejected:
-    """A bug met on one event: dead-lettered with its trace in the log, so its batch still goes through."""
-    log.exception("capture failed on one event")
+
+def _internal_rejection(error: Exception) -> Rejected:
     return Rejected("internal_error", f"the service failed on this event ({type(error).__name__}); it was "
                                       "dead-lettered for inspection, do not resend it unchanged")
 

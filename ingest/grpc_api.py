@@ -10,6 +10,7 @@ import grpc
 from ingest.admission import RateLimited
 from ingest.auth import AuthError, TokenAuth
 from ingest.capture import CaptureCore
+from ingest.refused import request_summary
 from ingest.routing import REPLICA_TOKEN_META, PeerForwarder
 from liverl.io.spool import SpoolFull
 from ingest.validation import parse_binary
@@ -66,8 +67,8 @@ class CaptureHandler:
             context.abort(grpc.StatusCode.UNAVAILABLE, f"not stored, retry later: {error}")
 
     def _reject(self, context, reason: str, message: str, tenant: str, raw: bytes) -> None:
-        try:
-            self.core.reject_request(reason, message, tenant, raw, api="grpc")
+        try:  # a summary, never the request: its bytes may hold anything
+            self.core.reject_request(reason, message, tenant, request_summary("grpc", reason, len(raw)), api="grpc")
         except SpoolFull:
             pass  # the caller learns of the rejection either way
         context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{reason}: {message}")

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import base64
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 from ingest.capture import CaptureCore
 from ingest.importers import otlp
 from ingest.importers.build import SessionBuilder
-from ingest.importers.model import Exchange
+from ingest.importers.model import BadInput, Exchange, ImportedSession, TooManyEvents
 from ingest.importers.publish import records_of
 
 SOURCE = "otlp-http"
@@ -39,11 +40,28 @@ class NotOtlp(ValueError):
     """The body is not an ExportTraceServiceRequest (HTTP 400)."""
 
 
+class TooManySpanEvents(ValueError):
+    """The request would fan out into more events than ingest.max_events_per_request (HTTP 413)."""
+
+
+@dataclass
+class MappedRequest:
+    """One request's spans grouped into sessions, not built yet; `events` bounds what building makes."""
+
+    tenant: str
+    spans: int
+    sessions: list[ImportedSession]
+    bad: list[BadInput]
+    events: int
+
+
 class OtlpTraces:
     """Turns one tenant's ExportTraceServiceRequest into stored SessionEvents, ModelCalls and dead letters."""
 
-    def __init__(self, core: CaptureCore, tokenizer_dir: Path | None):
+    def __init__(self, core: CaptureCore, tokenizer_dir: Path | None, max_events: int | None = None):
+        """max_events: the most events and model calls one request may become (None: no limit)."""
         self.core = core
+        self.max_events = max_events
         self.tokenizer_dir = tokenizer_dir
         self._tokenizer = None
         self._lock = threading.Lock()
@@ -60,16 +78,31 @@ class OtlpTraces:
         return self._tokenizer
 
     def capture(self, tenant: str, document: object) -> tuple[int, str]:
-        """Store what the spans say; returns (spans dead-lettered, why the first one was). Raises NotOtlp,
-        NotConfigured, and SpoolFull when nothing could be made durable."""
+        """map, then store (no rate limit between them: callers that charge one call the two)."""
+        return self.store(self.map(tenant, document))
+
+    def map(self, tenant: str, document: object) -> MappedRequest:
+        """The request's sessions and how many events they become at most; raises NotOtlp (misshapen),
+        TooManySpanEvents (over max_events: nothing is built, so a huge fan-out costs no more than its read)."""
         spans, bad = otlp.spans_of(document, SOURCE)
         if bad:
             raise NotOtlp(bad[0].message)
+        try:
+            sessions, bad = otlp.sessions_from_spans(spans, SOURCE, self.max_events)
+        except TooManyEvents as error:
+            raise TooManySpanEvents(f"the spans would become {error} (ingest.max_events_per_request); send "
+                                    "fewer spans, or fewer messages and tool calls per span, per request") from None
+        events = len(bad) + sum(1 + sum(otlp.events_of_item(item) for item in session.items) for session in sessions)
+        return MappedRequest(tenant, len(spans), sessions, bad, events)
+
+    def store(self, mapped: MappedRequest) -> tuple[int, str]:
+        """Store what the spans say; returns (spans dead-lettered, why the first one was). Raises
+        NotConfigured, and SpoolFull when nothing could be made durable."""
+        tenant, spans, sessions, bad = mapped.tenant, mapped.spans, mapped.sessions, mapped.bad
         core, now_ms = self.core, int(self.core.clock() * 1000)
         if tenant in core.opt_out_tenants:
-            core.metrics.dropped.labels("opt_out").inc(len(spans))
+            core.metrics.dropped.labels("opt_out").inc(spans)
             return 0, ""
-        sessions, bad = otlp.sessions_from_spans(spans, SOURCE)
         builder = SessionBuilder(tenant, otlp.FORMAT, self.tokenizer(), core.redactor_for(tenant), now_ms)
         dead = [core.dead_letter(b.reason, b.message, tenant, b.source.encode(), None, now_ms) for b in bad]
         refused, first_reason = len(bad), (f"{bad[0].reason}: {bad[0].message}" if bad else "")
@@ -78,9 +111,9 @@ class OtlpTraces:
             session.end_reason = ""  # more spans of this conversation may come: it ends by idleness
             try:
                 built = builder.build(session)
-                calls.append((built, records_of(built, tenant, core.topics)[len(built.events):]))
-            except (ValueError, TypeError, KeyError) as error:  # one session's content, never the request
-                message = f"session {session.session_id[:80]!r} cannot be built: {type(error).__name__}: {error}"
+                calls.append((built, session, records_of(built, tenant, core.topics)[len(built.events):]))
+            except (ValueError, TypeError, KeyError, AttributeError) as error:  # one session's content
+                message = f"a session cannot be built: {type(error).__name__}: {error}"
                 dead.append(core.dead_letter("unbuildable_session", message, tenant, session.source.encode(), None,
                                              now_ms))
                 refused += len(session.items)
@@ -91,12 +124,12 @@ class OtlpTraces:
         refused_starts = {events[r.index].session_id: r for r in response.rejected
                           if events[r.index].WhichOneof("body") == "session_start"}
         records = []
-        for built, call_records in calls:
-            rejection = refused_starts.get(built.session_id)
+        for built, session, call_records in calls:
+            rejection = refused_starts.get(built.session_id)  # both the redacted (pseudonymised) session id
             if rejection is None:
                 records += call_records
                 continue
-            spans_lost = sum(isinstance(item, Exchange) for item in _items_of(sessions, built.session_id))
+            spans_lost = sum(isinstance(item, Exchange) for item in session.items)
             refused += spans_lost
             first_reason = first_reason or f"{rejection.reason}: {rejection.message}"
             dead += [core.dead_letter(rejection.reason, f"model call of a refused session: {rejection.message}",
@@ -106,10 +139,6 @@ class OtlpTraces:
             first = response.rejected[0]
             first_reason = f"{first.reason}: {first.message}"
         return refused, first_reason
-
-
-def _items_of(sessions, session_id: str) -> list:
-    return next((s.items for s in sessions if s.session_id == session_id), [])
 
 
 def protobuf_document(body: bytes) -> dict:

@@ -1,5 +1,8 @@
 """Parse and check one SessionEvent: every way it can be wrong has a reason name and a message that
 says what to do. The capture service turns a `Rejected` into a rejection for the caller and a dead letter.
+
+One set of rules for every way in: capture (gRPC and HTTP) and OTLP call `validate`; `liverl import`, whose
+events keep their historic times, calls `check_content` (everything but the clock and the stamping).
 """
 
 from __future__ import annotations
@@ -8,8 +11,8 @@ import math
 from dataclasses import dataclass
 from functools import cache
 
-from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
-from google.protobuf.message import DecodeError
+from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory, unknown_fields
+from google.protobuf.message import DecodeError, Message
 
 from liverl.contracts import names
 from liverl.v1 import common_pb2, session_event_pb2
@@ -18,10 +21,20 @@ SessionEvent = session_event_pb2.SessionEvent
 MAX_ID_CHARS = 256
 LATE_KINDS = frozenset({"feedback", "outcome"})  # may arrive after the session closed
 AGENT_ROLES = frozenset(common_pb2.AgentRole.values())
-FEEDBACK_KINDS = frozenset(session_event_pb2.FeedbackKind.values())
+FEEDBACK_KINDS = frozenset(session_event_pb2.FeedbackKind.values()) - {session_event_pb2.FEEDBACK_KIND_UNSPECIFIED}
+# Ids beside event_id and session_id (join keys, log fields): printable (no control characters, which
+# break logs and terminals and can forge lines), at most MAX_ID_CHARS; empty is allowed (optional).
+# Free text (task_family, names, messages) is redacted and size-limited, not held to a character set.
+ID_FIELDS = {None: ("user_id", "agent_id"), "session_start": ("task_id",),
+             "tool_call": ("call_id", "request_id"), "tool_result": ("call_id",),
+             "feedback": ("target_call_id",), "summary": ("request_id",),
+             "subagent_created": ("subagent_id",), "task_assigned": ("subagent_id", "task_id"),
+             "subagent_finished": ("subagent_id", "task_id")}
+FEEDBACK_VALUE_RANGE = (-1.0, 1.0)  # thumbs and edits carry +-1 (or nothing); a rating lies in [0, 1]
+MAX_TOKEN_BUDGET = 100_000_000  # a context budget in tokens; more is a bug or an attack, not a model
 
 
-class Rejected(Exception):
+class Rejected(ValueError):
     """An event the service refuses: `reason` is machine-readable, the message is for a human."""
 
     def __init__(self, reason: str, message: str):
@@ -70,19 +83,11 @@ def parse_json(item: object) -> SessionEvent:
 
 def validate(event: SessionEvent, tenant_id: str, now_ms: int, limits: Limits) -> None:
     """Check an event in place and stamp what the service owns (tenant, ingest time, default agent id)."""
-    _check_ids(event)
-    if event.schema_version != names.EVENT_SCHEMA_VERSION:
-        if event.schema_version == 0:
-            raise Rejected("invalid_schema", f"schema_version is missing; set it to {names.EVENT_SCHEMA_VERSION}")
-        raise Rejected("unsupported_schema_version", f"schema_version {event.schema_version} is not supported; "
-                                                     f"this service speaks {names.EVENT_SCHEMA_VERSION}")
-    if event.WhichOneof("body") is None:
-        raise Rejected("invalid_schema", "the event has no body; set exactly one of session_start, user_message, ...")
+    check_content(event)
     if event.tenant_id and event.tenant_id != tenant_id:
         raise Rejected("tenant_mismatch", "the event names another tenant than the caller's token; leave tenant_id "
                                           "empty (the service sets it) or use that tenant's token")
     _check_time(event, now_ms, limits)
-    _check_values(event)
     if event.agent_id == "":
         event.agent_id = "main"
     event.tenant_id = tenant_id
@@ -93,6 +98,24 @@ def validate(event: SessionEvent, tenant_id: str, now_ms: int, limits: Limits) -
                                     "send large outputs truncated or by reference")
 
 
+def check_content(event: SessionEvent) -> None:
+    """Every rule on what the event says (ids, schema, body, values, no unknown fields), not on when."""
+    _check_ids(event)
+    if _has_unknown_fields(event):
+        raise Rejected("unknown_field", "the event has fields this service does not know (field numbers outside "
+                                        "proto/liverl/v1/session_event.proto); build it with the generated classes "
+                                        "of this schema version")
+    if event.schema_version != names.EVENT_SCHEMA_VERSION:
+        if event.schema_version == 0:
+            raise Rejected("invalid_schema", f"schema_version is missing; set it to {names.EVENT_SCHEMA_VERSION}")
+        raise Rejected("unsupported_schema_version", f"schema_version {event.schema_version} is not supported; "
+                                                     f"this service speaks {names.EVENT_SCHEMA_VERSION}")
+    if event.WhichOneof("body") is None:
+        raise Rejected("invalid_schema", "the event has no body; set exactly one of session_start, user_message, ...")
+    _check_id_fields(event)
+    _check_values(event)
+
+
 def _check_ids(event: SessionEvent) -> None:
     for field in ("event_id", "session_id"):
         value = getattr(event, field)
@@ -100,9 +123,32 @@ def _check_ids(event: SessionEvent) -> None:
             raise Rejected("invalid_schema", f"{field} is required (the SDK sets it; HTTP callers must too)")
         if len(value) > MAX_ID_CHARS or not value.isprintable():
             raise Rejected("invalid_schema", f"{field} must be printable and at most {MAX_ID_CHARS} characters")
-    for field in ("user_id", "agent_id"):
-        if len(getattr(event, field)) > MAX_ID_CHARS:
-            raise Rejected("invalid_schema", f"{field} must be at most {MAX_ID_CHARS} characters")
+
+
+def _check_id_fields(event: SessionEvent) -> None:
+    kind = event.WhichOneof("body")
+    for owner, fields in ((None, ID_FIELDS[None]), (kind, ID_FIELDS.get(kind, ()))):
+        message = event if owner is None else getattr(event, owner)
+        for field in fields:
+            value = getattr(message, field)
+            if len(value) > MAX_ID_CHARS or not value.isprintable():
+                where = field if owner is None else f"{owner}.{field}"
+                raise Rejected("invalid_value", f"{where} must be printable (no control characters) and at most "
+                                                f"{MAX_ID_CHARS} characters")
+
+
+def _has_unknown_fields(message: Message) -> bool:
+    """Whether the message or any message inside it holds fields of numbers its schema does not define."""
+    if len(unknown_fields.UnknownFieldSet(message)):
+        return True
+    for field, value in message.ListFields():
+        if field.type != field.TYPE_MESSAGE:
+            continue
+        if field.message_type.GetOptions().map_entry:
+            continue  # map entries are rebuilt on parse: their unknown fields are dropped already
+        if any(_has_unknown_fields(item) for item in (value if field.is_repeated else (value,))):
+            return True
+    return False
 
 
 def _check_time(event: SessionEvent, now_ms: int, limits: Limits) -> None:
@@ -122,10 +168,13 @@ def _check_values(event: SessionEvent) -> None:
     kind = event.WhichOneof("body")
     if kind == "feedback":
         if event.feedback.kind not in FEEDBACK_KINDS:
-            raise Rejected("invalid_value", f"feedback.kind {event.feedback.kind} is not a known FeedbackKind")
+            raise Rejected("invalid_value", f"feedback.kind {event.feedback.kind} is not a known FeedbackKind; set one "
+                                            "of THUMBS_UP, THUMBS_DOWN, EDIT_KEPT, EDIT_REVERTED, "
+                                            "DISSATISFIED_FOLLOWUP, RATING")
         value = event.feedback.value
-        if not math.isfinite(value):
-            raise Rejected("invalid_value", "feedback.value must be a finite number")
+        low, high = FEEDBACK_VALUE_RANGE
+        if not (math.isfinite(value) and low <= value <= high):
+            raise Rejected("invalid_value", f"feedback.value must be a finite number in [{low:g}, {high:g}]")
         if event.feedback.kind == session_event_pb2.FEEDBACK_KIND_RATING and not 0.0 <= value <= 1.0:
             raise Rejected("invalid_value", "a RATING feedback's value must lie in [0, 1]")
     elif kind == "outcome":
@@ -134,6 +183,17 @@ def _check_values(event: SessionEvent) -> None:
             raise Rejected("invalid_value", "outcome.score must be a finite number in [0, 1]")
         if any(not math.isfinite(v) for v in event.outcome.metrics.values()):
             raise Rejected("invalid_value", "outcome.metrics values must be finite numbers")
+        if any(len(name) > MAX_ID_CHARS or not name.isprintable() for name in event.outcome.metrics):
+            raise Rejected("invalid_value", f"outcome.metrics names must be printable, at most {MAX_ID_CHARS} "
+                                            "characters")
+    elif kind == "session_start":
+        if not 0 <= event.session_start.token_budget <= MAX_TOKEN_BUDGET:
+            raise Rejected("invalid_value", f"session_start.token_budget must lie in [0, {MAX_TOKEN_BUDGET}] "
+                                            "(0: no budget)")
+    elif kind == "task_assigned" and event.task_assigned.stage < 0:
+        raise Rejected("invalid_value", "task_assigned.stage must be 0 or more (the orchestrator step)")
+    elif kind == "subagent_finished" and event.subagent_finished.steps < 0:
+        raise Rejected("invalid_value", "subagent_finished.steps must be 0 or more (model calls taken)")
     if event.agent_role not in AGENT_ROLES:
         raise Rejected("invalid_value", f"agent_role {event.agent_role} is not a known AgentRole")
 

@@ -7,9 +7,10 @@
 TOPIC_OR_ALIAS is a topic name or an alias of the configured ones: "events" (kafka.session_events_topic,
 SessionEvent), "calls" (kafka.model_calls_topic, ModelCall), "dead-letters" (kafka.dead_letters_topic,
 the JSON envelope). Each line: {"topic", "partition", "offset", "timestamp_ms", "key", "headers",
-"value"} with the value in the protobuf JSON mapping. Without --follow it stops at the end the
-topic had when it started. Start: --from-beginning (the default), --from-offset N or --tail N, per
-partition.
+"value"} with the value in the protobuf JSON mapping. A session id that holds personal data is stored (and
+keyed) as its pseudonym: --session takes either, the id as the product knows it or the pseudonym.
+Without --follow it stops at the end the topic had when it started. Start: --from-beginning (the default),
+--from-offset N or --tail N, per partition.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def add_arguments(parser) -> None:
     start.add_argument("--from-offset", type=int, metavar="N", help="from offset N of each partition")
     start.add_argument("--tail", type=int, metavar="N", help="the last N records of each partition")
     parser.add_argument("--tenant", help="only this tenant's records")
-    parser.add_argument("--session", help="only this session's records")
+    parser.add_argument("--session", help="only this session's records (its id, or the pseudonym it is stored under)")
     parser.add_argument("--max", type=int, metavar="N", help="stop after printing N records")
     parser.add_argument("--follow", action="store_true", help="keep waiting for new records (Ctrl-C stops)")
 
@@ -41,7 +42,7 @@ def run(config, args) -> int:
     logging.getLogger("kafka").setLevel(logging.CRITICAL)
     topic = resolve_topic(config.kafka, args.topic)
     decode = decoder_for(config.kafka, topic)
-    for line in read_lines(config.kafka, topic, decode, args):
+    for line in read_lines(config.kafka, topic, decode, args, config.ingest.redaction):
         print(line, flush=True)
     return 0
 
@@ -106,10 +107,20 @@ def _text(raw: bytes) -> str:
 
 # --- reading -------------------------------------------------------------------------------------
 
-def read_lines(kafka, topic: str, decode: Callable[[bytes], Decoded], args) -> Iterator[str]:
-    """JSON lines of the topic's records that pass the tenant and session filters, in each partition's order."""
+def stored_session_ids(session: str, redaction=None) -> set[str]:
+    """The ids a session's records may carry: its own, and the pseudonym redaction stores it under when it
+    holds personal data (the same keyed hash in every stage)."""
+    from liverl.redaction import Redactor
+
+    return {session, Redactor(redaction).redact_id(session)}
+
+
+def read_lines(kafka, topic: str, decode: Callable[[bytes], Decoded], args, redaction=None) -> Iterator[str]:
+    """JSON lines of the topic's records that pass the tenant and session filters, in each partition's order.
+    redaction: the RedactionConfig whose pseudonyms --session also matches (None: the defaults)."""
     from kafka import KafkaConsumer, TopicPartition
 
+    sessions = stored_session_ids(args.session, redaction) if args.session else set()
     consumer = KafkaConsumer(**kafka.client_kwargs(), group_id=None, enable_auto_commit=False,
                              auto_offset_reset="earliest")
     try:
@@ -132,7 +143,7 @@ def read_lines(kafka, topic: str, decode: Callable[[bytes], Decoded], args) -> I
                     if not args.follow and record.offset >= ends[tp]:
                         continue
                     line, tenant, session = as_line(record, decode)
-                    if (args.tenant and tenant != args.tenant) or (args.session and session != args.session):
+                    if (args.tenant and tenant != args.tenant) or (sessions and session not in sessions):
                         continue
                     yield json.dumps(line, ensure_ascii=False)
                     printed += 1

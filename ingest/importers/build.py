@@ -17,6 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from liverl.contracts.chat import content_text
+from ingest.validation import check_content
 from ingest.importers.chat import completion_text, render_prompt, tool_calls_of
 from ingest.importers.model import (OBSERVATION_OF, Exchange, ImportedSession, ToolCallSpec, ToolExecution)
 from liverl.contracts import names
@@ -24,7 +25,8 @@ from liverl.v1 import common_pb2, model_call_pb2, session_event_pb2
 
 POLICY_VERSION = "import"
 AGENT_ID = "main"
-STRUCTURAL_KEYS = frozenset({"role", "type", "id", "tool_call_id", OBSERVATION_OF})  # never text a user wrote
+STRUCTURAL_KEYS = frozenset({"role", "type"})  # names the format defines: kept as they are
+ID_KEYS = frozenset({"id", "tool_call_id", OBSERVATION_OF})  # join keys: pseudonymised like the events' ids
 
 
 @dataclass
@@ -88,6 +90,8 @@ class _Assembly:
             self.event(f"{s.identity}-end", "session_end", reason=s.end_reason)
         for message in [*self.out.events, *self.out.calls]:
             self.out.redacted += self.builder.redactor.redact_message(message)
+        for event in self.out.events:  # the capture service's own rules (a Rejected is a ValueError)
+            check_content(event)
         return self.out
 
     # --- items ---------------------------------------------------------------------------------
@@ -189,31 +193,52 @@ def _after_last_assistant(messages: list[dict]) -> list[dict]:
 
 
 def _redacted(session: ImportedSession, redactor, counts: Counter) -> ImportedSession:
-    """A copy with every text redacted (and cut to the redactor's field limit)."""
+    """A copy with every text redacted (and cut to the redactor's field limit): messages with their keys,
+    tool definitions, tool calls, and ids (session, call ids) as the same pseudonyms redact_message gives,
+    so what is rendered into the prompt never holds what the events lose."""
     text = lambda value: redactor.redact_text(value, counts)  # noqa: E731
+    ident = lambda value: redactor.redact_id(value, counts)  # noqa: E731
     clean = copy.deepcopy(session)
+    clean.session_id = ident(clean.session_id)
     for item in clean.items:
         if isinstance(item, Exchange):
-            item.messages = [_redact_value(m, text) for m in item.messages]
+            item.messages = [_redact_value(m, text, ident) for m in item.messages]
+            item.tools = None if item.tools is None else [_redact_value(t, text, ident) for t in item.tools]
             item.completion = text(item.completion)
+            item.model = text(item.model)
+            if isinstance(item.sampling.get("stop"), list):
+                item.sampling["stop"] = [text(str(s)) for s in item.sampling["stop"]]
             for call in item.tool_calls:
-                call.arguments_json = text(call.arguments_json)
+                _redact_call(call, text, ident)
         else:
-            item.call.arguments_json = text(item.call.arguments_json)
+            _redact_call(item.call, text, ident)
             item.output = text(item.output)
-    clean.trailing = [_redact_value(m, text) for m in clean.trailing]
-    clean.task_id = text(clean.task_id)
-    clean.attributes = {k: text(v) for k, v in clean.attributes.items()}
+    clean.trailing = [_redact_value(m, text, ident) for m in clean.trailing]
+    clean.task_id = ident(clean.task_id)
+    clean.attributes = {text(k): text(v) for k, v in clean.attributes.items()}
     if clean.outcome is not None:
         clean.outcome.detail = text(clean.outcome.detail)
     return clean
 
 
-def _redact_value(value, text, key: str = ""):
+def _redact_call(call: ToolCallSpec, text, ident) -> None:
+    call.call_id = ident(call.call_id)
+    call.name = text(call.name)
+    call.arguments_json = text(call.arguments_json)
+    call.error = text(call.error)
+
+
+def _redact_value(value, text, ident, key: str = ""):
     if isinstance(value, str):
-        return value if key in STRUCTURAL_KEYS else text(value)
+        return value if key in STRUCTURAL_KEYS else ident(value) if key in ID_KEYS else text(value)
     if isinstance(value, dict):
-        return {k: _redact_value(v, text, k) for k, v in value.items()}
+        redacted = {}
+        for name, item in value.items():
+            new = name if name in STRUCTURAL_KEYS or name in ID_KEYS or not isinstance(name, str) else text(name)
+            while new in redacted:  # two keys redacted alike: keep both values
+                new += "'"
+            redacted[new] = _redact_value(item, text, ident, name)
+        return redacted
     if isinstance(value, list):
-        return [_redact_value(v, text, key) for v in value]
+        return [_redact_value(v, text, ident, key) for v in value]
     return value

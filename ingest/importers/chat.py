@@ -8,16 +8,17 @@ demo policies use. Keep the two in step: an imported prompt should tokenize like
 
 from __future__ import annotations
 
-import ast
 import json
 from typing import Any
 
-from ingest.importers.model import OBSERVATION_OF, ToolCallSpec
+from ingest.importers.literal import python_literal
+from ingest.importers.model import OBSERVATION_OF, ToolCallSpec, TooManyEvents
 from liverl.contracts.chat import content_text, render_chat
 
 
-def tool_calls_of(message: dict, fallback_id: str) -> list[ToolCallSpec]:
-    """The OpenAI tool_calls of an assistant message; a call that does not parse comes back invalid."""
+def tool_calls_of(message: dict, fallback_id: str, limit: int | None = None) -> list[ToolCallSpec]:
+    """The OpenAI tool_calls of an assistant message; a call that does not parse comes back invalid.
+    limit: the most calls to read (TooManyEvents past it, before any is read); None: no limit."""
     raw = message.get("tool_calls")
     if not raw:
         return []
@@ -26,9 +27,12 @@ def tool_calls_of(message: dict, fallback_id: str) -> list[ToolCallSpec]:
             raw = json.loads(raw)
         except ValueError:
             try:
-                raw = ast.literal_eval(raw)
-            except (ValueError, SyntaxError):
-                return [ToolCallSpec(fallback_id, "", raw, valid=False, error="tool_calls is not a list of calls")]
+                raw = python_literal(raw)  # bounded: client text, never ast.literal_eval
+            except (ValueError, SyntaxError, RecursionError, MemoryError):
+                return [ToolCallSpec(fallback_id, "", raw[:1000], valid=False,
+                                     error="tool_calls is neither JSON nor a literal list of calls")]
+    if limit is not None and isinstance(raw, list) and len(raw) > limit:
+        raise TooManyEvents(len(raw), limit, "tool calls in one message")
     calls = []
     for index, call in enumerate(raw if isinstance(raw, list) else [raw]):
         call_id = f"{fallback_id}.{index}"

@@ -88,6 +88,15 @@ class ImportedSession:
     attributes: dict[str, str] = field(default_factory=dict)
 
 
+class TooManyEvents(Exception):
+    """One request would become more events than allowed (not a ValueError: never one bad span's fault)."""
+
+    def __init__(self, count: int, limit: int, what: str = "events"):
+        super().__init__(f"{count} {what}, over the limit of {limit} events per request")
+        self.count = count
+        self.limit = limit
+
+
 @dataclass
 class BadInput:
     """A part of a source that could not be read: counted, reported with its place, never fatal."""

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from liverl.contracts.chat import content_text
 from ingest.importers.chat import parsed_call, tool_calls_of
-from ingest.importers.model import BadInput, Exchange, ImportedSession, ToolExecution, digest
+from ingest.importers.model import BadInput, Exchange, ImportedSession, TooManyEvents, ToolExecution, digest
 
 FORMAT = "otlp"
 TASK_FAMILY = "agent"
@@ -61,25 +61,93 @@ def read(path: Path) -> Iterator[ImportedSession | BadInput]:
     yield from sessions
 
 
+class NotOtlpShape(ValueError):
+    """A part of the request is not shaped as OTLP JSON says; the message names where, never the value."""
+
+
 def spans_of(document: object, source: str) -> tuple[list[tuple[str, dict]], list[BadInput]]:
     """(source, span) for every span of an ExportTraceServiceRequest, resource attributes merged under
-    the span's own."""
+    the span's own. A request any part of which is misshapen (a list where an object belongs, an intValue
+    that is no integer, ...) gives no spans and one BadInput "invalid_otlp" naming the place."""
     if not isinstance(document, dict) or not isinstance(document.get("resourceSpans"), list):
         return [], [BadInput(source, "not_otlp",
                              'no "resourceSpans" list: export OTLP JSON (an ExportTraceServiceRequest)')]
+    try:
+        return _checked_spans(document, source), []
+    except NotOtlpShape as error:
+        return [], [BadInput(source, "invalid_otlp", f"{error}; send an ExportTraceServiceRequest as OTLP JSON "
+                                                     "(opentelemetry-proto's JSON mapping)")]
+    except RecursionError:
+        return [], [BadInput(source, "invalid_otlp", "the request nests too deep; send flat attribute values")]
+
+
+def _checked_spans(document: dict, source: str) -> list[tuple[str, dict]]:
     found = []
-    for resource_spans in document["resourceSpans"]:
-        resource = attributes((resource_spans.get("resource") or {}).get("attributes"))
-        for scope_spans in resource_spans.get("scopeSpans") or []:
-            for span in scope_spans.get("spans") or []:
-                if isinstance(span, dict):
-                    found.append((source, {**span, "_attributes": {**resource, **attributes(span.get("attributes"))}}))
-    return found, []
+    for r, resource_spans in enumerate(document["resourceSpans"]):
+        where = f"resourceSpans[{r}]"
+        _entry(resource_spans, where)
+        resource = _object(resource_spans.get("resource"), f"{where}.resource")
+        resource_attributes = attributes(resource.get("attributes"), f"{where}.resource.attributes")
+        for s, scope_spans in enumerate(_list(resource_spans.get("scopeSpans"), f"{where}.scopeSpans")):
+            scope_where = f"{where}.scopeSpans[{s}]"
+            _entry(scope_spans, scope_where)
+            for n, span in enumerate(_list(scope_spans.get("spans"), f"{scope_where}.spans")):
+                span_where = f"{scope_where}.spans[{n}]"
+                _entry(span, span_where)
+                _check_span(span, span_where)
+                found.append((source, {**span, "_attributes": {**resource_attributes,
+                                                               **attributes(span.get("attributes"),
+                                                                            f"{span_where}.attributes")}}))
+    return found
 
 
-def sessions_from_spans(spans: list[tuple[str, dict]],
-                        source_name: str) -> tuple[list[ImportedSession], list[BadInput]]:
-    """Group GenAI spans into sessions (conversation id, else trace), in start-time order."""
+def _check_span(span: dict, where: str) -> None:
+    for field in ("traceId", "spanId", "parentSpanId", "name"):
+        if not isinstance(span.get(field, ""), str):
+            raise NotOtlpShape(f"{where}.{field} must be a string")
+    for field in ("startTimeUnixNano", "endTimeUnixNano"):
+        value = span.get(field, "0")
+        if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, str) and value.isdigit())):
+            raise NotOtlpShape(f"{where}.{field} must be unix nanoseconds (an integer or a string of digits)")
+    status = _object(span.get("status"), f"{where}.status")
+    if not isinstance(status.get("code", 0), (int, str)) or not isinstance(status.get("message", ""), str):
+        raise NotOtlpShape(f"{where}.status must be {{\"code\": <int or name>, \"message\": <string>}}")
+    for e, event in enumerate(_list(span.get("events"), f"{where}.events")):
+        _entry(event, f"{where}.events[{e}]")
+        if not isinstance(event.get("name", ""), str):
+            raise NotOtlpShape(f"{where}.events[{e}].name must be a string")
+        attributes(event.get("attributes"), f"{where}.events[{e}].attributes")
+
+
+def _object(value: object, where: str) -> dict:
+    """value when it is an object, {} when absent (null); NotOtlpShape otherwise."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise NotOtlpShape(f"{where} must be an object, not {type(value).__name__}")
+    return value
+
+
+def _entry(value: object, where: str) -> None:
+    """A list entry must be an object (null included: it is no span, no scope)."""
+    if not isinstance(value, dict):
+        raise NotOtlpShape(f"{where} must be an object, not {type(value).__name__}")
+
+
+def _list(value: object, where: str) -> list:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise NotOtlpShape(f"{where} must be a list, not {type(value).__name__}")
+    return value
+
+
+def sessions_from_spans(spans: list[tuple[str, dict]], source_name: str,
+                        max_events: int | None = None) -> tuple[list[ImportedSession], list[BadInput]]:
+    """Group GenAI spans into sessions (conversation id, else trace), in start-time order.
+    max_events: raise TooManyEvents as soon as the spans would become more events and model calls than
+    this (one span fans out: each message and tool call is an event); None: no limit."""
+    events = 0
     conversation_of_trace: dict[str, str] = {}
     for _, span in spans:
         named = _conversation(span["_attributes"])
@@ -91,15 +159,20 @@ def sessions_from_spans(spans: list[tuple[str, dict]],
         trace_id, span_id = str(span.get("traceId", "")), str(span.get("spanId", ""))
         place = f"{source} span {span_id or '?'}"
         try:
-            item = _item(span, digest(FORMAT, trace_id, span_id))
-        except ValueError as error:
-            bad.append(BadInput(place, "invalid_span", str(error)))
+            item = _item(span, digest(FORMAT, trace_id, span_id), max_events)
+        except (ValueError, TypeError, AttributeError, KeyError, RecursionError) as error:  # one span's content
+            bad.append(BadInput(place, "invalid_span", str(error) if isinstance(error, ValueError) else
+                                f"the span's GenAI attributes are not shaped as the semantic conventions say "
+                                f"({type(error).__name__})"))
             continue
         if item is None:
             continue
         named = _conversation(span["_attributes"]) or conversation_of_trace.get(trace_id, "")
         session_id = named or f"otlp-trace-{trace_id}"
         session = sessions.get(session_id)
+        events += events_of_item(item, max_events) + (session is None)  # a new session: its session_start too
+        if max_events is not None and events > max_events:
+            raise TooManyEvents(events, max_events, "events and model calls (and counting)")
         if session is None:
             session = sessions[session_id] = ImportedSession(
                 source=place, identity=digest(FORMAT, "session", session_id), session_id=session_id,
@@ -110,7 +183,17 @@ def sessions_from_spans(spans: list[tuple[str, dict]],
     return list(sessions.values()), bad
 
 
-def _item(span: dict, source_id: str) -> Exchange | ToolExecution | None:
+def events_of_item(item: Exchange | ToolExecution, max_events: int | None = None) -> int:
+    """The most events and model calls the builder makes of one item (an upper bound: context messages
+    shown before are skipped there)."""
+    if isinstance(item, ToolExecution):
+        return 2  # the call (when no model call asked for it) and its result
+    earlier_calls = sum(len(tool_calls_of(m, "", max_events)) for m in item.messages
+                        if isinstance(m, dict) and m.get("tool_calls"))
+    return len(item.messages) + earlier_calls + len(item.tool_calls) + 1  # + the model call
+
+
+def _item(span: dict, source_id: str, max_events: int | None = None) -> Exchange | ToolExecution | None:
     attrs = _with_event_attributes(span)
     operation = str(attrs.get("gen_ai.operation.name") or "")
     time_ms = _nanos(span.get("startTimeUnixNano")) // 1_000_000
@@ -139,7 +222,7 @@ def _item(span: dict, source_id: str) -> Exchange | ToolExecution | None:
         sampling["stop"] = [str(s) for s in attrs["gen_ai.request.stop_sequences"]]
     return Exchange(
         source_id=source_id, messages=messages, completion=content_text(answer.get("content")),
-        tool_calls=tool_calls_of(answer, f"{source_id}-call"),
+        tool_calls=tool_calls_of(answer, f"{source_id}-call", max_events),
         model=str(attrs.get("gen_ai.response.model") or attrs.get("gen_ai.request.model") or ""),
         time_ms=time_ms, finish_ms=_nanos(span.get("endTimeUnixNano")) // 1_000_000,
         finish_reason=str(finish), sampling=sampling)
@@ -221,30 +304,62 @@ def _legacy(attrs: dict, prefix: str, default_role: str) -> list[dict]:
 
 # --- OTLP values ---------------------------------------------------------------------------------
 
-def attributes(items: object) -> dict:
-    """OTLP JSON attributes ([{"key", "value": {"stringValue": ...}}]) as a plain dict."""
-    return {str(item.get("key")): value_of(item.get("value")) for item in items or []
-            if isinstance(item, dict) and "key" in item}
+def attributes(items: object, where: str = "attributes") -> dict:
+    """OTLP JSON attributes ([{"key", "value": {"stringValue": ...}}]) as a plain dict; NotOtlpShape when
+    they are not shaped so."""
+    found = {}
+    for index, item in enumerate(_list(items, where)):
+        if not isinstance(item, dict) or not isinstance(item.get("key"), str):
+            raise NotOtlpShape(f"{where}[{index}] must be an object with a string \"key\"")
+        found[item["key"]] = value_of(item.get("value"), f"{where}[{index}].value")
+    return found
 
 
-def value_of(value: object):
+def value_of(value: object, where: str = "value"):
+    """An OTLP AnyValue as a plain value (None when empty); NotOtlpShape when it is not one."""
+    if value is None:
+        return None
     if not isinstance(value, dict):
-        return value
+        raise NotOtlpShape(f"{where} must be an AnyValue object, not {type(value).__name__}")
     if "stringValue" in value:
-        return value["stringValue"]
-    if "intValue" in value:
-        return int(value["intValue"])  # a string in OTLP JSON (64-bit)
+        return _typed(value["stringValue"], str, f"{where}.stringValue", "a string")
+    if "intValue" in value:  # a string in OTLP JSON (64-bit)
+        raw = value["intValue"]
+        if isinstance(raw, bool) or not isinstance(raw, (int, str)):
+            raise NotOtlpShape(f"{where}.intValue must be an integer or a string of one")
+        try:
+            number = int(raw)
+        except ValueError:
+            raise NotOtlpShape(f"{where}.intValue is not an integer") from None
+        if not -(1 << 63) <= number < (1 << 63):
+            raise NotOtlpShape(f"{where}.intValue is outside the 64-bit range")
+        return number
     if "doubleValue" in value:
-        return float(value["doubleValue"])
+        raw = value["doubleValue"]
+        if isinstance(raw, bool) or not isinstance(raw, (int, float, str)):
+            raise NotOtlpShape(f"{where}.doubleValue must be a number")
+        try:
+            return float(raw)
+        except ValueError:
+            raise NotOtlpShape(f"{where}.doubleValue is not a number") from None
     if "boolValue" in value:
-        return bool(value["boolValue"])
+        return _typed(value["boolValue"], bool, f"{where}.boolValue", "true or false")
     if "arrayValue" in value:
-        return [value_of(v) for v in (value["arrayValue"] or {}).get("values") or []]
+        array = _object(value["arrayValue"], f"{where}.arrayValue")
+        return [value_of(v, f"{where}.arrayValue.values[{i}]")
+                for i, v in enumerate(_list(array.get("values"), f"{where}.arrayValue.values"))]
     if "kvlistValue" in value:
-        return attributes((value["kvlistValue"] or {}).get("values"))
+        kvlist = _object(value["kvlistValue"], f"{where}.kvlistValue")
+        return attributes(kvlist.get("values"), f"{where}.kvlistValue.values")
     if "bytesValue" in value:
-        return value["bytesValue"]
+        return _typed(value["bytesValue"], str, f"{where}.bytesValue", "a base64 string")
     return None
+
+
+def _typed(value: object, kind: type, where: str, what: str):
+    if not isinstance(value, kind):
+        raise NotOtlpShape(f"{where} must be {what}")
+    return value
 
 
 def _with_event_attributes(span: dict) -> dict:

@@ -27,7 +27,9 @@ class RecordTooLarge(ValueError):
 
 def records_of(built: BuiltSession, tenant: str, kafka: KafkaConfig) -> list[Record]:
     """The session's records, events first then calls (each topic keeps the session's order);
-    RecordTooLarge when one would not fit a Kafka request (the whole session is then skipped)."""
+    RecordTooLarge when one would not fit a Kafka request (the whole session is then skipped). The key is
+    the session id the records carry: built.session_id is the redacted one (a pseudonym when it held
+    personal data), never the source's."""
     key = session_key(tenant, built.session_id)
     records = [Record(kafka.session_events_topic, key, e.SerializeToString(), _headers(tenant, b"session-event"),
                       e.event_time_ms) for e in built.events]

@@ -2,6 +2,8 @@
 
 from pathlib import Path
 
+from pydantic import Field
+
 from liverl.config.redaction import RedactionConfig
 from pydantic import Field
 
@@ -36,6 +38,11 @@ class IngestConfig(Section):
     """Largest serialized SessionEvent accepted."""
     max_batch_events: int = Field(1000, ge=1)
     """Most events in one request."""
+    max_events_per_request: int = Field(default=10_000, ge=1, le=1_000_000)
+    """Most SessionEvents and ModelCalls one OTLP request (POST /v1/traces) may become: one span fans out
+    (each of its messages and tool calls is an event), so a small body could otherwise fill the spool.
+    Over it the request is refused whole (413 too_many_events, dead-lettered) before anything is built;
+    the rate limit is charged per event, not per span."""
     max_request_bytes: int = Field(16 * 1024 * 1024, ge=1)
     """Largest request body (gRPC message or HTTP body)."""
     handler_timeout_s: float = Field(10.0, ge=0.0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import unicodedata
 from collections import Counter
 from collections.abc import Callable, Sequence
 from functools import cache
@@ -19,6 +20,7 @@ from liverl.redaction.detectors import BUILTIN, TRIGGER, any_finding_pattern, co
 ID_FIELDS = frozenset({"event_id", "session_id", "tenant_id", "agent_id", "call_id", "request_id", "target_call_id",
                        "subagent_id", "task_id", "chunk_ids", "gold_chunk_ids", "answer_chunk_ids"})
 Check = Callable[[str, str], bool] | None
+Around = Callable[[str, int, int], bool] | None
 
 
 class Redactor:
@@ -35,13 +37,13 @@ class Redactor:
         self.max_field_chars: int = pick("max_field_chars")
         self.phone_region: str = pick("phone_region")
         self._salt = config.pseudonym_salt.encode()
-        self._rules: list[tuple[str, object, Check]] = [
-            (d.name, compiled_bounded(d.pattern) if d.bounded else compiled(d.pattern), d.check)
+        self._rules: list[tuple[str, object, Check, Around]] = [
+            (d.name, compiled_bounded(d.pattern) if d.bounded else compiled(d.pattern), d.check, d.around)
             for name in DETECTORS if name in builtin for d in BUILTIN[name]]
         custom = {**config.custom_patterns, **(override.custom_patterns if override else {})}
         for name, pattern in custom.items():
             try:
-                self._rules.append((name, compiled(pattern), None))
+                self._rules.append((name, compiled(pattern), None, None))
             except ValueError as error:
                 raise ValueError(f"custom redaction pattern {name!r} is not a valid RE2 regex: {error}") from None
         self._has_custom = bool(custom)
@@ -74,13 +76,26 @@ class Redactor:
         return self.redact_text(raw.decode("latin-1"), counts).encode("latin-1", errors="replace"), counts
 
     def _detect(self, text: str, counts: Counter) -> str:
+        """Findings masked. Text that is not in NFKC form (fullwidth digits, ligatures) is matched in that
+        form, and returned in it only when something was found: look-alike characters hide nothing."""
+        normal = _nfkc(text)
+        if normal is text:
+            return self._detect_normal(text, counts)
+        found: Counter = Counter()
+        redacted = self._detect_normal(normal, found)
+        if not found:
+            return text
+        counts.update(found)
+        return redacted
+
+    def _detect_normal(self, text: str, counts: Counter) -> str:
         if not self._has_custom and not self._may_hold_finding(text):
             return text
-        for name, pattern, check in self._rules:
-            text = self._apply(name, pattern, check, text, counts)
+        for name, pattern, check, around in self._rules:
+            text = self._apply(name, pattern, check, around, text, counts)
         return text
 
-    def _apply(self, name: str, pattern, check: Check, text: str, counts: Counter) -> str:
+    def _apply(self, name: str, pattern, check: Check, around: Around, text: str, counts: Counter) -> str:
         token = f"[REDACTED:{name}]"
         found = 0
 
@@ -94,10 +109,15 @@ class Redactor:
                 return f"{match.group('name')}{match.group('sep')}{match.group('quote')}{token}"
             if name == "phone" and not _standalone(text, match.start(), match.end()):
                 return whole
-            if check is not None and not check(whole, self.phone_region):
+            # a pattern with a "value" group masks that group only (the words naming it stay)
+            start, end = match.span("value") if "value" in match.re.groupindex else match.span()
+            candidate = text[start:end]
+            if check is not None and not check(candidate, self.phone_region):
+                return whole
+            if around is not None and not around(text, start, end):
                 return whole
             found += 1
-            return token
+            return whole[:start - match.start()] + token + whole[end - match.start():]
 
         redacted = pattern.sub(replace, text)
         if found:
@@ -129,7 +149,7 @@ class Redactor:
         for message in messages:
             _collect_strings(message, strings)
         return max(map(len, strings), default=0) <= self.max_field_chars and \
-            self._any_finding.search("\n".join(strings)) is None
+            self._any_finding.search(_nfkc("\n".join(strings))) is None
 
     def pseudonym(self, value: str, kind: str) -> str:
         """The stand-in for an id that held personal data: equal values give equal pseudonyms."""
@@ -145,11 +165,18 @@ class Redactor:
         strings: list[str] = []
         _collect_strings(message, strings)
         return max(map(len, strings), default=0) > self.max_field_chars or \
-            self._any_finding.search("\n".join(strings)) is not None
+            self._any_finding.search(_nfkc("\n".join(strings))) is not None
 
     def _may_hold_finding(self, text: str) -> bool:
         """False only when no built-in detector can change text (custom patterns are not covered)."""
         return self._any_finding.search(text) is not None and self._trigger.search(text) is not None
+
+    def redact_id(self, value: str, counts: Counter | None = None) -> str:
+        """An id (a join key) as redact_message leaves it: unchanged, or the keyed pseudonym of the whole
+        value when it holds a finding, so the same id gets the same stand-in in every stage."""
+        if not self.enabled:
+            return value
+        return self._redact_id(value, Counter() if counts is None else counts)
 
     def _redact_id(self, value: str, counts: Counter) -> str:
         found: Counter = Counter()
@@ -241,6 +268,13 @@ def _collect_strings(message: Message, out: list[str]) -> None:
             elif value_type == FieldDescriptor.TYPE_MESSAGE:
                 for item in value.values():
                     _collect_strings(item, out)
+
+
+def _nfkc(text: str) -> str:
+    """text in NFKC form (fullwidth digits and letters as ASCII, ...); text itself when it is already."""
+    if text.isascii() or unicodedata.is_normalized("NFKC", text):
+        return text
+    return unicodedata.normalize("NFKC", text)
 
 
 def _standalone(text: str, start: int, end: int) -> bool:

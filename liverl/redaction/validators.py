@@ -40,7 +40,8 @@ def _national_checks():
     from stdnum.it import codicefiscale
     from stdnum.us import ssn
 
-    return {"us_ssn": ssn.is_valid, "es_dni": dni.is_valid, "es_nie": nie.is_valid, "fr_nir": nir.is_valid,
+    return {"us_ssn": lambda value: ssn.is_valid(digits_of(value)),  # written with dashes, spaces or neither
+            "es_dni": dni.is_valid, "es_nie": nie.is_valid, "fr_nir": nir.is_valid,
             "it_codice_fiscale": codicefiscale.is_valid, "br_cpf": cpf.is_valid, "in_aadhaar": aadhaar.is_valid}
 
 
@@ -83,3 +84,58 @@ def is_phone(candidate: str, region: str) -> bool:
         return False
     home = phonenumbers.region_code_for_country_code(number.country_code)
     return phonenumbers.is_valid_number_for_region(number, home)
+
+
+HEX = frozenset("0123456789abcdefABCDEF")
+AWS_CONTEXT = ("aws", "secret", "access_key", "accesskey", "access key", "credential")
+
+
+def _token_around(text: str, start: int, end: int, extra: str = "") -> str:
+    """The run of letters and digits (and `extra`) that holds text[start:end]."""
+    while start > 0 and (text[start - 1].isalnum() or text[start - 1] in extra):
+        start -= 1
+    while end < len(text) and (text[end].isalnum() or text[end] in extra):
+        end += 1
+    return text[start:end]
+
+
+def outside_hex_token(text: str, start: int, end: int) -> bool:
+    """False when the match lies in a hexadecimal token of 20 or more characters (a digest, a uuid part)."""
+    token = _token_around(text, start, end)
+    return not (len(token) >= 20 and all(c in HEX for c in token))
+
+
+def _entropy(text: str) -> float:
+    from collections import Counter
+    from math import log2
+
+    return -sum(n / len(text) * log2(n / len(text)) for n in Counter(text).values())
+
+
+def _longest_same_case_run(text: str) -> int:
+    longest = run = 0
+    previous = ""
+    for c in text:
+        case = "l" if c.islower() else "u" if c.isupper() else ""
+        run = run + 1 if case and case == previous else (1 if case else 0)
+        previous = case
+        longest = max(longest, run)
+    return longest
+
+
+def is_aws_secret(text: str, start: int, end: int) -> bool:
+    """A 40-character base64 token that is an AWS secret key: named so just before it (aws, secret, ...)
+    and not a hex digest; or, without such context, as random as a generated key is (entropy over 4.3
+    bits a character, at least two digits, two capitals and two small letters, no word-like run of more
+    than eight letters of one case): identifiers, paths and digests are not."""
+    candidate = text[start:end]
+    if all(c in HEX for c in candidate) or "//" in candidate:
+        return False
+    before = text[max(0, start - 40):start].lower()
+    if any(word in before for word in AWS_CONTEXT):
+        return _entropy(candidate) >= 3.5
+    digits = sum(c.isdigit() for c in candidate)
+    upper = sum(c.isupper() for c in candidate)
+    lower = sum(c.islower() for c in candidate)
+    return (digits >= 2 and upper >= 2 and lower >= 2 and candidate.count("/") <= 3
+            and _longest_same_case_run(candidate) <= 8 and _entropy(candidate) >= 4.3)

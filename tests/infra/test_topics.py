@@ -98,3 +98,22 @@ def test_start_positions_and_max(published):
 def test_unknown_topic_says_what_to_use(published):
     with pytest.raises(ValueError, match="does not exist"):
         topics(published, "no-such-topic")
+
+
+def test_a_session_stored_under_its_pseudonym_is_found_by_the_id_the_product_knows(fresh_topics):
+    from kafka import KafkaProducer
+
+    from liverl.contracts.keys import session_key
+    from liverl.redaction import Redactor
+
+    pseudonym = Redactor(fresh_topics.ingest.redaction).redact_id("conv-dave@example.com")
+    assert pseudonym.startswith("redacted-email-")
+    kafka = fresh_topics.kafka
+    producer = KafkaProducer(**kafka.client_kwargs(), acks="all")
+    producer.send(kafka.session_events_topic, key=session_key("acme", pseudonym),
+                  value=event("p1", "acme", pseudonym, "hi").SerializeToString())
+    producer.flush()
+    producer.close()
+    for asked in ("conv-dave@example.com", pseudonym):
+        [line] = topics(fresh_topics, "events", "--session", asked)
+        assert line["value"]["event_id"] == "p1" and "dave@example.com" not in json.dumps(line)

@@ -144,6 +144,7 @@ def test_session_rules_hold_across_replicas(replicas):
     after_end.tool_call.name = "edit"
     feedback = session_event_pb2.SessionEvent(event_id="late-feedback", session_id="closed", schema_version=1,
                                               event_time_ms=int(time.time() * 1000), sequence=10)
+    feedback.feedback.kind = session_event_pb2.FEEDBACK_KIND_THUMBS_UP  # an unspecified kind is refused
     feedback.feedback.value = 1.0
     never_started = session_event_pb2.SessionEvent(event_id="orphan", session_id="orphan", schema_version=1,
                                                    event_time_ms=int(time.time() * 1000))

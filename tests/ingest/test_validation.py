@@ -80,3 +80,41 @@ def test_json_parse_reasons(item, reason):
     with pytest.raises(Rejected) as caught:
         parse_json(item)
     assert caught.value.reason == reason
+
+
+HOSTILE_FIELDS = [
+    (dict(agent_id="main\x1b[2J"), "invalid_value"),
+    (dict(user_id="u-7\nFAKE LOG LINE"), "invalid_value"),
+    (dict(user_id="x" * 300), "invalid_value"),
+    (dict(session_start=session_event_pb2.SessionStart(token_budget=-1)), "invalid_value"),
+    (dict(session_start=session_event_pb2.SessionStart(task_id="t\x00")), "invalid_value"),
+    (dict(task_assigned=session_event_pb2.TaskAssigned(subagent_id="s", stage=-3)), "invalid_value"),
+    (dict(subagent_finished=session_event_pb2.SubAgentFinished(subagent_id="s", steps=-1)), "invalid_value"),
+    (dict(feedback=session_event_pb2.Feedback(value=1.0)), "invalid_value"),  # FEEDBACK_KIND_UNSPECIFIED
+    (dict(feedback=session_event_pb2.Feedback(kind=session_event_pb2.FEEDBACK_KIND_THUMBS_UP, value=1e308)),
+     "invalid_value"),
+    (dict(tool_call=session_event_pb2.ToolCall(call_id="c\r1", name="edit")), "invalid_value"),
+]
+
+
+@pytest.mark.parametrize("fields, reason", HOSTILE_FIELDS)
+def test_every_field_is_held_to_its_range_and_character_set(fields, reason):
+    assert reason_of(good_event(**fields)) == reason
+
+
+def test_in_range_values_still_pass():
+    for fields in (dict(session_start=session_event_pb2.SessionStart(token_budget=8192, task_id="t 1")),
+                   dict(task_assigned=session_event_pb2.TaskAssigned(subagent_id="s", stage=0)),
+                   dict(feedback=session_event_pb2.Feedback(kind=session_event_pb2.FEEDBACK_KIND_THUMBS_DOWN,
+                                                            value=-1.0)),
+                   dict(user_id="dave é 7")):
+        validate(good_event(**fields), "acme", NOW_MS, LIMITS)
+
+
+def test_an_unknown_field_number_is_refused_at_any_depth():
+    top = good_event().SerializeToString() + b"\xf8\x07\x01"  # field 127, varint
+    assert reason_of(parse_binary(top)) == "unknown_field"
+    event = good_event(tool_call=session_event_pb2.ToolCall(call_id="c", name="edit"))
+    inner = session_event_pb2.ToolCall.FromString(event.tool_call.SerializeToString() + b"\xa0\x06\x05")
+    event.tool_call.CopyFrom(inner)
+    assert reason_of(event) == "unknown_field"

@@ -31,6 +31,16 @@ POSITIVES = [
     ("DB_PASSWORD=hunter2", "env_secret"),
     ('export GITHUB_TOKEN="abc123"', "env_secret"),
     ("-----BEGIN RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY-----", "private_key"),
+    # Misses found by attack: each written as people and loggers do.
+    ("SSN: 536221234 on file", "national_id"),
+    ("ssn 536 22 1234 on file", "national_id"),
+    ("iban gb82 west 1234 5698 7654 32 please", "iban"),
+    ("iban de89370400440532013000", "iban"),
+    ("GET /users?mail=dave%40example.com HTTP/1.1", "email"),
+    ("paid with ４１１１ １１１１ １１１１ １１１１ (fullwidth)", "card"),
+    ("ref card4111111111111111x", "card"),
+    ("aws_secret_access_key wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "api_key"),
+    ("found Zx8vKq2LmN4pRt7wYb1cDf5gHj3kMn6pQr9sTu0v in the log", "api_key"),
 ]
 
 NEGATIVES = [
@@ -47,6 +57,12 @@ NEGATIVES = [
     "not an ssn 000-12-3456 nor 666-12-3456",
     "uuid 123e4567-e89b-12d3-a456-426614174000",
     "price 1,234,567.89 USD",
+    "order 123456789 shipped, ticket 536221234",
+    "digest ab4111111111111111cdef0123456789abcdef00",
+    "class ThisIsAVeryLongCamelCaseIdentifierName12 here",
+    "path src/components/button/Button2Component.t",
+    "base64 of zeros AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+    "ｆｕｌｌｗｉｄｔｈ ｔｅｘｔ １２３ stays as written",
 ]
 
 
