@@ -25,7 +25,8 @@ def server(stack, tiny_policy_dir, second_policy_dir, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("probe-vllm")
     third = build_policy(tmp / "third", WORDS, seed=2)
     config = serving_config(module_topics(stack, f"probe-vllm-{tmp.name}"), tmp, f"probe-vllm-{tmp.name}",
-                            engine="vllm", dtype="float32", probation_s=1.0, min_swap_interval_s=3600.0)
+                            engine="vllm", dtype="float32", gpu_memory_utilization=0.05, probation_s=1.0,
+                            min_swap_interval_s=3600.0)  # 1.2 GiB: plenty for the tiny policy on a shared host
     register_version(config, with_probe(tiny_policy_dir, tmp / "first"), (names.ALIAS_CHAMPION,))
     half = with_probe(third, tmp / "half")
     weights = half / "model.safetensors"
