@@ -36,6 +36,10 @@ if TYPE_CHECKING:
     from serving.recorder import Recorder
 
 GREEDY_BELOW = 1e-5  # vLLM samples greedily below this temperature (and then ignores top_p and top_k)
+# vLLM raises any temperature in (0, 0.01) to 0.01 before sampling, so a request in [GREEDY_BELOW, this) would
+# be sampled from another distribution than the one it asked for and the record would name: it is refused.
+LOWEST_SAMPLED_TEMPERATURE = 0.01
+FLOAT32_SLACK = 1e-9  # gRPC's float 0.01 arrives as 0.0099999998: served (and recorded) as the 0.01 applied
 INT32_MAX = 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 MAX_STOP_SEQUENCES = 4
@@ -252,11 +256,18 @@ class Completions:
                  max_tokens: int | None = None, seed: int | None = None,
                  stop: str | Sequence[str] | None = None) -> Sampling:
         """The sampling to apply and record. None takes the default; anything else must lie in its range.
-        Greedy (temperature below 1e-5) is recorded as temperature 0 with top_p 1 and top_k 0, as applied."""
+        Greedy (temperature below 1e-5) is recorded as temperature 0 with top_p 1 and top_k 0, as applied;
+        temperatures from 1e-5 to below 0.01 are refused (the engine would sample at 0.01 instead)."""
         temperature = 1.0 if temperature is None else temperature
         if not (math.isfinite(temperature) and 0.0 <= temperature <= 2.0):
             raise BadRequest("bad-sampling", f"temperature {temperature} is out of range: use 0 (greedy) to 2",
                              "temperature")
+        if GREEDY_BELOW <= temperature < LOWEST_SAMPLED_TEMPERATURE - FLOAT32_SLACK:
+            raise BadRequest("bad-sampling", f"temperature {temperature} is below {LOWEST_SAMPLED_TEMPERATURE}, the "
+                             "lowest the engine samples at (it would raise it, and the tokens would not come from the "
+                             f"distribution asked for): send 0 for greedy or {LOWEST_SAMPLED_TEMPERATURE} to 2",
+                             "temperature")
+        temperature = max(temperature, LOWEST_SAMPLED_TEMPERATURE) if temperature >= GREEDY_BELOW else temperature
         top_p = 1.0 if top_p is None else top_p
         if not (math.isfinite(top_p) and 0.0 < top_p <= 1.0):
             raise BadRequest("bad-sampling", f"top_p {top_p} is out of range: use a value in (0, 1]", "top_p")

@@ -57,6 +57,21 @@ class HfEngine:
         done = time.perf_counter()
         return {"seconds": done - started, "pause_s": done - queued, "repacked_heads": 0}
 
+    async def prompt_logprobs(self, prompt_token_ids: list[int], request_id: str) -> list[float]:
+        """The raw logprob of each prompt token after the first, given the ones before it (vLLM's prompt
+        logprobs; serving/weight_check.py compares them), on the model's own thread between requests."""
+        if self._model is None:
+            raise RuntimeError("HfEngine.prompt_logprobs before start(): await engine.start() first")
+        return await asyncio.get_running_loop().run_in_executor(self._worker, self._score, list(prompt_token_ids))
+
+    def _score(self, prompt_ids: list[int]) -> list[float]:
+        import torch
+
+        with torch.inference_mode():
+            ids = torch.tensor([prompt_ids])  # (1, T)
+            logits = self._model(input_ids=ids).logits[0, :-1].float()  # (T-1, V)
+            return torch.log_softmax(logits, -1).gather(-1, ids[0, 1:, None])[:, 0].tolist()
+
     async def weight_version(self) -> str:
         """The version named by the last update_weights ("" for the weights loaded at start)."""
         return self._version

@@ -27,6 +27,8 @@ class ServingMetrics:
         self.rollbacks = Counter("liverl_serving_rollbacks", "Rollbacks, by reason", ["reason"], registry=r)
         self.serving_version = Gauge("liverl_serving_version_info", "1 for the version taking traffic, by role",
                                      ["version", "role"], registry=r)
+        self.weight_probes = Counter("liverl_serving_weight_probes", "Weight probe checks after a load or swap, by "
+                                     "outcome (match, mismatch, unreadable, missing)", ["outcome"], registry=r)
         self.rejected = Counter("liverl_serving_rejected_requests", "Requests refused, by reason", ["reason"],
                                 registry=r)
         self.cross_tenant = Counter("liverl_serving_cross_tenant_refusals", "Requests refused for naming another "

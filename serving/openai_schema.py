@@ -47,6 +47,9 @@ class Sampled(Strict):
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     logit_bias: dict[str, float] | None = None
+    # vLLM's OpenAI extensions: accepted only at their neutral value, for the same reason as the penalties.
+    min_p: float | None = None
+    repetition_penalty: float | None = None
     # A string `user` may name the session (serving.session_ids); any other value is ignored, as it always was.
     user: Any = None
     metadata: Metadata | None = None  # {"liverl_session_id": ...} names the session (serving.session_ids)
@@ -63,6 +66,20 @@ class Sampled(Strict):
     def _not_applied(cls, value):
         if value:  # would change the distribution, and the record must name the one really sampled from
             raise ValueError("penalties and logit_bias are not applied by this server: send 0 / {} or leave it out")
+        return value
+
+    @field_validator("min_p")
+    @classmethod
+    def _no_min_p(cls, value: float | None) -> float | None:
+        if value:  # the trainer scores tokens without it, so the record would name the wrong distribution
+            raise ValueError("min_p is not applied by this server: send 0 or leave it out")
+        return value
+
+    @field_validator("repetition_penalty")
+    @classmethod
+    def _no_repetition_penalty(cls, value: float | None) -> float | None:
+        if value is not None and value != 1:  # as min_p: the trainer could not score what it changed
+            raise ValueError("repetition_penalty is not applied by this server: send 1 or leave it out")
         return value
 
 

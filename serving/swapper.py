@@ -2,9 +2,10 @@
 
 In place (serving.swap_mode = "in_place", the default): the router holds new requests (labelled with
 the new version, waiting), the old version's requests finish on the old weights, the serving engine
-loads the new weights (Engine.update_weights), a short smoke generation checks them, and the held
-requests run. One copy of the model, a pause of about the load time. When the update raises, serving
-puts the old weights back and falls back to loading the new version on a second engine (logged).
+loads the new weights (Engine.update_weights), a short smoke generation and the trainer's weight probe
+(serving/weight_check.py) check them, and the held requests run. One copy of the model, a pause of about
+the load time. When the update raises, serving puts the old weights back and falls back to loading the
+new version on a second engine (logged).
 Two engines (swap_mode = "two_engine"): a second engine is started, smoke-tested and switched to with
 one assignment (Router.switch); requests that started before keep the old one to their last token.
 
@@ -34,6 +35,7 @@ from serving.engine_factory import make_engine
 from serving.fleet import Fleet, rolled_back_at_ms
 from serving.metrics import ServingMetrics
 from serving.router import Hold, Router, Slot, underlying
+from serving.weight_check import verify_weights
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -120,6 +122,8 @@ class HotSwapper:
             raise SwapError(f"smoke generation returned {len(tokens)} tokens and {len(logprobs)} logprobs")
         if not all(math.isfinite(lp) and lp <= 0.0 for lp in logprobs):
             raise SwapError(f"smoke generation returned invalid logprobs {logprobs}")
+        # Before any traffic: the engine must reproduce the trainer's weight probe, else the caller rolls back.
+        await verify_weights(engine, slot.policy_dir, slot.version, self.config, self.metrics, self.say)
 
     # -- switching -----------------------------------------------------------------------------------
 

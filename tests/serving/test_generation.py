@@ -25,8 +25,18 @@ def test_greedy_is_recorded_as_applied(completions):
     assert (sampling.temperature, sampling.top_p, sampling.top_k) == (0.0, 1.0, 0)
 
 
+def test_the_lowest_sampled_temperature_is_served_as_applied(completions):
+    import numpy as np
+
+    assert completions.sampling(temperature=0.01).temperature == 0.01
+    # gRPC's float carries 0.01 as 0.0099999998: the engine samples it at 0.01, and that is recorded
+    assert completions.sampling(temperature=float(np.float32(0.01))).temperature == 0.01
+    assert completions.sampling(temperature=9e-6).temperature == 0.0  # greedy, as before
+
+
 @pytest.mark.parametrize("field, value", [
     ("temperature", -0.1), ("temperature", 2.5), ("temperature", math.nan), ("temperature", math.inf),
+    ("temperature", 1e-5), ("temperature", 0.005), ("temperature", 0.0099),
     ("top_p", 0.0), ("top_p", 1.01), ("top_k", -2), ("top_k", 2**31), ("max_tokens", 0), ("max_tokens", 513),
     ("seed", 2**63), ("stop", [""]), ("stop", ["a"] * 5),
 ])

@@ -26,8 +26,8 @@ PROMPTS = [(("fix the file", []), True), (("", [2, 60, 61]), True), (("", []), F
            (("fix", [2]), False), (("fix " * 600, []), False), (("", [-1]), False), (("", [10**6]), False),
            (("", [1] * 600), False), (("x" * 2_050_000, []), False)]
 SAMPLING = {
-    "temperature": [(0.0, True), (0.5, True), (2.0, True), (-1.0, False), (2.5, False), (float("nan"), False),
-                    (float("inf"), False)],
+    "temperature": [(0.0, True), (0.5, True), (2.0, True), (0.01, True), (0.005, False), (-1.0, False), (2.5, False),
+                    (float("nan"), False), (float("inf"), False)],
     "top_p": [(0.0, True), (0.5, True), (1.0, True), (-0.5, False), (1.5, False), (float("nan"), False)],
     "top_k": [(0, True), (-1, True), (5, True), (-2, False), (-(2**31), False)],
     "max_tokens": [(0, True), (1, True), (6, True), (-1, False), (100_000, False)],

@@ -31,8 +31,8 @@ COUNTS = {"tried": 0, "rejected": 0, "served": 0}
 COMMON = {
     "max_tokens": [(OMIT, True), (None, True), (1, True), (6, True), (0, False), (-1, False), (2**31, False),
                    (2**63, False), (8.0, False), ("5", False), (True, False), (100_000, False)],
-    "temperature": [(OMIT, True), (0, True), (0.7, True), (1, True), (2.0, True), (-0.1, False), (2.01, False),
-                    ("1", False), (True, False)],
+    "temperature": [(OMIT, True), (0, True), (0.7, True), (1, True), (2.0, True), (0.01, True), (-0.1, False), (2.01, False),
+                    (0.005, False), ("1", False), (True, False)],
     "top_p": [(OMIT, True), (0.3, True), (1.0, True), (0, False), (-1.0, False), (1.5, False), ("x", False)],
     "top_k": [(OMIT, True), (-1, True), (0, True), (3, True), (2**31 - 1, True), (-2, False), (2**31, False),
               (1.5, False), ("3", False)],
@@ -43,6 +43,8 @@ COMMON = {
     "n": [(OMIT, True), (1, True), (2, False), (0, False), ("1", False)],
     "stream": [(OMIT, True), (False, True), (True, True), ("yes", False), (1, False)],
     "presence_penalty": [(OMIT, True), (0, True), (0.5, False)],
+    "min_p": [(OMIT, True), (0, True), (0.05, False)],
+    "repetition_penalty": [(OMIT, True), (1, True), (1.2, False)],
     "user": [(OMIT, True), ("someone", True), ({"any": ["thing"]}, True)],  # unknown fields are ignored
 }
 COMPLETION = {

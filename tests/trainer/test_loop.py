@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -60,11 +61,27 @@ def test_train_once_registers_versions_with_lineage_and_gate(stack, tiny_policy_
     run = registry.client.get_run(versions[0].run_id)  # the step metrics are in MLflow too
     assert {"loss", "reward", "kl", "staleness_mean"} <= run.data.metrics.keys()
     assert sum(int(mv.tags[names.TAG_TRAJECTORIES]) for mv in versions) == trainer.state.trajectories_trained
+    _registered_with_their_weight_probe(registry, [mv.version for mv in versions], tmp_path / "downloaded")
 
     # Nothing new: a second one-shot run trains nothing and registers nothing.
     again = Trainer(config, say=lambda *_: None)
     again.start()
     assert again.run(follow=False) == 0
+
+
+def _registered_with_their_weight_probe(registry: Registry, versions: list[str], cache: Path) -> None:
+    """Each registered folder carries the probe its export measured, and its weights reproduce it (serving's check)."""
+    from liverl.config.serving import ServingConfig
+    from liverl.contracts.weight_probe import read_probe
+    from trainer.policy_io import load_policy
+    from trainer.weight_probe import measure_weight_probe
+
+    for version in versions:
+        folder = registry.download(version, cache)
+        recorded, reloaded = read_probe(folder), measure_weight_probe(load_policy(folder))
+        assert recorded.sequences == reloaded.sequences
+        worst = max(abs(a - b) for ra, rb in zip(recorded.logprobs, reloaded.logprobs) for a, b in zip(ra, rb))
+        assert worst <= ServingConfig().weight_probe_tolerance_float32, (version, worst)
 
 
 def _union(offset_maps: list[dict]) -> dict:
