@@ -164,9 +164,12 @@ def _interrupt(*_):
 
 def _register(config, policy_dir: Path, alias: str | None) -> str:
     from liverl.io.registry import ModelRegistry
+    from liverl.io.signing import folder_digest
+    from trainer.signing import sign_pass
 
     registry = ModelRegistry(config.mlflow.tracking_uri, config.mlflow.registered_model)
     version = registry.register_folder(policy_dir, {}, f"bench-{time.time_ns()}", "bench")
+    sign_pass(registry, version, folder_digest(policy_dir), config.trainer.signing_key_file)  # as the gate would
     if alias:
         registry.set_alias(alias, version)
     return version

@@ -29,6 +29,9 @@ class ServingMetrics:
                                      ["version", "role"], registry=r)
         self.weight_probes = Counter("liverl_serving_weight_probes", "Weight probe checks after a load or swap, by "
                                      "outcome (match, mismatch, unreadable, missing)", ["outcome"], registry=r)
+        self.signature_refusals = Counter("liverl_serving_signature_refusals", "Registry versions refused because "
+                                          "their files or gate verdict do not carry the trainer's signature",
+                                          registry=r)
         self.rejected = Counter("liverl_serving_rejected_requests", "Requests refused, by reason", ["reason"],
                                 registry=r)
         self.cross_tenant = Counter("liverl_serving_cross_tenant_refusals", "Requests refused for naming another "

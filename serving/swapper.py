@@ -30,11 +30,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from liverl.config.serving import ServingConfig
+from liverl.io.signing import SignatureMismatch
 from serving.engine import Sampling
 from serving.engine_factory import make_engine
 from serving.fleet import Fleet, rolled_back_at_ms
 from serving.metrics import ServingMetrics
 from serving.router import Hold, Router, Slot, underlying
+from serving.signature_check import check_signed
 from serving.weight_check import verify_weights
 
 if TYPE_CHECKING:
@@ -47,6 +49,10 @@ log = logging.getLogger("liverl.serving.swap")
 
 class SwapError(RuntimeError):
     pass
+
+
+class SignatureRefused(SwapError):
+    """A registry version whose files or verdict do not carry the trainer's signature (serving/signature_check.py)."""
 
 
 @dataclass
@@ -89,7 +95,11 @@ class HotSwapper:
         try:
             if policy_dir is None:
                 policy_dir, source = await asyncio.to_thread(self.registry.download, version, self.versions_dir)
+                await asyncio.to_thread(check_signed, self.registry, version, policy_dir, self.config)
             tokenizer = await asyncio.to_thread(_load_tokenizer, policy_dir)
+        except SignatureMismatch as error:
+            self.metrics.signature_refusals.inc()
+            raise SignatureRefused(f"version {version} refused: {error}") from error
         except Exception as error:
             raise SwapError(f"version {version} failed to load: {error}") from error
         return Slot(version, None, tokenizer, Path(policy_dir), source)
@@ -152,9 +162,10 @@ class HotSwapper:
                 try:
                     slot, mode, pause_s = await self._bring_in(version)
                 except SwapError as error:
-                    self.metrics.swaps.labels("smoke_failed").inc()
+                    unsigned = isinstance(error, SignatureRefused)
+                    self.metrics.swaps.labels("unsigned" if unsigned else "smoke_failed").inc()
                     self.refused.add(version)
-                    await self._tag(version, "smoke-failed", {"error": str(error)[:500]})
+                    await self._tag(version, "unsigned" if unsigned else "smoke-failed", {"error": str(error)[:500]})
                     self.say(f"serving swap-refused version={version} serving={current} error={str(error)[:200]!r}")
                     return SwapResult(False, current, current, str(error))
             previous = self.previous

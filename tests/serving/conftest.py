@@ -15,9 +15,10 @@ from tests.conftest import with_topics
 WORDS = ["edit", "search", "ask", "fix", "file", "done"]
 
 
-def register_version(config: LiverlConfig, policy_dir: Path, aliases: tuple[str, ...] = ()) -> str:
+def register_version(config: LiverlConfig, policy_dir: Path, aliases: tuple[str, ...] = (),
+                     signed: bool = True) -> str:
     """Log the policy folder (docs/architecture.md, contract 6) under "policy" in a run, create a version from it,
-    set aliases."""
+    sign it as the trainer's gate does (unless signed=False), set aliases."""
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
@@ -35,9 +36,22 @@ def register_version(config: LiverlConfig, policy_dir: Path, aliases: tuple[str,
         pass  # exists
     version = client.create_model_version(name, f"runs:/{run.info.run_id}/{names.POLICY_ARTIFACT_PATH}",
                                           run_id=run.info.run_id)
+    if signed:
+        sign_as_the_gate(config, str(version.version), policy_dir)
     for alias in aliases:
         client.set_registered_model_alias(name, alias, version.version)
     return str(version.version)
+
+
+def sign_as_the_gate(config: LiverlConfig, version: str, policy_dir: Path) -> None:
+    """A passing verdict signed with the trainer's key of this config (serving verifies with its public half)."""
+    from liverl.io.registry import ModelRegistry
+    from liverl.io.signing import folder_digest
+    from trainer.signing import sign_pass
+
+    registry = ModelRegistry(config.mlflow.tracking_uri, config.mlflow.registered_model)
+    sign_pass(registry, version, folder_digest(policy_dir), config.trainer.signing_key_file)
+    registry.set_tag(version, names.TAG_GATE_DECISION, "pass")
 
 
 def set_alias(config: LiverlConfig, alias: str, version: str) -> None:

@@ -1,0 +1,63 @@
+"""Serving follows the alias only onto signed weights: a version the trainer's gate did not sign (an alias moved by
+hand), one whose files changed after signing, or one whose recorded verdict is "fail" is refused, counted and
+tagged, while the version in service keeps serving; a properly signed one is swapped in."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from liverl.contracts import names
+from liverl.io.registry import ModelRegistry
+from tests.serving.conftest import (ServerThread, module_topics, register_version, serving_config, set_alias,
+                                    sign_as_the_gate, version_tags)
+
+
+def _wait_for(predicate, timeout_s=120.0, what="condition"):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def config(stack, tmp_path):
+    base = module_topics(stack, f"signed-{tmp_path.name}")
+    return serving_config(base, tmp_path, f"signed-{tmp_path.name}", record=False)
+
+
+def test_only_signed_versions_are_served(config, tiny_policy_dir, second_policy_dir):
+    register_version(config, tiny_policy_dir, (names.ALIAS_CHAMPION,))
+    with ServerThread(config) as server:
+        refusals = lambda: server.server.metrics.value("liverl_serving_signature_refusals_total")  # noqa: E731
+
+        unsigned = register_version(config, second_policy_dir, signed=False)  # an alias moved by hand
+        tampered = register_version(config, second_policy_dir, signed=False)
+        sign_as_the_gate(config, tampered, tiny_policy_dir)  # signed over other files than the artifact's
+        refused = register_version(config, second_policy_dir)
+        assert names.TAG_SIGNATURE in version_tags(config, refused)
+        ModelRegistry(config.mlflow.tracking_uri, config.mlflow.registered_model).set_tag(
+            refused, names.TAG_GATE_DECISION, "fail")  # a signed candidate the gate later refused
+
+        for count, version in enumerate((unsigned, tampered, refused), start=1):
+            set_alias(config, names.ALIAS_CHAMPION, version)
+            _wait_for(lambda: names.TAG_SERVING_ROLLBACK in version_tags(config, version),
+                      what=f"the refusal of v{version}")
+            assert server.server.router.champion.version == "1"  # still serving the signed base
+            assert refusals() == count
+            assert '"reason": "unsigned"' in version_tags(config, version)[names.TAG_SERVING_ROLLBACK]
+
+        signed = register_version(config, second_policy_dir)
+        set_alias(config, names.ALIAS_CHAMPION, signed)
+        _wait_for(lambda: server.server.router.champion.version == signed, what=f"the swap to v{signed}")
+        assert refusals() == 3
+
+
+def test_serving_will_not_start_on_an_unsigned_champion(config, tiny_policy_dir):
+    register_version(config, tiny_policy_dir, (names.ALIAS_CHAMPION,), signed=False)
+    with pytest.raises(Exception, match="carries no signature"):
+        with ServerThread(config):
+            pass
