@@ -23,7 +23,9 @@ is false.
 Memory: the model's last hidden states are projected to the vocabulary `chunk_tokens` positions at a time
 (under activation checkpointing when gradients are on), so the extra memory is O(tokens x hidden +
 chunk_tokens x vocab) instead of O(tokens x vocab). Models whose output head is not a plain projection of the
-base model's hidden states fall back to one full forward (logits in memory) with chunked processing.
+base model's hidden states fall back to one full forward (logits in memory) with chunked processing. The hidden
+states come from calling the model (or its DeepSpeed engine) itself with output_hidden_states, never its base
+model alone: ZeRO-3 accumulates a micro-batch's gradient only when the engine's forward ran for it.
 
 Packed rows (trainer/packing.py): `sequence_ids` (B, T) says which sequence of its row each token belongs to
 (-1 padding); attention is then block-diagonal causal (a 4D additive mask, which GPT-2 and Llama take as is
@@ -44,6 +46,7 @@ Public functions:
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
 import torch
@@ -203,11 +206,22 @@ def _blocks(model, token_ids, attention_mask, position_ids, sequence_ids, predic
     if base is None:
         inputs, project = model(**kwargs).logits[:, :-1][predicted], _identity
     else:
-        inputs, project = base(**kwargs).last_hidden_state[:, :-1][predicted], head
+        inputs, project = _last_hidden_state(model, module, kwargs)[:, :-1][predicted], head
     total = inputs.shape[0]
     for start in range(0, total, max(chunk_tokens, 1)):
         rows = slice(start, min(start + chunk_tokens, total))
         yield _Chunk(rows, inputs[rows]), project
+
+
+def _last_hidden_state(model, module, kwargs: dict) -> torch.Tensor:
+    """The base model's last hidden states, computed by calling `model` itself: a DeepSpeed engine's forward
+    is where ZeRO-3 counts micro-batches, so a base model called around it makes every micro-batch's gradient
+    overwrite the previous one's instead of adding to it. The head is asked for no position's logits (the
+    chunks project the hidden states themselves), where the model's forward lets it choose."""
+    extra = {"output_hidden_states": True, "return_dict": True}
+    if "logits_to_keep" in inspect.signature(module.forward).parameters:
+        extra["logits_to_keep"] = torch.zeros(0, dtype=torch.long, device=kwargs["input_ids"].device)
+    return model(**kwargs, **extra).hidden_states[-1]
 
 
 def _dtype(module) -> torch.dtype:
