@@ -111,6 +111,23 @@ def test_tokens_are_scored_as_sampled_and_greedy_calls_are_left_out(tiny_policy_
     assert greedy > 0 and metrics["excluded_fraction"] == pytest.approx(greedy / sum(row["loss_mask"][1:]))
 
 
+def test_tokens_of_a_call_without_recorded_sampling_get_no_loss_term(tiny_policy_dir, trajectories):
+    from liverl.config.trainer import LossConfig
+    from trainer.batching import collate
+    from trainer.training_step import batch_loss
+
+    row = trajectories.row("unknown", "fix the file : edit file done edit", 1.0)
+    n = len(row["token_ids"])  # span 0: [0, 4) sampled at 0.7 / top-p 0.9; span 1: [4, n) recorded nothing
+    row |= {"span_starts": [0, 4], "span_ends": [4, n], "span_policy_versions": ["1", "1"],
+            "span_temperature": [0.7, float("nan")], "span_top_p": [0.9, 1.0], "span_top_k": [0, 0]}
+    batch = collate(trajectory_samples(from_row(row, 0), 1.0, max_seq_len=64))
+    with torch.no_grad():
+        weights, _, scored = batch_loss(load_policy(tiny_policy_dir), batch, LossConfig())
+    trained = batch.loss_mask[0] > 0
+    assert trained[4:].all() and scored.unscorable[0, 4:].all()  # unknown: never scored as temperature 1
+    assert (weights[0, 4:] == 0).all() and (weights[0, 2:4] > 0).all()
+
+
 def test_a_packed_step_trains_like_a_padded_one(tiny_policy_dir, trajectories):
     from trainer.training_step import run_step
 
