@@ -51,6 +51,7 @@ Public functions:
     processed_logprobs(logits (N, V), targets (N,), temperature (N,), top_p (N,), top_k (N,), ties="unscorable")
         -> (logp (N,), unscorable (N,) bool): the per-token rule above on a block of logits.
     engine_temperature(recorded) -> the temperature vLLM samples with (0 greedy, NaN unknown).
+    unscorable_by_sampling(sampling, where) -> (B, T) bool flags that need no forward, or None.
 """
 
 from __future__ import annotations
@@ -87,6 +88,16 @@ def engine_temperature(recorded: torch.Tensor) -> torch.Tensor:
     """The temperature vLLM sampled with: a positive one below MIN_TEMPERATURE was raised to it; 0 (greedy) and
     NaN (unknown) pass through."""
     return torch.where(recorded > 0, recorded.clamp(min=MIN_TEMPERATURE), recorded)
+
+
+def unscorable_by_sampling(sampling: TokenSampling, where: torch.Tensor) -> torch.Tensor | None:
+    """(B, T) unscorable flags of the tokens `where` (bool), when they follow from the sampling alone (greedy or
+    unknown); None when some of those tokens were truncated (top-k or top-p), whose flags need the logits."""
+    truncated = ((sampling.top_k > 0) | (sampling.top_p < 1.0)) & where
+    temperature = engine_temperature(sampling.temperature.float())
+    if bool((truncated & (temperature >= GREEDY_TEMPERATURE)).any()):
+        return None
+    return ((temperature < GREEDY_TEMPERATURE) | torch.isnan(temperature)) & where
 
 
 def processed_logprobs(

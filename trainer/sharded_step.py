@@ -22,8 +22,8 @@ from trainer.packing import micro_batches
 from trainer.ranks import Ranks
 from trainer.rewarding import mixed_rewards
 from trainer.step_builder import StepPlan
-from trainer.training_step import (SUMMED, StepResult, batch_loss, filler, micro_batch_sums, step_objective,
-                                   step_result, step_samples)
+from trainer.training_step import (SUMMED, StepResult, batch_loss, filler, loss_tokens, micro_batch_sums,
+                                   needs_logits, step_objective, step_result, step_samples)
 
 
 def run_sharded_step(engine, plan: StepPlan, step: int, baselines: Baselines, config: LiverlConfig, ranks: Ranks,
@@ -40,13 +40,15 @@ def run_sharded_step(engine, plan: StepPlan, step: int, baselines: Baselines, co
     # Zero-weight fillers complete the accumulation; no sample at all (only failed imports): no optimizer step.
     groups += [[[filler(samples[0])]]] * (-len(groups) % per_step) if samples else []
     batches = [collate_rows(rows) for rows in groups]
-    tokens = max(sum(batch.trained_tokens for batch in batches), 1)  # the whole step's, on every rank
     owner_of = {id(sample): owner for owner, sample in owned}
     mine = deal(len(batches), ranks.world, ranks.rank)
+    # The whole step's tokens with a loss term: each rank counts its own micro-batches, then all ranks add up.
+    own = [batches[i].to(engine.device) for i in mine]
+    score = ranks.any(needs_logits(own, tc.loss))
+    tokens = max(int(ranks.sum([float(loss_tokens(engine, own, tc.loss, score))])[0]), 1)
     trained_ids = sorted({owner_of[id(s)] for i in mine for row in groups[i] for s in row if id(s) in owner_of})
     sums = [0.0] * len(SUMMED)  # Σ over this rank's tokens
-    for i in mine:
-        batch = batches[i].to(engine.device)
+    for batch in own:
         weights, losses, scored = batch_loss(engine, batch, tc.loss, reference)
         # DeepSpeed divides each micro-batch loss by the accumulation and averages gradients over the ranks.
         engine.backward(step_objective(losses, weights, tokens) * per_step)

@@ -25,7 +25,7 @@ from trainer.batching import MicroBatch, Sample, collate_rows, score_batch, traj
 from trainer.losses import TokenLoss, behaviour_kl, token_losses
 from trainer.packing import micro_batches
 from trainer.rewarding import mixed_rewards
-from trainer.scoring import ScoredTokens
+from trainer.scoring import ScoredTokens, unscorable_by_sampling
 from trainer.staleness import describe
 from trainer.step_builder import StepPlan
 from trainer.trajectory import Trajectory
@@ -66,17 +66,47 @@ def run_step(engine, plan: StepPlan, step: int, baselines: Baselines, config: Li
     # No micro-batch at all (every trajectory an unsuccessful import): no optimizer step.
     groups += [[[filler(samples[0])]]] * (-len(groups) % accumulation) if samples else []
     batches = [collate_rows(rows).to(engine.device) for rows in groups]
-    tokens = max(sum(batch.trained_tokens for batch in batches), 1)
+    tokens = max(loss_tokens(engine, batches, tc.loss), 1)
     sums = [0.0] * len(SUMMED)
     for batch in batches:
         weights, losses, scored = batch_loss(engine, batch, tc.loss, reference)
-        # Token-level mean over the step's trained tokens (unweighted count, so staleness weights scale the
-        # gradient); DeepSpeed divides each micro-batch loss by `accumulation`.
+        # Token-level mean over the step's tokens that get a loss term (unweighted count, so staleness weights
+        # scale the gradient); DeepSpeed divides each micro-batch loss by `accumulation`.
         engine.backward(step_objective(losses, weights, tokens) * accumulation)
         engine.step()
         sums = [a + b for a, b in zip(sums, micro_batch_sums(batch, weights, losses, scored))]
     return step_result(plan, rewards, samples, batches, dict(zip(SUMMED, sums)), tokens,
                        time.perf_counter() - started)
+
+
+def loss_tokens(model, batches: list[MicroBatch], config: LossConfig, score: bool | None = None) -> int:
+    """How many tokens of these micro-batches get a loss term: loss-masked, minus the unscorable ones when
+    config.exclude_unscorable. The step's mean divides by it, so excluded tokens do not shrink the gradient of the
+    others. It must be known before the first backward: where a token's flag depends on the logits (truncated
+    sampling), the micro-batches are scored once more without gradients. score: whether to (None: when any
+    flag needs the logits); ranks pass one decision, as ZeRO-3 forwards gather parameters from all of them."""
+    if score is None:
+        score = needs_logits(batches, config)
+    total = 0
+    for batch in batches:
+        trained = batch.loss_mask > 0
+        if config.exclude_unscorable:
+            if score:
+                with torch.no_grad():
+                    unscorable = score_batch(model, batch, config.scoring_chunk_tokens).unscorable
+            else:
+                unscorable = unscorable_by_sampling(batch.sampling, trained)
+                if batch.context_cut is not None:
+                    unscorable = unscorable | batch.context_cut
+            trained = trained & ~unscorable
+        total += int(trained.sum())
+    return total
+
+
+def needs_logits(batches: list[MicroBatch], config: LossConfig) -> bool:
+    """Whether counting the tokens with a loss term needs a forward (trainer/scoring.py unscorable_by_sampling)."""
+    return config.exclude_unscorable and any(
+        unscorable_by_sampling(batch.sampling, batch.loss_mask > 0) is None for batch in batches)
 
 
 def step_result(plan: StepPlan, rewards: list[float], samples: list[Sample], batches: list[MicroBatch],
@@ -113,9 +143,9 @@ def step_samples(trajectories: list[Trajectory], weights: list[float], signals: 
 
 def micro_batch_sums(batch: MicroBatch, weights: torch.Tensor, losses: TokenLoss,
                      scored: ScoredTokens) -> list[float]:
-    """One micro-batch's sums, in SUMMED's order: Σ weight·loss; behaviour KL and clipped tokens over served
-    tokens only (an imported token has no behaviour logprob to compare with); excluded (unscorable) tokens; the
-    trained served and supervised tokens (counted like MicroBatch.trained_tokens)."""
+    """One micro-batch's sums, in SUMMED's order: Σ weight·loss; behaviour KL and clipped tokens over the served
+    tokens that get a loss term (an imported token has no behaviour logprob to compare with); excluded
+    (unscorable) tokens; the served tokens that get a loss term; the supervised (imported) trained tokens."""
     trained, counted = batch.loss_mask > 0, weights > 0
     served = (counted & ~batch.supervised).float()
     return [
@@ -123,22 +153,23 @@ def micro_batch_sums(batch: MicroBatch, weights: torch.Tensor, losses: TokenLoss
         float((behaviour_kl(scored.logp, batch.behaviour_logprobs, served) * served).sum()),
         float((losses.clipped * served).sum()),
         float((trained & ~counted).sum()),
-        float((trained & ~batch.supervised).sum()),
+        float(served.sum()),
         float((trained & batch.supervised).sum()),
     ]
 
 
-def step_figures(sums: dict[str, float], trained_tokens: int) -> dict[str, float]:
-    """The step's loss (mean over trained tokens), KL and clip fraction (means over served trained tokens: with
-    no import in the step, the same figures as over all of them), and the shares of excluded and imported
-    (supervised) tokens."""
+def step_figures(sums: dict[str, float], loss_tokens: int) -> dict[str, float]:
+    """The step's loss (mean over the tokens that get a loss term), KL and clip fraction (means over the served
+    ones: with no import in the step, the same tokens), and the shares of excluded and imported (supervised)
+    tokens among all loss-masked ones."""
     served = max(sums["served"], 1.0)
+    masked = max(loss_tokens + sums["excluded"], 1.0)
     return {
-        "loss": sums["loss"] / trained_tokens,
+        "loss": sums["loss"] / loss_tokens,
         "kl": sums["kl"] / served,
         "clip_fraction": sums["clip"] / served,
-        "excluded_fraction": sums["excluded"] / trained_tokens,
-        "imported_fraction": sums["supervised"] / trained_tokens,
+        "excluded_fraction": sums["excluded"] / masked,
+        "imported_fraction": sums["supervised"] / masked,
     }
 
 
@@ -166,7 +197,8 @@ def batch_loss(model, batch: MicroBatch, config: LossConfig,
     return weights, losses, scored
 
 
-def step_objective(losses: TokenLoss, weights: torch.Tensor, trained_tokens: int) -> torch.Tensor:
-    """Σ weight·loss / trained tokens: a token-level mean in which a down-weighted token counts fully in the
-    denominator, so its weight really scales its gradient (a weighted mean would cancel a common weight)."""
-    return (losses.loss * weights).sum() / max(trained_tokens, 1)
+def step_objective(losses: TokenLoss, weights: torch.Tensor, loss_tokens: int) -> torch.Tensor:
+    """Σ weight·loss / the step's tokens with a loss term (loss_tokens): a token-level mean in which a
+    down-weighted token counts fully in the denominator, so its weight really scales its gradient (a weighted
+    mean would cancel a common weight)."""
+    return (losses.loss * weights).sum() / max(loss_tokens, 1)

@@ -1,7 +1,11 @@
 """The trainer's view of one trajectory-table row, read through the typed `TrajectoryRow` contract.
 
-Long segments are never cut: `windows` splits a segment longer than max_seq_len into windows that are all
-trained, each scored with up to max_seq_len tokens of the segment's preceding context.
+Long segments are split, not cut: `windows` splits a segment longer than max_seq_len into windows, each scored
+with up to max_seq_len tokens of the segment's preceding context. Serving sampled a later window's tokens with
+the whole segment before them, which the window does not hold, so their served tokens are marked unscorable
+(trainer/batching.py `MicroBatch.context_cut`): no importance ratio is formed against a context the trainer did
+not see. They train only with loss.exclude_unscorable false; imported (supervised) windows train whole, as
+they need no ratio. Train long segments whole by raising max_seq_len to serving's context length.
 """
 
 from __future__ import annotations
@@ -80,7 +84,8 @@ class Trajectory:
 
         The first window is the segment's first max_seq_len tokens. Each later one trains the next
         max_seq_len // 2 tokens (the stride) and is preceded by as much of the segment as fits in
-        max_seq_len, so every token is scored with at least max_seq_len - stride tokens of context."""
+        max_seq_len, so every token is scored with at least max_seq_len - stride tokens of context (less than
+        serving saw: see the module docstring)."""
         stride = max(max_seq_len // 2, 1)
         windows = []
         for start, end in self.segments():
