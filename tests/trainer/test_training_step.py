@@ -213,3 +213,17 @@ def test_a_packed_step_trains_like_a_padded_one(tiny_policy_dir, trajectories):
     print(f"\nmax |packed - padded| weight after one step: {worst:.2e}")
     assert worst < 1e-6
     assert "useful" in results[True].line(1, [0])
+
+
+def test_a_step_on_any_number_of_ranks_refuses_a_missing_reference_policy():
+    from trainer.ranks import Ranks
+    from trainer.sharded_step import run_sharded_step
+    from trainer.training_step import run_step
+
+    config = _config(4096)
+    config.trainer.loss.kl_to_reference = 0.1
+    plan = StepPlan(trajectories=[], weights=[], lags=[])
+    with pytest.raises(ValueError, match="kl_to_reference"):
+        run_step(None, plan, 1, Baselines(), config)
+    with pytest.raises(ValueError, match="kl_to_reference"):  # the sharded step is the same step
+        run_sharded_step(None, plan, 1, Baselines(), config, Ranks(0, 2))
