@@ -156,7 +156,7 @@ def test_excluded_tokens_do_not_count_in_the_token_mean(tiny_policy_dir, traject
         losses[greedy_masked] = run_step(build_engine(load_policy(tiny_policy_dir), config.trainer), plan, 1,
                                          Baselines(), config).metrics["loss"]
     # The greedy tokens are excluded (unscorable): the step is that of the sampled tokens alone, not shrunk by
-    # the excluded share (2 of 5 trained tokens here).
+    # the excluded share (2 of 6 loss-masked tokens here: before, the gradient was 4/6 of this one).
     assert gradients[False].abs().max() > 0
     assert torch.allclose(gradients[True], gradients[False], rtol=1e-5, atol=1e-9)
     assert losses[False] != 0 and losses[True] == pytest.approx(losses[False], rel=1e-5)
