@@ -34,9 +34,9 @@ from pipelines.sessionize import summarize
 
 DEAD = "dead"
 
-# What a span's sampling columns hold when its ModelCall carries no sampling parameters: the values the
-# table documents for "unknown" (temperature 1, no truncation), so a trajectory is never half-filled.
-UNKNOWN_SAMPLING = (1.0, 1.0, 0)
+# What a span's sampling columns hold when its ModelCall carries no sampling parameters: a NaN temperature
+# ("unknown", so the trainer leaves its tokens unscorable instead of guessing temperature 1, untruncated).
+UNKNOWN_SAMPLING = (float("nan"), 1.0, 0)
 
 
 def trajectory_id(tenant_id: str, session_id: str, agent_id: str) -> str:
@@ -98,7 +98,7 @@ def chain_tokens(calls, trainable: bool) -> dict:
     return {"token_ids": tokens, "loss_mask": mask, "behaviour_logprobs": logprobs, "span_starts": span_starts,
             "span_ends": span_ends, "span_policy_versions": span_versions, "segment_starts": segment_starts,
             "policy_versions": list(dict.fromkeys(span_versions)),
-            # all unknown: leave the columns empty, as the table defines "unknown"
+            # all unknown: leave the columns empty, which the table also reads as "unknown"
             "span_temperature": temperatures if known else [], "span_top_p": top_ps if known else [],
             "span_top_k": top_ks if known else []}
 

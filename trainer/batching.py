@@ -49,6 +49,9 @@ class MicroBatch:
     position_ids: torch.Tensor | None = None  # (B, T) long, each sample's own; None: every row starts at 0
     # (B, T) long: which sample of its row each token belongs to, -1 on padding; None: one sample per row.
     sequence_ids: torch.Tensor | None = None
+    # (B, T) bool: served tokens of a window that starts after its segment does (Trajectory.windows), so the
+    # window holds less context than serving sampled them with: unscorable (score_batch). None: no such token.
+    context_cut: torch.Tensor | None = None
 
     @property
     def computed_tokens(self) -> int:
@@ -78,7 +81,8 @@ class MicroBatch:
 
 def trajectory_samples(trajectory: Trajectory, weight: float, max_seq_len: int, advantage: float = 0.0) -> list[Sample]:
     """One sample per window (Trajectory.windows): every segment is its own sequence, as serving sampled it,
-    and a segment longer than max_seq_len is split into windows that are all trained. Every window shares
+    and a segment longer than max_seq_len is split into windows (a later window's served tokens are unscorable:
+    its context is cut, see trainer/trajectory.py). Every window shares
     the trajectory's advantage and staleness weight (the final reward covers the whole chain); windows
     with nothing to train are left out.
 
@@ -132,6 +136,7 @@ def collate_rows(rows: list[list[Sample]]) -> MicroBatch:
     positions = torch.zeros(shape, dtype=torch.long)
     sequence_ids = torch.full(shape, -1, dtype=torch.long)
     supervised = torch.zeros(shape, dtype=torch.bool)
+    context_cut = torch.zeros(shape, dtype=torch.bool)
     for r, row in enumerate(rows):
         start = 0
         for index, sample in enumerate(row):
@@ -150,6 +155,7 @@ def collate_rows(rows: list[list[Sample]]) -> MicroBatch:
             positions[r, span] = torch.arange(len(sample.token_ids)) + sample.position_offset
             sequence_ids[r, span] = index
             supervised[r, span] = sample.supervised
+            context_cut[r, span] = sample.position_offset > 0 and not sample.supervised
             start = span.stop
     packed = any(len(row) > 1 for row in rows)
     shifted = packed or any(sample.position_offset for row in rows for sample in row)
@@ -166,13 +172,18 @@ def collate_rows(rows: list[list[Sample]]) -> MicroBatch:
         supervised=supervised,
         position_ids=positions if shifted else None,
         sequence_ids=sequence_ids if packed else None,
+        context_cut=context_cut if bool(context_cut.any()) else None,
     )
 
 
 def score_batch(model, batch: MicroBatch, chunk_tokens: int = DEFAULT_CHUNK_TOKENS) -> ScoredTokens:
-    """The batch's tokens scored under the processing each was sampled with (trainer/scoring.py)."""
-    return score_tokens(model, batch.token_ids, batch.attention_mask, batch.sampling, batch.position_ids,
-                        chunk_tokens, sequence_ids=batch.sequence_ids)
+    """The batch's tokens scored under the processing each was sampled with (trainer/scoring.py); tokens whose
+    window cut their context (MicroBatch.context_cut) are unscorable too."""
+    scored = score_tokens(model, batch.token_ids, batch.attention_mask, batch.sampling, batch.position_ids,
+                          chunk_tokens, sequence_ids=batch.sequence_ids)
+    if batch.context_cut is None:
+        return scored
+    return ScoredTokens(scored.logp, scored.unscorable | batch.context_cut)
 
 
 def token_logprobs(model, token_ids: torch.Tensor, attention_mask: torch.Tensor,

@@ -97,17 +97,25 @@ def token_losses(
         if reference_logp is None:
             raise ValueError("loss.kl_to_reference > 0 needs reference_logp: score the tokens with the frozen "
                              "reference policy too, or set trainer.loss.kl_to_reference = 0")
-        loss = loss + config.kl_to_reference * reference_kl(logp, reference_logp, mask)
+        loss = loss + config.kl_to_reference * reference_kl(logp, reference_logp, behaviour_logp, ratio_mask)
     if mask is not None:
         loss = torch.where(mask > 0, loss, torch.zeros_like(loss))
     return TokenLoss(loss=loss, ratio=ratio.detach(), clipped=clipped.detach())
 
 
-def reference_kl(logp: torch.Tensor, reference_logp: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """(B, T) k3 estimate of KL(π_θ || π_ref) per token, with gradient: e^d - d - 1 with d = log π_ref - log π_θ
-    (always >= 0; gradient 1 - π_ref/π_θ with respect to log π_θ). Evaluated on the served tokens, as GRPO does."""
+def reference_kl(logp: torch.Tensor, reference_logp: torch.Tensor, behaviour_logp: torch.Tensor,
+                 mask: torch.Tensor | None = None) -> torch.Tensor:
+    """(B, T) per-token estimate of KL(π_θ || π_ref) on tokens sampled by the behaviour policy μ, with gradient:
+    r · k3, with r = π_θ / μ and k3 = e^d - d - 1, d = log π_ref - log π_θ (both with gradient).
+
+    Why the ratio: k3 alone, on tokens drawn from π_θ, has expectation KL(π_θ || π_ref) but gradient
+    E_π_θ[(1 - π_ref/π_θ) ∇log π_θ] = ∇KL(π_ref || π_θ), the other direction; and the tokens come from μ, not π_θ.
+    E_μ[r · k3] = Σ π_θ · k3 = KL(π_θ || π_ref) exactly, as a function of θ, so its gradient is
+    E_μ[r (log π_θ - log π_ref) ∇log π_θ] = ∇KL(π_θ || π_ref). The term is 0 where mask is 0 (padding, and imported
+    tokens: no behaviour distribution to weigh them by). Log-ratios are clamped to ±LOG_RATIO_LIMIT before exp."""
+    log_r = log_ratio(logp, behaviour_logp, mask).clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
     d = log_ratio(reference_logp, logp, mask).clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
-    return torch.exp(d) - d - 1.0
+    return torch.exp(log_r) * (torch.exp(d) - d - 1.0)
 
 
 def behaviour_kl(logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:

@@ -7,23 +7,33 @@ truncation compares two different distributions, and the importance ratio is wro
 weights. Here every token is scored exactly as vLLM 0.32's sampler processes it
 (vllm/v1/sample/sampler.py and ops/topk_topp_sampler.py, native and CPU paths):
 
-1. greedy calls (temperature < 1e-5): vLLM records the untruncated temperature-1 log-softmax;
+0. the temperature the engine used: vLLM's SamplingParams raises any temperature in (0, 0.01) to 0.01, so a
+   recorded 0.005 is scored at 0.01; NaN means the call's sampling parameters are unknown;
+1. greedy calls (temperature 0): vLLM records the untruncated temperature-1 log-softmax;
 2. logits / temperature (float32);
 3. top-k (k in (0, vocab)): keep every logit >= the k-th largest (ties at the threshold are kept);
 4. top-p (p < 1): sort ascending, softmax of the top-k-truncated logits, cumulative sum; drop the tokens whose
    cumulative sum is <= 1 - p, always keeping the largest; the survivors are renormalised by the log-softmax.
 
+Ties: steps 3 and 4 are the CPU (native PyTorch) rule. On CUDA with Triton, vLLM keeps exactly k tokens when
+logits tie at the top-k threshold, and part of a tied group at the top-p boundary, so the truncated set (and
+every probability of that step) depends on the kernel. `ties="unscorable"` (the default) marks a step with such
+a tie unscorable, right under either engine; `ties="keep"` reproduces the CPU rule exactly.
+
 The rule for tokens that cannot be corrected (`ScoredTokens.unscorable`): a greedy call's token (the behaviour
-policy is a point mass: no ratio means anything) and a token outside the trainer's own truncated set (the
-trainer's processed probability is 0, typically a boundary token that rounding put on the other side). Their
-`logp` is still finite (greedy: temperature 1 untruncated, what vLLM recorded; outside: tempered, untruncated)
-so the caller decides: the trainer leaves them out of every loss term unless `LossConfig.exclude_unscorable`
-is false.
+policy is a point mass: no ratio means anything), a token whose sampling is unknown (NaN temperature: the
+behaviour distribution is unknown), a token outside the trainer's own truncated set (the trainer's processed
+probability is 0, typically a boundary token that rounding put on the other side), and, under
+`ties="unscorable"`, a step with a tie at the top-k threshold or the top-p boundary. Their `logp` is still finite
+(greedy and unknown: temperature 1 untruncated; the others: tempered, untruncated) so the caller decides: the
+trainer leaves them out of every loss term unless `LossConfig.exclude_unscorable` is false.
 
 Memory: the model's last hidden states are projected to the vocabulary `chunk_tokens` positions at a time
 (under activation checkpointing when gradients are on), so the extra memory is O(tokens x hidden +
 chunk_tokens x vocab) instead of O(tokens x vocab). Models whose output head is not a plain projection of the
-base model's hidden states fall back to one full forward (logits in memory) with chunked processing.
+base model's hidden states fall back to one full forward (logits in memory) with chunked processing. The hidden
+states come from calling the model (or its DeepSpeed engine) itself with output_hidden_states, never its base
+model alone: ZeRO-3 accumulates a micro-batch's gradient only when the engine's forward ran for it.
 
 Packed rows (trainer/packing.py): `sequence_ids` (B, T) says which sequence of its row each token belongs to
 (-1 padding); attention is then block-diagonal causal (a 4D additive mask, which GPT-2 and Llama take as is
@@ -31,25 +41,31 @@ under eager and sdpa attention), and each sequence's first token is not predicte
 
 Public functions:
     score_tokens(model, token_ids, attention_mask, sampling=None, position_ids=None, chunk_tokens=512,
-                 sequence_ids=None)
+                 sequence_ids=None, ties="unscorable")
         -> ScoredTokens(logp (B, T), unscorable (B, T) bool); column 0, sequence starts and padding are 0 / False.
     chunked_kl(candidate, champion, token_ids, attention_mask, position_ids=None, chunk_tokens=512,
                sequence_ids=None)
         -> (B, T) float: KL(candidate || champion) of the full temperature-1 next-token distributions that
         predict token t (column 0 and padding 0); for the promotion gate, call under torch.no_grad().
     block_causal_mask(sequence_ids (B, T), dtype) -> (B, 1, T, T) additive mask.
-    processed_logprobs(logits (N, V), targets (N,), temperature (N,), top_p (N,), top_k (N,))
+    processed_logprobs(logits (N, V), targets (N,), temperature (N,), top_p (N,), top_k (N,), ties="unscorable")
         -> (logp (N,), unscorable (N,) bool): the per-token rule above on a block of logits.
+    engine_temperature(recorded) -> the temperature vLLM samples with (0 greedy, NaN unknown).
+    unscorable_by_sampling(sampling, where) -> (B, T) bool flags that need no forward, or None.
 """
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch.utils.checkpoint import checkpoint
 
 GREEDY_TEMPERATURE = 1e-5  # vLLM's _SAMPLING_EPS: below it a call is greedy
+MIN_TEMPERATURE = 1e-2  # vLLM's _MAX_TEMP: SamplingParams raises any temperature in (0, this) to it
+TieRule = Literal["unscorable", "keep"]
 DEFAULT_CHUNK_TOKENS = 512
 
 
@@ -57,7 +73,7 @@ DEFAULT_CHUNK_TOKENS = 512
 class TokenSampling:
     """How each token was sampled, aligned with token_ids (the span's SamplingParams, repeated per token)."""
 
-    temperature: torch.Tensor  # (B, T) float; 0 greedy
+    temperature: torch.Tensor  # (B, T) float; 0 greedy, NaN unknown (the call did not record its sampling)
     top_p: torch.Tensor  # (B, T) float; 1 no nucleus truncation
     top_k: torch.Tensor  # (B, T) long; <= 0 or >= vocab no top-k truncation
 
@@ -68,56 +84,88 @@ class ScoredTokens:
     unscorable: torch.Tensor  # (B, T) bool: greedy, or outside the truncated set (see the module docstring)
 
 
+def engine_temperature(recorded: torch.Tensor) -> torch.Tensor:
+    """The temperature vLLM sampled with: a positive one below MIN_TEMPERATURE was raised to it; 0 (greedy) and
+    NaN (unknown) pass through."""
+    return torch.where(recorded > 0, recorded.clamp(min=MIN_TEMPERATURE), recorded)
+
+
+def unscorable_by_sampling(sampling: TokenSampling, where: torch.Tensor) -> torch.Tensor | None:
+    """(B, T) unscorable flags of the tokens `where` (bool), when they follow from the sampling alone (greedy or
+    unknown); None when some of those tokens were truncated (top-k or top-p), whose flags need the logits."""
+    truncated = ((sampling.top_k > 0) | (sampling.top_p < 1.0)) & where
+    temperature = engine_temperature(sampling.temperature.float())
+    if bool((truncated & (temperature >= GREEDY_TEMPERATURE)).any()):
+        return None
+    return ((temperature < GREEDY_TEMPERATURE) | torch.isnan(temperature)) & where
+
+
 def processed_logprobs(
     logits: torch.Tensor, targets: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor,
-    top_k: torch.Tensor,
+    top_k: torch.Tensor, ties: TieRule = "unscorable",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(N,) log-probabilities of targets under vLLM's processing of (N, V) logits, and (N,) unscorable."""
     logits = logits.float()
     vocab = logits.shape[-1]
-    greedy = temperature < GREEDY_TEMPERATURE
-    scaled = logits / torch.where(greedy, torch.ones_like(temperature), temperature)[:, None].float()
+    temperature = engine_temperature(temperature.float())
+    unknown = torch.isnan(temperature)
+    greedy = (temperature < GREEDY_TEMPERATURE) | unknown  # both scored at temperature 1, untruncated
+    scaled = logits / torch.where(greedy, torch.ones_like(temperature), temperature)[:, None]
     untruncated = scaled.log_softmax(-1).gather(-1, targets[:, None]).squeeze(-1)
     k = torch.where(greedy | (top_k <= 0) | (top_k >= vocab), torch.full_like(top_k, vocab), top_k)
     p = torch.where(greedy, torch.ones_like(top_p), top_p).float()
-    truncated = scaled
+    truncated, tied = scaled, torch.zeros_like(greedy)
     if bool((k < vocab).any()):
-        truncated = _top_k(truncated, k)
+        truncated, tied_k = _top_k(truncated, k)
+        tied = tied | tied_k
     if bool((p < 1.0).any()):
-        truncated = _top_p(truncated, p)
+        truncated, tied_p = _top_p(truncated, p)
+        tied = tied | tied_p
     processed = truncated.log_softmax(-1).gather(-1, targets[:, None]).squeeze(-1)
     outside = torch.isneginf(processed)
+    unscorable = outside | greedy
+    if ties == "unscorable":
+        unscorable = unscorable | tied
     # torch.where, not arithmetic: the -inf branch gets a zero gradient instead of poisoning it with NaN.
-    return torch.where(outside, untruncated, processed), outside | greedy
+    return torch.where(outside, untruncated, processed), unscorable
 
 
-def _top_k(logits: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-    """vLLM's apply_top_k_only: mask logits below the k-th largest of their row; rows with k == vocab untouched."""
+def _top_k(logits: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """vLLM's apply_top_k_only: mask logits below the k-th largest of their row; rows with k == vocab untouched.
+    Also (N,) bool: more than k logits reach the threshold (a tie a Triton kernel breaks by keeping k)."""
     vocab = logits.shape[-1]
     untouched = k >= vocab
     k = k.masked_fill(untouched, 1)
     threshold = logits.topk(int(k.max()), dim=-1).values.gather(-1, (k - 1)[:, None].long())
     threshold = threshold.masked_fill(untouched[:, None], -float("inf"))
-    return logits.masked_fill(logits < threshold, -float("inf"))
+    reaching = logits >= threshold
+    tied = (reaching.sum(-1) > k) & ~untouched
+    return logits.masked_fill(~reaching, -float("inf")), tied
 
 
-def _top_p(logits: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
-    """vLLM's apply_top_k_top_p_pytorch top-p half, on the rows with p < 1 (other rows are left untouched)."""
+def _top_p(logits: torch.Tensor, p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """vLLM's apply_top_k_top_p_pytorch top-p half, on the rows with p < 1 (other rows are left untouched).
+    Also (N,) bool: the last dropped and the first kept logit are equal (a tied group split by the boundary)."""
     rows = p < 1.0
     sorted_logits, order = logits[rows].sort(dim=-1, descending=False)
     cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
     drop = cumulative <= 1 - p[rows][:, None]
     drop[:, -1] = False  # at least one token survives
+    first_kept = drop.sum(-1, keepdim=True)  # drop is a prefix of the ascending order
+    last_dropped = (first_kept - 1).clamp(min=0)
+    split = (first_kept > 0) & (sorted_logits.gather(-1, last_dropped) == sorted_logits.gather(-1, first_kept))
+    tied = torch.zeros_like(rows)
+    tied[rows] = split.squeeze(-1) & torch.isfinite(sorted_logits.gather(-1, first_kept)).squeeze(-1)
     sorted_logits = sorted_logits.masked_fill(drop, -float("inf"))
     out = logits.clone()
     out[rows] = torch.empty_like(sorted_logits).scatter_(-1, order, sorted_logits)
-    return out
+    return out, tied
 
 
 def score_tokens(
     model, token_ids: torch.Tensor, attention_mask: torch.Tensor, sampling: TokenSampling | None = None,
     position_ids: torch.Tensor | None = None, chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
-    sequence_ids: torch.Tensor | None = None,
+    sequence_ids: torch.Tensor | None = None, ties: TieRule = "unscorable",
 ) -> ScoredTokens:
     """Score every real token t >= 1 of a right-padded (B, T) batch; sampling None: temperature 1, untruncated."""
     rows, width = token_ids.shape
@@ -133,7 +181,7 @@ def score_tokens(
     for block in _blocks(model, token_ids, attention_mask, position_ids, sequence_ids, predicted, chunk_tokens):
         chunk, project = block
         lp, bad = _project_and_score(project, chunk.inputs, targets[chunk.rows], temperature[chunk.rows],
-                                     top_p[chunk.rows], top_k[chunk.rows])
+                                     top_p[chunk.rows], top_k[chunk.rows], ties)
         logp.append(lp)
         unscorable.append(bad)
     out_logp = torch.zeros(rows, width - 1, device=token_ids.device, dtype=torch.float32)
@@ -203,11 +251,22 @@ def _blocks(model, token_ids, attention_mask, position_ids, sequence_ids, predic
     if base is None:
         inputs, project = model(**kwargs).logits[:, :-1][predicted], _identity
     else:
-        inputs, project = base(**kwargs).last_hidden_state[:, :-1][predicted], head
+        inputs, project = _last_hidden_state(model, module, kwargs)[:, :-1][predicted], head
     total = inputs.shape[0]
     for start in range(0, total, max(chunk_tokens, 1)):
         rows = slice(start, min(start + chunk_tokens, total))
         yield _Chunk(rows, inputs[rows]), project
+
+
+def _last_hidden_state(model, module, kwargs: dict) -> torch.Tensor:
+    """The base model's last hidden states, computed by calling `model` itself: a DeepSpeed engine's forward
+    is where ZeRO-3 counts micro-batches, so a base model called around it makes every micro-batch's gradient
+    overwrite the previous one's instead of adding to it. The head is asked for no position's logits (the
+    chunks project the hidden states themselves), where the model's forward lets it choose."""
+    extra = {"output_hidden_states": True, "return_dict": True}
+    if "logits_to_keep" in inspect.signature(module.forward).parameters:
+        extra["logits_to_keep"] = torch.zeros(0, dtype=torch.long, device=kwargs["input_ids"].device)
+    return model(**kwargs, **extra).hidden_states[-1]
 
 
 def _dtype(module) -> torch.dtype:
@@ -233,9 +292,9 @@ def _base_and_head(module):
     return base, head
 
 
-def _project_and_score(project, inputs, targets, temperature, top_p, top_k):
+def _project_and_score(project, inputs, targets, temperature, top_p, top_k, ties):
     def run(x):
-        return processed_logprobs(project(x), targets, temperature, top_p, top_k)
+        return processed_logprobs(project(x), targets, temperature, top_p, top_k, ties)
 
     if torch.is_grad_enabled() and inputs.requires_grad:
         # Keep only the chunk's hidden states for backward; its (n, V) logits are recomputed there.

@@ -1,7 +1,11 @@
 """The trainer's view of one trajectory-table row, read through the typed `TrajectoryRow` contract.
 
-Long segments are never cut: `windows` splits a segment longer than max_seq_len into windows that are all
-trained, each scored with up to max_seq_len tokens of the segment's preceding context.
+Long segments are split, not cut: `windows` splits a segment longer than max_seq_len into windows, each scored
+with up to max_seq_len tokens of the segment's preceding context. Serving sampled a later window's tokens with
+the whole segment before them, which the window does not hold, so their served tokens are marked unscorable
+(trainer/batching.py `MicroBatch.context_cut`): no importance ratio is formed against a context the trainer did
+not see. They train only with loss.exclude_unscorable false; imported (supervised) windows train whole, as
+they need no ratio. Train long segments whole by raising max_seq_len to serving's context length.
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ from dataclasses import dataclass, field
 
 from liverl.contracts.trajectory_row import TrajectoryRow
 
+UNKNOWN_TEMPERATURE = float("nan")  # a span whose sampling was not recorded: its tokens are unscorable
+
 
 @dataclass(frozen=True)
 class SpanSampling:
@@ -18,7 +24,7 @@ class SpanSampling:
 
     start: int
     end: int
-    temperature: float = 1.0  # 0: greedy
+    temperature: float = UNKNOWN_TEMPERATURE  # 0: greedy; NaN: unknown (the call did not record it)
     top_p: float = 1.0  # 1: no nucleus truncation
     top_k: int = 0  # <= 0: no top-k truncation
 
@@ -53,8 +59,9 @@ class Trajectory:
     # Where each segment begins (0 first); () is one segment. A segment is its own sequence: its completions
     # were sampled conditioned on its tokens only (the context was rewritten where the next one starts).
     segment_starts: tuple[int, ...] = ()
-    # The sampling parameters of each model call's span; tokens outside every span (or rows written before
-    # the columns existed) are scored at temperature 1 without truncation.
+    # The sampling parameters of each model call's span. Tokens outside every span, spans whose call did not
+    # record its temperature, and rows written before the columns existed have an unknown (NaN) temperature:
+    # scoring marks them unscorable, since no importance ratio against an unknown distribution means anything.
     span_sampling: tuple[SpanSampling, ...] = ()
     # "" served by liverl; "import:<format>" built from a team's existing traces (`liverl import`): no behaviour
     # logprobs (all 0) and no served version, so it is never importance-weighted (trainer/losses.py).
@@ -77,7 +84,8 @@ class Trajectory:
 
         The first window is the segment's first max_seq_len tokens. Each later one trains the next
         max_seq_len // 2 tokens (the stride) and is preceded by as much of the segment as fits in
-        max_seq_len, so every token is scored with at least max_seq_len - stride tokens of context."""
+        max_seq_len, so every token is scored with at least max_seq_len - stride tokens of context (less than
+        serving saw: see the module docstring)."""
         stride = max(max_seq_len // 2, 1)
         windows = []
         for start, end in self.segments():
@@ -92,8 +100,9 @@ class Trajectory:
         return windows
 
     def token_sampling(self, start: int, end: int) -> tuple[list[float], list[float], list[int]]:
-        """Per-token (temperature, top_p, top_k) of tokens [start, end)."""
-        temperature, top_p, top_k = [1.0] * (end - start), [1.0] * (end - start), [0] * (end - start)
+        """Per-token (temperature, top_p, top_k) of tokens [start, end); NaN temperature where unknown."""
+        length = end - start
+        temperature, top_p, top_k = [UNKNOWN_TEMPERATURE] * length, [1.0] * length, [0] * length
         for span in self.span_sampling:
             for i in range(max(span.start, start), min(span.end, end)):
                 temperature[i - start], top_p[i - start], top_k[i - start] = span.temperature, span.top_p, span.top_k
@@ -152,7 +161,8 @@ def _segment_starts(row: TrajectoryRow) -> tuple[int, ...]:
 
 
 def _span_sampling(row: TrajectoryRow) -> tuple[SpanSampling, ...]:
-    """Each column on its own: an empty one (unknown) leaves its no-op default for every span."""
+    """Each column on its own: an empty temperature column is unknown (NaN: unscorable); an empty top_p or top_k
+    column leaves its no-op default (no truncation)."""
     if not (row.span_temperature or row.span_top_p or row.span_top_k):
         return ()
     if len(row.span_ends) != len(row.span_starts):
@@ -161,7 +171,7 @@ def _span_sampling(row: TrajectoryRow) -> tuple[SpanSampling, ...]:
     for i, (start, end) in enumerate(zip(row.span_starts, row.span_ends)):
         spans.append(SpanSampling(
             start, end,
-            temperature=float(row.span_temperature[i]) if row.span_temperature else 1.0,
+            temperature=float(row.span_temperature[i]) if row.span_temperature else UNKNOWN_TEMPERATURE,
             top_p=float(row.span_top_p[i]) if row.span_top_p else 1.0,
             top_k=int(row.span_top_k[i]) if row.span_top_k else 0,
         ))

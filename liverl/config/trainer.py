@@ -35,7 +35,8 @@ class LossConfig(Section):
     trainer's own top-k/top-p set get no loss term (trainer/scoring.py). false: greedy tokens are scored at
     temperature 1 untruncated (what vLLM records for them), outside tokens at their untruncated probability."""
     kl_to_reference: float = 0.0
-    """β of an optional β·KL(π_θ || π_ref) term per token (k3 estimator) against the frozen base policy; 0: off."""
+    """β of an optional β·KL(π_θ || π_ref) term per served token (k3 weighted by π_θ/π_behaviour) against the
+    frozen base policy; 0: off."""
     scoring_chunk_tokens: int = Field(512, ge=1)
     """Tokens projected to the vocabulary at once when scoring (memory O(chunk × vocab), not O(tokens × vocab))."""
     import_min_reward: float = 0.5

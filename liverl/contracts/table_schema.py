@@ -46,8 +46,9 @@ TRAJECTORY_SCHEMA = pa.schema(
         # each segment is scored as its own sequence; the reward still covers every segment. Additive field.
         pa.field("segment_starts", pa.list_(pa.int32())),
         # How each span's tokens were sampled (the call's SamplingParams), so the trainer scores them under the
-        # same processing: temperature 0 is greedy; top_p 1 and top_k 0 are no truncation. Empty: unknown
-        # (version-1 rows), scored as temperature 1 without truncation. Additive fields (version 2).
+        # same processing: temperature 0 is greedy; top_p 1 and top_k 0 are no truncation. A NaN temperature
+        # or an empty column (version-1 rows): unknown, so the trainer leaves those tokens unscorable. Additive
+        # fields (version 2).
         pa.field("span_temperature", pa.list_(pa.float32())),
         pa.field("span_top_p", pa.list_(pa.float32())),
         pa.field("span_top_k", pa.list_(pa.int32())),

@@ -19,9 +19,14 @@ WORDS = ["edit", "search", "ask", "fix", "file", "done"]
 def make_row(trajectory_id: str, batch_id: str, token_ids: list[int], loss_mask: list[int],
              behaviour_logprobs: list[float], *, reward: float = 1.0, task_family: str = "coding",
              task_id: str = "", policy_versions=("1",), first_served_ms: int | None = None,
-             agent_role: str = "single", signals: dict | None = None) -> dict:
+             agent_role: str = "single", signals: dict | None = None,
+             sampling: tuple[float, float, int] | None = (1.0, 1.0, 0)) -> dict:
+    """sampling: the one call's (temperature, top_p, top_k), recorded as serving records it; None: a row
+    without the columns (sampling unknown: its tokens are unscorable)."""
     now = int(time.time() * 1000) if first_served_ms is None else first_served_ms
-    return dict(
+    columns = {} if sampling is None else {"span_temperature": [sampling[0]], "span_top_p": [sampling[1]],
+                                           "span_top_k": [sampling[2]]}
+    return columns | dict(
         trajectory_id=trajectory_id, session_id=f"s-{trajectory_id}", tenant_id="t1", task_family=task_family,
         task_id=task_id, agent_role=agent_role, agent_id="main", parent_agent_id=None,
         policy_versions=list(policy_versions), span_starts=[0], span_ends=[len(token_ids)],

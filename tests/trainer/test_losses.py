@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from liverl.config.trainer import LossConfig
-from trainer.losses import behaviour_kl, token_losses
+from trainer.losses import behaviour_kl, reference_kl, token_losses
 
 
 def _one_token(kind: str, ratio: float, advantage: float, **overrides):
@@ -83,8 +83,9 @@ def test_tis_keeps_its_exact_gradient_beyond_the_clamp():
     assert (result.loss.item(), logp.grad.item(), result.clipped.item()) == pytest.approx((-2.0, -2.0, 1.0))
 
 
-def test_kl_to_reference_adds_the_k3_term():
-    # log π = log 0.6, log π_ref = log 0.3: d = log 0.5; k3 = 0.5 - log 0.5 - 1 = 0.19315; d k3/d logπ = 1 - 0.5.
+def test_kl_to_reference_adds_the_ratio_weighted_k3_term():
+    # log π = log 0.6, log π_ref = log 0.3: d = log 0.5; k3 = 0.5 - log 0.5 - 1 = 0.19315. On-policy (r = 1):
+    # d(r·k3)/d logπ = r·k3 + r·(1 - π_ref/π) = k3 + 0.5.
     beta = 0.1
     logp = torch.tensor([[math.log(0.6)]], requires_grad=True)
     behaviour = torch.tensor([[math.log(0.6)]])  # on-policy: ppo value -A = -1, gradient -1
@@ -93,8 +94,27 @@ def test_kl_to_reference_adds_the_k3_term():
     result.loss.sum().backward()
     k3 = 0.5 - math.log(0.5) - 1
     assert result.loss.item() == pytest.approx(-1.0 + beta * k3, abs=1e-6)
-    assert logp.grad.item() == pytest.approx(-1.0 + beta * 0.5, abs=1e-6)
+    assert logp.grad.item() == pytest.approx(-1.0 + beta * (k3 + 0.5), abs=1e-6)
     with pytest.raises(ValueError, match="reference"):
         token_losses(logp, behaviour, torch.tensor([1.0]), config)
     off = token_losses(logp, behaviour, torch.tensor([1.0]), LossConfig(kind="ppo"), reference_logp=logp.detach() - 5)
     assert off.loss.item() == pytest.approx(-1.0)  # default off: the reference is ignored
+
+
+def test_reference_kl_has_the_exact_gradient_of_kl_policy_to_reference():
+    """On a 5-token vocabulary, the behaviour-weighted expectation of the per-token term is KL(π_θ || π_ref) as a
+    function of θ: its value and its autograd gradient equal the KL's and the KL's analytic gradient."""
+    torch.manual_seed(3)
+    logits = torch.randn(5, dtype=torch.float64, requires_grad=True)
+    reference = torch.randn(5, dtype=torch.float64).log_softmax(-1)
+    behaviour = torch.randn(5, dtype=torch.float64).log_softmax(-1)  # serving's policy: neither of the two
+    logp = logits.log_softmax(-1)
+    expectation = (behaviour.exp() * reference_kl(logp[None], reference[None], behaviour[None])[0]).sum()
+    (gradient,) = torch.autograd.grad(expectation, logits)
+    p = logp.detach().exp()
+    kl = (p * (logp.detach() - reference)).sum()
+    analytic = p * (logp.detach() - reference - kl)  # d KL(π_θ || π_ref) / d logits
+    assert expectation.item() == pytest.approx(kl.item(), rel=1e-12)
+    assert torch.allclose(gradient, analytic, atol=1e-12)
+    reverse = p * (1 - reference.exp() / p)  # what k3 without the ratio follows, on-policy: ∇KL(π_ref || π_θ)
+    assert not torch.allclose(analytic, reverse, atol=1e-3)

@@ -2,8 +2,8 @@
 
 The 2-rank run is killed after its first registered version, then resumed; the 1-rank reference runs
 uninterrupted. Both use ZeRO-1 and take the same steps: the 1-rank run accumulates 4 micro-batches a step,
-each of the 2 ranks 2 of the same 4. (ZeRO-3 runs the same way on 2 ranks, but its updates differ from ZeRO-1's
-by ~6e-3 with lr 1e-3 on ONE rank already, so it cannot be the reference of an equality test.)
+each of the 2 ranks 2 of the same 4. (ZeRO-3 runs the same way on 2 ranks; on one rank every stage equals plain
+torch AdamW with accumulation: tests/trainer/test_zero_accumulation.py.)
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ def test_processing_matches_vllms_sampler_including_ties():
     reference = _vllm_processed(logits, temperature, top_p, top_k)
     for token in range(50):
         targets = torch.full((64,), token)
-        logp, unscorable = processed_logprobs(logits, targets, temperature, top_p, top_k)
+        logp, unscorable = processed_logprobs(logits, targets, temperature, top_p, top_k, ties="keep")
         expected = reference[:, token]
         inside = torch.isfinite(expected)
         assert torch.equal(unscorable, ~inside)  # outside vLLM's set exactly when vLLM gives it -inf
@@ -48,6 +48,44 @@ def test_greedy_tokens_are_unscorable_and_scored_as_vllm_records_them():
     logp, unscorable = processed_logprobs(logits, targets, temperature, top_p, top_k)
     assert unscorable.all()  # the behaviour policy was a point mass: no ratio is meaningful
     assert torch.allclose(logp, logits.log_softmax(-1).gather(-1, targets[:, None]).squeeze(-1))
+
+
+def test_ties_at_the_top_k_threshold_or_the_top_p_boundary_make_the_step_unscorable():
+    # Row 0: logits 3, 2, 2, 1 and top-k 2: the threshold 2 is tied (CPU keeps 3 tokens, Triton exactly 2).
+    # Row 1: logits 2, 1, 1, -9 and top-p 0.6: the boundary falls inside the tied group at 1.
+    # Row 2: distinct logits, the same top-k 2: no tie, both rules agree.
+    logits = torch.tensor([[3.0, 2.0, 2.0, 1.0], [2.0, 1.0, 1.0, -9.0], [3.0, 2.0, 1.5, 1.0]])
+    targets = torch.tensor([0, 0, 0])
+    temperature, top_p, top_k = torch.ones(3), torch.tensor([1.0, 0.6, 1.0]), torch.tensor([2, 0, 2])
+    reference = _vllm_processed(logits, temperature, top_p, top_k)[:, 0]  # vLLM's CPU (native) rule
+    kept_logp, kept_bad = processed_logprobs(logits, targets, temperature, top_p, top_k, ties="keep")
+    assert torch.allclose(kept_logp, reference) and not kept_bad.any()
+    logp, unscorable = processed_logprobs(logits, targets, temperature, top_p, top_k)  # default: unscorable
+    assert unscorable.tolist() == [True, True, False]
+    assert torch.isfinite(logp).all() and torch.allclose(logp[2], reference[2])
+
+
+def test_temperatures_below_vllms_floor_are_scored_at_the_floor_vllm_samples_with():
+    from vllm import SamplingParams
+
+    used = SamplingParams(temperature=0.005).temperature  # what the engine samples with
+    assert used == pytest.approx(0.01)
+    torch.manual_seed(2)
+    logits = torch.randn(4, 9) * 0.05  # small gaps, so 0.005 and 0.01 give very different logprobs
+    targets = torch.tensor([1, 2, 3, 4])
+    logp, unscorable = processed_logprobs(logits, targets, torch.full((4,), 0.005), torch.ones(4),
+                                          torch.zeros(4, dtype=torch.long))
+    expected = (logits / used).log_softmax(-1).gather(-1, targets[:, None]).squeeze(-1)
+    assert torch.allclose(logp, expected, atol=1e-5) and not unscorable.any()
+
+
+def test_tokens_of_unknown_sampling_are_unscorable():
+    logits = torch.randn(3, 7)
+    targets = torch.tensor([0, 1, 2])
+    temperature = torch.tensor([float("nan"), 0.7, float("nan")])
+    logp, unscorable = processed_logprobs(logits, targets, temperature, torch.tensor([0.9, 0.9, 1.0]),
+                                          torch.zeros(3, dtype=torch.long))
+    assert unscorable.tolist() == [True, False, True] and torch.isfinite(logp).all()
 
 
 @pytest.fixture(scope="module")

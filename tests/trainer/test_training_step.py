@@ -111,6 +111,87 @@ def test_tokens_are_scored_as_sampled_and_greedy_calls_are_left_out(tiny_policy_
     assert greedy > 0 and metrics["excluded_fraction"] == pytest.approx(greedy / sum(row["loss_mask"][1:]))
 
 
+def test_tokens_of_a_call_without_recorded_sampling_get_no_loss_term(tiny_policy_dir, trajectories):
+    from liverl.config.trainer import LossConfig
+    from trainer.batching import collate
+    from trainer.training_step import batch_loss
+
+    row = trajectories.row("unknown", "fix the file : edit file done edit", 1.0)
+    n = len(row["token_ids"])  # span 0: [0, 4) sampled at 0.7 / top-p 0.9; span 1: [4, n) recorded nothing
+    row |= {"span_starts": [0, 4], "span_ends": [4, n], "span_policy_versions": ["1", "1"],
+            "span_temperature": [0.7, float("nan")], "span_top_p": [0.9, 1.0], "span_top_k": [0, 0]}
+    batch = collate(trajectory_samples(from_row(row, 0), 1.0, max_seq_len=64))
+    with torch.no_grad():
+        weights, _, scored = batch_loss(load_policy(tiny_policy_dir), batch, LossConfig())
+    trained = batch.loss_mask[0] > 0
+    assert trained[4:].all() and scored.unscorable[0, 4:].all()  # unknown: never scored as temperature 1
+    assert (weights[0, 4:] == 0).all() and (weights[0, 2:4] > 0).all()
+
+
+def _greedy_then_sampled(trajectories, trajectory_id: str, greedy_masked: bool) -> dict:
+    """A row of two calls: [0, 4) greedy, [4, n) at temperature 0.7; greedy_masked False: the greedy call's
+    tokens carry no loss mask at all (what excluding them must be equivalent to)."""
+    row = trajectories.row(trajectory_id, "fix the file : edit file done edit", 1.0)
+    n = len(row["token_ids"])
+    mask = row["loss_mask"] if greedy_masked else [0] * 4 + row["loss_mask"][4:]
+    return row | {"span_starts": [0, 4], "span_ends": [4, n], "span_policy_versions": ["1", "1"],
+                  "span_temperature": [0.0, 0.7], "span_top_p": [1.0, 1.0], "span_top_k": [0, 0], "loss_mask": mask}
+
+
+def test_excluded_tokens_do_not_count_in_the_token_mean(tiny_policy_dir, trajectories):
+    from liverl.config.trainer import LossConfig
+    from trainer.training_step import batch_loss, loss_tokens, run_step, step_objective
+
+    gradients, losses = {}, {}
+    for greedy_masked in (True, False):
+        row = _greedy_then_sampled(trajectories, f"x-{greedy_masked}", greedy_masked)
+        batch = collate(trajectory_samples(from_row(row, 0), 1.0, max_seq_len=64, advantage=1.0))
+        model = load_policy(tiny_policy_dir)
+        weights, token_loss, _ = batch_loss(model, batch, LossConfig())
+        step_objective(token_loss, weights, loss_tokens(model, [batch], LossConfig())).backward()
+        gradients[greedy_masked] = torch.cat([p.grad.flatten() for p in model.parameters()])
+        config = _config(4096)
+        other = trajectories.row("x-other", "fix the file : ask ask ask", 0.0)  # so advantages are not 0
+        plan = StepPlan(trajectories=[from_row(row, 0), from_row(other, 0)], weights=[1.0] * 2, lags=[0] * 2)
+        losses[greedy_masked] = run_step(build_engine(load_policy(tiny_policy_dir), config.trainer), plan, 1,
+                                         Baselines(), config).metrics["loss"]
+    # The greedy tokens are excluded (unscorable): the step is that of the sampled tokens alone, not shrunk by
+    # the excluded share (2 of 6 loss-masked tokens here: before, the gradient was 4/6 of this one).
+    assert gradients[False].abs().max() > 0
+    assert torch.allclose(gradients[True], gradients[False], rtol=1e-5, atol=1e-9)
+    assert losses[False] != 0 and losses[True] == pytest.approx(losses[False], rel=1e-5)
+
+
+def test_windows_after_the_first_of_a_long_segment_are_unscorable(tiny_policy_dir, trajectories):
+    """Serving sampled every token of a segment with the whole segment before it; a later window holds only
+    max_seq_len tokens of it, so its logprobs differ from serving's and its tokens get no importance ratio."""
+    from liverl.config.trainer import LossConfig
+    from trainer.batching import score_batch
+    from trainer.training_step import batch_loss, loss_tokens
+
+    text = "fix the file : edit file done search file ask edit done fix file search done edit ask file"
+    row = trajectories.row("long", text, 1.0)  # behaviour logprobs: the whole segment in context
+    trajectory = from_row(row, 0)
+    samples = trajectory_samples(trajectory, 1.0, max_seq_len=8, advantage=1.0)
+    assert len(samples) > 2 and [s.position_offset > 0 for s in samples] == [False] + [True] * (len(samples) - 1)
+    batch = collate(samples)
+    model = load_policy(tiny_policy_dir)
+    with torch.no_grad():
+        scored = score_batch(model, batch)
+        weights, _, _ = batch_loss(model, batch, LossConfig())
+    trained = batch.loss_mask > 0
+    assert not scored.unscorable[0][trained[0]].any()  # the first window holds its whole context
+    assert torch.allclose(scored.logp[0][trained[0]], batch.behaviour_logprobs[0][trained[0]], atol=1e-5)
+    later = trained[1:]
+    gap = (scored.logp[1:][later] - batch.behaviour_logprobs[1:][later]).abs().max()
+    print(f"\nlargest |window logprob - served logprob| on later windows: {gap:.3g}")
+    assert gap > 1e-4  # the cut context really changes the logprobs
+    assert scored.unscorable[1:][later].all() and (weights[1:][later] == 0).all()
+    assert loss_tokens(model, [batch], LossConfig()) == int(trained[0].sum())
+    kept = LossConfig(exclude_unscorable=False)  # the operator's choice: train them with the cut context
+    assert loss_tokens(model, [batch], kept) == int(trained.sum())
+
+
 def test_a_packed_step_trains_like_a_padded_one(tiny_policy_dir, trajectories):
     from trainer.training_step import run_step
 
@@ -132,3 +213,17 @@ def test_a_packed_step_trains_like_a_padded_one(tiny_policy_dir, trajectories):
     print(f"\nmax |packed - padded| weight after one step: {worst:.2e}")
     assert worst < 1e-6
     assert "useful" in results[True].line(1, [0])
+
+
+def test_a_step_on_any_number_of_ranks_refuses_a_missing_reference_policy():
+    from trainer.ranks import Ranks
+    from trainer.sharded_step import run_sharded_step
+    from trainer.training_step import run_step
+
+    config = _config(4096)
+    config.trainer.loss.kl_to_reference = 0.1
+    plan = StepPlan(trajectories=[], weights=[], lags=[])
+    with pytest.raises(ValueError, match="kl_to_reference"):
+        run_step(None, plan, 1, Baselines(), config)
+    with pytest.raises(ValueError, match="kl_to_reference"):  # the sharded step is the same step
+        run_sharded_step(None, plan, 1, Baselines(), config, Ranks(0, 2))

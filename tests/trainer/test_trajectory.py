@@ -3,6 +3,8 @@ train long segments whole, and the sampling parameters of each span."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from liverl.contracts.trajectory_row import SchemaVersionError
@@ -57,8 +59,13 @@ def test_span_sampling_parameters_reach_every_token_of_their_span():
     assert trajectory.token_sampling(3, 7) == ([0.7, 0.7, 0.0, 0.0], [0.9, 0.9, 1.0, 1.0], [20, 20, 0, 0])
     only_temperature = from_row(_row(span_starts=[0], span_ends=[9], span_temperature=[0.5]), 0)
     assert only_temperature.token_sampling(0, 2) == ([0.5, 0.5], [1.0, 1.0], [0, 0])  # empty columns: no-op
-    version_1 = from_row(_row(), 0)  # no sampling columns: temperature 1, untruncated
-    assert version_1.span_sampling == () and version_1.token_sampling(0, 1) == ([1.0], [1.0], [0])
+    unrecorded = from_row(make_row("t", "", TOKENS, MASK, [-1.0] * 9, sampling=None), 0)  # no sampling columns
+    temperature, top_p, top_k = unrecorded.token_sampling(0, 1)
+    assert unrecorded.span_sampling == () and math.isnan(temperature[0]) and (top_p, top_k) == ([1.0], [0])
+    partly = from_row(_row(span_starts=[0, 5], span_ends=[5, 9], span_policy_versions=["1", "1"],
+                           span_temperature=[0.7, float("nan")],
+                           span_top_p=[0.9, 1.0], span_top_k=[0, 0]), 0)  # the second call did not record it
+    assert partly.token_sampling(4, 5)[0] == [pytest.approx(0.7)] and math.isnan(partly.token_sampling(5, 6)[0][0])
 
 
 def test_rows_are_read_through_the_typed_row():
