@@ -10,6 +10,7 @@ result is a plain config object (picklable, no settings machinery left in it).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from functools import cache
 from pathlib import Path
@@ -49,7 +50,7 @@ def load_config(
     ]
     merged: dict = {}
     for layer in layers:
-        _deep_merge(merged, layer)
+        _deep_merge(merged, _decoded(layer))
     return schema.model_validate(merged)
 
 
@@ -62,6 +63,21 @@ def _settings_class(schema: type[LiverlConfig]):
         model_config = SettingsConfigDict(extra="forbid")
 
     return Layered
+
+
+def _decoded(tree):
+    """Text leaves written as JSON (numbers, booleans, lists, objects) become those values, as the sources leave
+    scalars as text: `--trainer.deepspeed.zero_stage 3` must meet an int literal, not "3"."""
+    if isinstance(tree, Mapping):
+        return {key: _decoded(value) for key, value in tree.items()}
+    if isinstance(tree, list):
+        return [_decoded(value) for value in tree]
+    if isinstance(tree, str):
+        try:
+            return json.loads(tree)
+        except json.JSONDecodeError:
+            return tree
+    return tree
 
 
 def _deep_merge(into: dict, layer: Mapping) -> None:

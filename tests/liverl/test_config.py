@@ -110,3 +110,9 @@ def test_every_number_in_these_sections_has_a_lower_bound():
     missing = [f for section in BOUNDED_SECTIONS
                for f in unbounded(LiverlConfig.model_fields[section].annotation, section)]
     assert not missing, f"numeric fields without a bound (Field(ge=..., le=...)): {missing}"
+
+
+def test_numbers_reach_literal_fields_from_the_command_line_and_the_environment():
+    assert load_config(overrides=["--trainer.deepspeed.zero_stage", "3"], environ={}).trainer.deepspeed.zero_stage == 3
+    config = load_config(environ={"LIVERL_TRAINER__DEEPSPEED__ZERO_STAGE": "2"})
+    assert config.trainer.deepspeed.zero_stage == 2
