@@ -3,7 +3,7 @@
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from liverl.config.section import Section
 
@@ -18,6 +18,29 @@ class ApiKeyGrant(Section):
     change it (a different tenant is refused with 403)."""
     roles: list[AgentRoleName] = []
     """Agent roles this key may claim in x-liverl-agent-role; empty: any role."""
+
+
+class LoraServingConfig(Section):
+    """LoRA adapters served on the base policy's engine: a new adapter version is a request option, not a reload."""
+
+    enabled: bool = False
+    """Start the engine with LoRA support, so a champion that is an adapter of the served base (the registry tag
+    liverl.weights = adapter) is added to the running engine and switched to with no pause. Off: an adapter
+    version is served by loading its base's full weights in place and applying the adapter there."""
+    max_loras: int = Field(4, ge=1, le=64)
+    """Adapters a batch may mix (vLLM's max_loras): the new and previous versions, and the canary's, at least."""
+    max_lora_rank: Literal[8, 16, 32, 64, 128, 256] = 16
+    """Largest LoRA rank an adapter may have; a larger one is refused at load (its smoke test fails)."""
+    max_cpu_loras: int = Field(8, ge=1, le=1024)
+    """Adapters kept loaded in host memory (vLLM's max_cpu_loras; at least max_loras), so a rollback to a previous
+    adapter reads nothing from disk."""
+
+    @model_validator(mode="after")
+    def _cpu_holds_the_slots(self) -> "LoraServingConfig":
+        if self.max_cpu_loras < self.max_loras:
+            raise ValueError(f"serving.lora.max_cpu_loras ({self.max_cpu_loras}) must be at least serving.lora.max_loras "
+                             f"({self.max_loras}): raise it or lower max_loras")
+        return self
 
 
 class ServingConfig(Section):
@@ -117,3 +140,5 @@ class ServingConfig(Section):
     which no response waits for. 0 writes each wake-up's records at once."""
     spool_max_bytes: int = 1 << 30
     """Disk spool cap; records past it are dropped and counted."""
+    lora: LoraServingConfig = LoraServingConfig()
+    """LoRA adapter versions (serving.lora.*)."""
