@@ -45,6 +45,19 @@ def on_engine(engine: Engine, adapter: Adapter | None) -> Engine:
     return engine if adapter is None else AdapterEngine(engine, adapter)
 
 
+async def attach(engine: Engine, adapter: Adapter | None) -> Engine:
+    """A freshly started engine, for a slot: with the adapter loaded when there is one. Shuts the engine down
+    when the adapter does not load (nothing else uses it yet)."""
+    if adapter is None:
+        return engine
+    try:
+        await engine.load_adapter(adapter)
+    except BaseException:
+        await engine.shutdown()
+        raise
+    return on_engine(engine, adapter)
+
+
 class AdapterSwaps:
     """Names, loads, switches to and frees adapter versions for one HotSwapper."""
 

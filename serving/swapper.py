@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from liverl.config.serving import ServingConfig
-from serving.adapter_swap import AdapterSwaps, is_adapter_version, on_engine
+from serving.adapter_swap import AdapterSwaps, attach, is_adapter_version, on_engine
 from serving.engine import Sampling
 from serving.engine_factory import make_engine
 from serving.fleet import Fleet, rolled_back_at_ms
@@ -106,9 +106,7 @@ class HotSwapper:
         try:
             slot.engine = make_engine(self.config.engine, slot.policy_dir, self.config)
             await slot.engine.start()
-            if slot.adapter is not None:
-                await slot.engine.load_adapter(slot.adapter)
-                slot.engine = on_engine(slot.engine, slot.adapter)
+            slot.engine = await attach(slot.engine, slot.adapter)
         except Exception as error:
             raise SwapError(f"version {version} failed to load: {error}") from error
         try:

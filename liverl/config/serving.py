@@ -25,8 +25,9 @@ class LoraServingConfig(Section):
 
     enabled: bool = False
     """Start the engine with LoRA support, so a champion that is an adapter of the served base (the registry tag
-    liverl.weights = adapter) is added to the running engine and switched to with no pause. Off: an adapter
-    version is served by loading its base's full weights in place and applying the adapter there."""
+    liverl.weights = adapter) is added to the running engine and switched to with no pause; an adapter of another
+    base loads that base first (the full swap path). Off: vLLM refuses adapter versions (tagged smoke-failed,
+    never served); the light hf engine applies them either way."""
     max_loras: int = Field(4, ge=1, le=64)
     """Adapters a batch may mix (vLLM's max_loras): the new and previous versions, and the canary's, at least."""
     max_lora_rank: Literal[8, 16, 32, 64, 128, 256] = 16
