@@ -81,18 +81,33 @@ class HfEngine:
     def _add_adapter(self, adapter: Adapter) -> None:
         if adapter.name in self._adapters:
             return
-        from peft import PeftModel
+        from peft import PeftConfig, PeftModel, set_peft_model_state_dict
+        from safetensors.torch import load_file
 
-        try:
-            if self._peft is None:
-                self._peft = PeftModel.from_pretrained(self._model, str(adapter.path), adapter_name=adapter.name)
-            else:
-                self._peft.load_adapter(str(adapter.path), adapter_name=adapter.name)
+        from liverl.contracts.adapter import ADAPTER_WEIGHTS_FILE
+
+        try:  # read everything before the live model changes: a bad folder must leave it as it was
+            config = PeftConfig.from_pretrained(str(adapter.path))
+            weights = load_file(Path(adapter.path) / ADAPTER_WEIGHTS_FILE)
         except Exception as error:
             raise ValueError(f"adapter {adapter.name} from {adapter.path} does not fit the serving model ({error}): "
                              "export it from this base policy") from error
+        config.inference_mode = True
+        try:
+            if self._peft is None:
+                self._peft = PeftModel(self._model, config, adapter_name=adapter.name)
+            else:
+                self._peft.add_adapter(adapter.name, config)
+            self._adapters.add(adapter.name)
+            loaded = set_peft_model_state_dict(self._peft, weights, adapter_name=adapter.name)
+            missing = [key for key in loaded.missing_keys if f".{adapter.name}." in key]
+            if loaded.unexpected_keys or missing:
+                raise ValueError(f"unexpected tensors {loaded.unexpected_keys[:3]}, missing {missing[:3]}")
+        except Exception as error:
+            self._drop_adapter(adapter)  # its layers come out again: the base and other adapters are untouched
+            raise ValueError(f"adapter {adapter.name} from {adapter.path} does not fit the serving model ({error}): "
+                             "export it from this base policy") from error
         self._peft.eval()
-        self._adapters.add(adapter.name)
 
     def _drop_adapter(self, adapter: Adapter) -> None:
         self._adapters.discard(adapter.name)

@@ -215,4 +215,7 @@ def test_adapter_that_does_not_load_never_takes_traffic(config, policies, tmp_pa
     assert not refused.ok and "adapter" in refused.message, refused.message
     assert not orphaned.ok and "failed to load" in orphaned.message, orphaned.message
     assert (after_bad.policy_version, after_orphan.policy_version) == (base, base)
+    # the refused adapter left the base's outputs as they were
+    assert list(after_bad.logprobs) == pytest.approx(
+        reference_logprobs(policies["base_a"], None, PROMPT, list(after_bad.token_ids)), abs=1e-4)
     assert "smoke-failed" in version_tags(config, bad)[names.TAG_SERVING_ROLLBACK]
