@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
-import statistics
 import tempfile
 import threading
 import time

@@ -39,8 +39,8 @@ class LoraServingConfig(Section):
     @model_validator(mode="after")
     def _cpu_holds_the_slots(self) -> "LoraServingConfig":
         if self.max_cpu_loras < self.max_loras:
-            raise ValueError(f"serving.lora.max_cpu_loras ({self.max_cpu_loras}) must be at least serving.lora.max_loras "
-                             f"({self.max_loras}): raise it or lower max_loras")
+            raise ValueError(f"serving.lora.max_cpu_loras ({self.max_cpu_loras}) must be at least "
+                             f"serving.lora.max_loras ({self.max_loras}): raise it or lower max_loras")
         return self
 
 

@@ -55,8 +55,8 @@ def _stream(stub, prompt, seed, session, max_tokens=8) -> dict:
     """One streamed completion: its version(s), tokens, logprobs and the time of each chunk."""
     started = time.monotonic()
     out = {"versions": set(), "tokens": [], "logprobs": [], "times": [], "started": started, "prompt": prompt}
-    request = serving_pb2.GenerateRequest(prompt_token_ids=prompt, session_id=session, sampling=common_pb2.SamplingParams(
-        temperature=1.0, max_tokens=max_tokens, seed=seed))
+    sampling = common_pb2.SamplingParams(temperature=1.0, max_tokens=max_tokens, seed=seed)
+    request = serving_pb2.GenerateRequest(prompt_token_ids=prompt, session_id=session, sampling=sampling)
     for chunk in stub.GenerateStream(request, metadata=ADMIN, timeout=300):
         out["times"].append(time.monotonic())
         out["versions"].add(chunk.policy_version)
@@ -80,7 +80,8 @@ def _recorded(server, session, count):
     config = server.server.config
     assert server.server.recorder.flush(30)
     mine = lambda records: [r for r in records if split_session_key(r.key)[1] == session]  # noqa: E731
-    records = read_topic(config, config.kafka.model_calls_topic, expect=10_000, until=lambda got: len(mine(got)) >= count)
+    records = read_topic(config, config.kafka.model_calls_topic, expect=10_000,
+                         until=lambda got: len(mine(got)) >= count)
     return [model_call_pb2.ModelCall.FromString(r.value) for r in mine(records)]
 
 
