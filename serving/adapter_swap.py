@@ -110,6 +110,8 @@ class AdapterSwaps:
             raise
         smoked = time.perf_counter()
         replaced = router.switch(slot)
+        log.info("adapter %s (version %s on base %s) added in %.3f s, smoke-tested in %.3f s; switched with no pause",
+                 slot.adapter.name, slot.version, slot.adapter.base_version, loaded - started, smoked - loaded)
         return replaced, {"load_s": loaded - started, "smoke_s": smoked - loaded}
 
     @staticmethod
