@@ -1,7 +1,8 @@
 """LoRA adapter versions on the real vLLM engine, one engine start for the module (the tests run in order):
 (a) an adapter's logprobs equal peft's forward pass of base + adapter, (b) a swap to another adapter under
 concurrent streaming load fails nothing, labels every response with the adapter that produced it and holds no
-request, (c) rollback goes back to the previous adapter, still loaded.
+request, (c) rollback goes back to the previous adapter, still loaded, (d) an adapter of another base loads that
+base in place and then the adapter (a reload drops vLLM's adapters), and a rollback loads the first base again.
 """
 
 import statistics
@@ -31,7 +32,8 @@ def lora_server(stack, tmp_path_factory):
     base_dir = build_base(tmp / "base")
     config = serving_config(module_topics(stack, f"vllm-lora-{tmp.name}"), tmp, f"vllm-lora-{tmp.name}",
                             engine="vllm", admin_api_keys=["admin-key"], probation_s=1.0, min_swap_interval_s=3600.0,
-                            max_model_len=128)
+                            max_model_len=128, gpu_memory_utilization=0.08,  # ~1.9 GiB: a shared machine
+                            rate_limit_per_s=1e6, rate_limit_burst=1_000_000)  # the load must never meet the limit
     config.serving.lora.enabled = True
     config.serving.lora.max_loras, config.serving.lora.max_lora_rank, config.serving.lora.max_cpu_loras = 2, 8, 4
     base = register_version(config, base_dir, (names.ALIAS_CHAMPION,))
@@ -45,8 +47,14 @@ def lora_server(stack, tmp_path_factory):
                                      names.WEIGHTS_ADAPTER)
         client.set_model_version_tag(config.mlflow.registered_model, version, names.TAG_BASE_VERSION, base)
         folders[version] = folder
+    versions = sorted(folders, key=int)
+    other_dir = build_base(tmp / "other-base", seed=1)
+    other = register_version(config, other_dir)
+    on_other_dir = build_adapter(other_dir, tmp / "adapter-other", base_version=other, seed=13)
+    on_other = register_version(config, on_other_dir)
     with ServerThread(config) as server:
-        server.base_dir, server.folders, server.versions = base_dir, folders, sorted(folders, key=int)
+        server.base_dir, server.folders, server.versions = base_dir, folders, versions
+        server.other_dir, server.on_other, server.on_other_dir = other_dir, on_other, on_other_dir
         server.adapter_names = {}
         yield server
 
@@ -184,3 +192,26 @@ def test_c_rollback_returns_to_the_previous_adapter(lora_server):
         assert _matches(lora_server, first, response["prompt"], response["tokens"], response["logprobs"]) <= TOLERANCE
     calls = _recorded(lora_server, "s-c", 3)
     assert {c.adapter_name for c in calls} == {lora_server.adapter_names[first].name}
+
+
+def test_d_an_adapter_of_another_base_loads_that_base_then_rollback_loads_the_first(lora_server):
+    _, first, _ = lora_server.versions
+    on_other = lora_server.on_other
+    with grpc.insecure_channel(lora_server.grpc_target) as channel:
+        stub = serving_pb2_grpc.PolicyServiceStub(channel)
+        admin = serving_pb2_grpc.PolicyAdminStub(channel)
+        swapped = _swap(lora_server, channel, on_other)
+        served = [_stream(stub, p, 70 + i, "s-d") for i, p in enumerate(PROMPTS)]
+        rolled = admin.Rollback(serving_pb2.RollbackRequest(reason="check"), metadata=ADMIN, timeout=300)
+        back = [_stream(stub, p, 80 + i, "s-d") for i, p in enumerate(PROMPTS)]
+    assert swapped.ok, swapped.message
+    assert any(f"serving swap version={on_other}" in line and "mode=in_place" in line for line in lora_server.lines)
+    for response in served:
+        assert response["versions"] == {on_other}
+        expected = reference_logprobs(lora_server.other_dir, lora_server.on_other_dir, response["prompt"],
+                                      response["tokens"])
+        assert max(abs(a - b) for a, b in zip(response["logprobs"], expected)) <= TOLERANCE
+    assert rolled.ok and rolled.policy_version == first, rolled.message
+    for response in back:
+        assert response["versions"] == {first}
+        assert _matches(lora_server, first, response["prompt"], response["tokens"], response["logprobs"]) <= TOLERANCE
