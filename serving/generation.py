@@ -379,6 +379,8 @@ class Completions:
             agent_role=caller.agent_role,
             agent_id=caller.agent_id or "main",
             policy_version=call.slot.version,
+            adapter_name=call.slot.adapter_name,
+            base_version=call.slot.adapter.base_version if call.slot.adapter is not None else "",
             model_name=self.model_name,
             prompt_token_ids=call.prompt_token_ids,
             completion_token_ids=call.token_ids,

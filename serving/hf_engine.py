@@ -1,8 +1,12 @@
 """The light engine: transformers on CPU, one request at a time on a worker thread.
 
 Same interface as the vLLM engine, so the APIs, recording and hot-swap are tested quickly with it,
-in-place weight updates included. Not for production traffic: no batching. Logprobs follow vLLM's
-"processed_logprobs" definition.
+in-place weight updates and LoRA adapters included. Not for production traffic: no batching. Logprobs
+follow vLLM's "processed_logprobs" definition.
+
+Adapters are applied with peft on the live model (its LoRA layers injected in place, one named adapter per
+version): a request runs under its adapter, or with every adapter disabled for the base weights. Requests
+run one at a time on the model's thread, so choosing the active adapter there is never seen by another.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from serving.engine import Delta, Sampling
+from serving.engine import Adapter, Delta, Sampling
 
 Emit = Callable[[Delta | BaseException], None]  # hands a delta (or the error) to the awaiting request
 
@@ -27,6 +31,8 @@ class HfEngine:
         self._model = None
         self._tokenizer = None
         self._version = ""
+        self._peft = None  # the peft wrapper once an adapter is loaded (it injects LoRA layers into _model)
+        self._adapters: set[str] = set()  # names of the adapters loaded
         # One thread: the model is used by one request at a time (torch on CPU is not re-entrant here),
         # and a weight update queued there runs between two requests, never inside one.
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hf-engine")
@@ -57,20 +63,89 @@ class HfEngine:
         done = time.perf_counter()
         return {"seconds": done - started, "pause_s": done - queued, "repacked_heads": 0}
 
-    async def prompt_logprobs(self, prompt_token_ids: list[int], request_id: str) -> list[float]:
+    async def prompt_logprobs(self, prompt_token_ids: list[int], request_id: str,
+                              adapter: Adapter | None = None) -> list[float]:
         """The raw logprob of each prompt token after the first, given the ones before it (vLLM's prompt
-        logprobs; serving/weight_check.py compares them), on the model's own thread between requests."""
+        logprobs; serving/weight_check.py compares them), under the adapter if one is given, on the model's own
+        thread between requests."""
         if self._model is None:
             raise RuntimeError("HfEngine.prompt_logprobs before start(): await engine.start() first")
-        return await asyncio.get_running_loop().run_in_executor(self._worker, self._score, list(prompt_token_ids))
+        return await asyncio.get_running_loop().run_in_executor(self._worker, self._score, list(prompt_token_ids),
+                                                                adapter)
 
-    def _score(self, prompt_ids: list[int]) -> list[float]:
+    def _score(self, prompt_ids: list[int], adapter: Adapter | None) -> list[float]:
         import torch
 
-        with torch.inference_mode():
+        with torch.inference_mode(), self._under(adapter):
             ids = torch.tensor([prompt_ids])  # (1, T)
-            logits = self._model(input_ids=ids).logits[0, :-1].float()  # (T-1, V)
+            logits = self._model(input_ids=ids).logits[0, :-1].float()  # (T-1, V); peft's layers sit inside it
             return torch.log_softmax(logits, -1).gather(-1, ids[0, 1:, None])[:, 0].tolist()
+
+    async def load_adapter(self, adapter: Adapter) -> dict:
+        """Read the peft adapter onto the live model (on the model's thread, between two requests)."""
+        if self._model is None:
+            raise RuntimeError("HfEngine.load_adapter before start(): await engine.start() first")
+        started = time.perf_counter()
+        await asyncio.get_running_loop().run_in_executor(self._worker, self._add_adapter, adapter)
+        return {"seconds": time.perf_counter() - started}
+
+    async def unload_adapter(self, adapter: Adapter) -> None:
+        if self._model is not None and adapter.name in self._adapters:
+            await asyncio.get_running_loop().run_in_executor(self._worker, self._drop_adapter, adapter)
+
+    def has_adapter(self, adapter: Adapter) -> bool:
+        return adapter.name in self._adapters
+
+    def _add_adapter(self, adapter: Adapter) -> None:
+        if adapter.name in self._adapters:
+            return
+        from peft import PeftConfig, PeftModel, set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        from liverl.contracts.adapter import ADAPTER_WEIGHTS_FILE
+
+        try:  # read everything before the live model changes: a bad folder must leave it as it was
+            config = PeftConfig.from_pretrained(str(adapter.path))
+            weights = load_file(Path(adapter.path) / ADAPTER_WEIGHTS_FILE)
+        except Exception as error:
+            raise ValueError(f"adapter {adapter.name} from {adapter.path} does not fit the serving model ({error}): "
+                             "export it from this base policy") from error
+        config.inference_mode = True
+        try:
+            if self._peft is None:
+                self._peft = PeftModel(self._model, config, adapter_name=adapter.name)
+            else:
+                self._peft.add_adapter(adapter.name, config)
+            self._adapters.add(adapter.name)
+            loaded = set_peft_model_state_dict(self._peft, weights, adapter_name=adapter.name)
+            missing = [key for key in loaded.missing_keys if f".{adapter.name}." in key]
+            if loaded.unexpected_keys or missing:
+                raise ValueError(f"unexpected tensors {loaded.unexpected_keys[:3]}, missing {missing[:3]}")
+        except Exception as error:
+            self._drop_adapter(adapter)  # its layers come out again: the base and other adapters are untouched
+            raise ValueError(f"adapter {adapter.name} from {adapter.path} does not fit the serving model ({error}): "
+                             "export it from this base policy") from error
+        self._peft.eval()
+
+    def _drop_adapter(self, adapter: Adapter) -> None:
+        self._adapters.discard(adapter.name)
+        if adapter.name not in self._peft.peft_config:
+            return
+        if len(self._peft.peft_config) == 1:  # peft cannot run with no adapter left: take its layers out again
+            self._model = self._peft.unload()
+            self._peft = None
+        else:
+            self._peft.delete_adapter(adapter.name)
+
+    def _under(self, adapter: Adapter | None):
+        """The context a forward pass runs in: the adapter active, or every adapter off (the base weights)."""
+        import contextlib
+
+        if adapter is not None:
+            self._add_adapter(adapter)  # like vLLM: an adapter not loaded beforehand is loaded by its first request
+            self._peft.set_adapter(adapter.name)
+            return contextlib.nullcontext()
+        return self._peft.disable_adapter() if self._peft is not None else contextlib.nullcontext()
 
     async def weight_version(self) -> str:
         """The version named by the last update_weights ("" for the weights loaded at start)."""
@@ -79,7 +154,7 @@ class HfEngine:
     def _load_state(self, state: dict) -> None:
         import torch
 
-        current = self._model.state_dict()
+        current = _base_state(self._model)
         loaded = {key for key in current if key in state}
         shared = {current[key].data_ptr() for key in loaded}
         missing = [key for key in current if key not in state and current[key].data_ptr() not in shared]
@@ -94,7 +169,8 @@ class HfEngine:
                 current[key].copy_(state[key])
 
     async def generate(self, prompt_token_ids: list[int], sampling: Sampling, request_id: str,
-                       final_only: bool = False) -> AsyncIterator[Delta]:  # streams either way
+                       final_only: bool = False, adapter: Adapter | None = None
+                       ) -> AsyncIterator[Delta]:  # streams either way
         if self._model is None:
             raise RuntimeError("HfEngine.generate before start(): await engine.start() first")
         loop = asyncio.get_running_loop()
@@ -104,7 +180,8 @@ class HfEngine:
         def emit(item: Delta | BaseException) -> None:
             loop.call_soon_threadsafe(deltas.put_nowait, item)
 
-        job = loop.run_in_executor(self._worker, self._sample, list(prompt_token_ids), sampling, emit, cancelled)
+        job = loop.run_in_executor(self._worker, self._sample, list(prompt_token_ids), sampling, emit, cancelled,
+                                   adapter)
         try:
             while True:
                 item = await deltas.get()
@@ -117,9 +194,11 @@ class HfEngine:
         finally:
             cancelled.set()
 
-    def _sample(self, prompt_ids: list[int], sampling: Sampling, emit: Emit, cancelled: threading.Event) -> None:
+    def _sample(self, prompt_ids: list[int], sampling: Sampling, emit: Emit, cancelled: threading.Event,
+                adapter: Adapter | None) -> None:
         try:
-            self._sample_tokens(prompt_ids, sampling, emit, cancelled)
+            with self._under(adapter):
+                self._sample_tokens(prompt_ids, sampling, emit, cancelled)
         except BaseException as error:  # handed to the awaiting request, never lost on the worker
             emit(error)
 
@@ -156,6 +235,13 @@ class HfEngine:
     async def shutdown(self) -> None:
         self._worker.shutdown(wait=False, cancel_futures=True)
         self._model = None
+
+
+def _base_state(model) -> dict:
+    """The model's own tensors by their checkpoint names, also once peft has injected LoRA layers (which move a
+    wrapped layer's weight under `.base_layer.` and add `lora_*` tensors that no checkpoint holds)."""
+    return {key.replace(".base_layer.", "."): value for key, value in model.state_dict().items()
+            if ".lora_" not in key}
 
 
 def _read_weights(policy_dir: Path) -> dict:

@@ -9,6 +9,10 @@ the update `hold`s the router first. New requests then lease a *held* slot alrea
 new version, whose engine waits (HeldEngine) until the update is done; the old slot's leases drain on
 the old weights before a single weight changes. So every request's tokens come from the version it
 is labelled with, and none fails for the update.
+
+A LoRA adapter version shares its base's engine: its slot carries the adapter, and its engine
+(AdapterEngine) runs every request under it. Switching between two adapters of one base is then a
+plain switch: requests in flight keep the adapter they started on, new ones take the new adapter.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
-from serving.engine import Delta, Engine, Sampling
+from serving.engine import Adapter, Delta, Engine, Sampling
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -39,6 +43,7 @@ class Slot:
     tokenizer: PreTrainedTokenizerBase  # the version's own tokenizer
     policy_dir: Path
     source_uri: str
+    adapter: Adapter | None = None  # set for a LoRA version: policy_dir is then its base's weights folder
     loaded_at_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     in_flight: int = 0
     served: int = 0
@@ -53,6 +58,16 @@ class Slot:
     def vocab_size(self) -> int:
         """Ids a prompt may hold, added tokens included (len(tokenizer) costs microseconds per call)."""
         return len(self.tokenizer)
+
+    @property
+    def adapter_name(self) -> str:
+        """The LoRA adapter this version's requests run under ("" for full weights)."""
+        return self.adapter.name if self.adapter is not None else ""
+
+    @property
+    def weights_version(self) -> str:
+        """The registry version of the full weights under this version's requests (an adapter's base)."""
+        return self.adapter.base_version if self.adapter is not None else self.version
 
     def acquire(self) -> None:
         self.in_flight += 1
@@ -111,11 +126,39 @@ class Router:
         """Start an in-place update to `new`, which shares the champion's engine: from now on requests
         lease `new` and wait; the replaced champion drains. End it with release(), release_to() or fail()."""
         previous = self.switch(new)
-        if previous is None or previous.engine is not new.engine:
+        if previous is None or underlying(previous.engine) is not underlying(new.engine):
             self.champion = previous
             raise ValueError("an in-place update needs a slot on the serving engine: build it with "
                              "Slot(version, champion.engine, ...)")
         return Hold(self, new, previous)
+
+
+class AdapterEngine:
+    """A LoRA version's engine: its base's engine, with every request run under the adapter. Updating its
+    weights updates the base engine's and loads the adapter again (a reload drops vLLM's adapters)."""
+
+    name = "adapter"
+
+    def __init__(self, engine: Engine, adapter: Adapter):
+        self.engine = engine
+        self.adapter = adapter
+        self.policy_dir = engine.policy_dir
+
+    def generate(self, prompt_token_ids: list[int], sampling: Sampling, request_id: str,
+                 final_only: bool = False) -> AsyncIterator[Delta]:
+        return self.engine.generate(prompt_token_ids, sampling, request_id, final_only, adapter=self.adapter)
+
+    async def prompt_logprobs(self, prompt_token_ids: list[int], request_id: str) -> list[float]:
+        """The weight probe's logprobs under the adapter (serving/weight_check.py)."""
+        return await self.engine.prompt_logprobs(prompt_token_ids, request_id, adapter=self.adapter)
+
+    async def update_weights(self, policy_dir: Path, version: str) -> dict:
+        report = await self.engine.update_weights(policy_dir, version)
+        await self.engine.load_adapter(self.adapter)
+        return report
+
+    async def shutdown(self) -> None:
+        await self.engine.shutdown()
 
 
 class HeldEngine:
@@ -176,5 +219,8 @@ class Hold:
 
 
 def underlying(engine: Engine) -> Engine:
-    """The real engine behind a slot's engine (a held slot's stands in for the one being updated)."""
-    return engine.engine if isinstance(engine, HeldEngine) else engine
+    """The real engine behind a slot's engine (a held slot's stands in for the one being updated, an adapter
+    slot's runs on its base's)."""
+    while isinstance(engine, (HeldEngine, AdapterEngine)):
+        engine = engine.engine
+    return engine

@@ -9,6 +9,9 @@ new version on a second engine (logged).
 Two engines (swap_mode = "two_engine"): a second engine is started, smoke-tested and switched to with
 one assignment (Router.switch); requests that started before keep the old one to their last token.
 
+A LoRA adapter of the base the engine serves is added to the running engine and switched to with no pause
+(serving/adapter_swap.py); any other adapter version takes one of the paths above on its base's weights.
+
 Either way every record names the version that really produced its tokens. Through a probation window
 the new version's error rate and p99 latency are watched; a breach rolls back (in place: the previous
 version's folder, kept on disk, is loaded again), tags the registry version and refuses it until the
@@ -31,6 +34,7 @@ from typing import TYPE_CHECKING
 
 from liverl.config.serving import ServingConfig
 from liverl.io.signing import SignatureMismatch
+from serving.adapter_swap import AdapterSwaps, attach, is_adapter_version, on_engine
 from serving.engine import Sampling
 from serving.engine_factory import make_engine
 from serving.fleet import Fleet, rolled_back_at_ms
@@ -62,7 +66,7 @@ class SwapResult:
     previous: str
     message: str
     pause_s: float = 0.0  # how long new requests were held (in place); 0 for a switch between engines
-    mode: str = ""  # "in_place" | "two_engine" | "canary" (promoted) | "" (nothing changed)
+    mode: str = ""  # "in_place" | "two_engine" | "adapter" | "canary" (promoted) | "" (nothing changed)
 
 
 class HotSwapper:
@@ -82,6 +86,7 @@ class HotSwapper:
         self._background: set[asyncio.Task] = set()
         self._loaded: set[Slot] = set()  # every slot whose engine is up, so close() frees them all
         self.fleet = Fleet(config, registry) if registry is not None else None
+        self.adapters = AdapterSwaps(registry, versions_dir)
         self.update_windows: list[tuple[float, float]] = []  # (start, end) wall times of each update's lease
         self._waiting_for = ""
         self._cleared_ms: dict[str, int] = {}  # version -> when the fleet's tags last let this replica take it
@@ -92,17 +97,25 @@ class HotSwapper:
     async def fetch(self, version: str, policy_dir: Path | None = None) -> Slot:
         """Download (unless a folder is given) and read the tokenizer: a slot with no engine yet."""
         source = str(policy_dir) if policy_dir else ""
+        downloaded = policy_dir is None
         try:
-            if policy_dir is None:
+            if downloaded:
                 policy_dir, source = await asyncio.to_thread(self.registry.download, version, self.versions_dir)
                 await asyncio.to_thread(check_signed, self.registry, version, policy_dir, self.config)
             tokenizer = await asyncio.to_thread(_load_tokenizer, policy_dir)
+            slot = Slot(version, None, tokenizer, Path(policy_dir), source)
+            if is_adapter_version(slot.policy_dir):  # its weights folder becomes its base's
+                champion = self.router.champion
+                slot = await self.adapters.prepare(slot, champion)
+                if downloaded and (champion is None or slot.policy_dir != champion.policy_dir):  # a base fetched now
+                    await asyncio.to_thread(check_signed, self.registry, slot.adapter.base_version, slot.policy_dir,
+                                            self.config)
         except SignatureMismatch as error:
             self.metrics.signature_refusals.inc()
             raise SignatureRefused(f"version {version} refused: {error}") from error
         except Exception as error:
             raise SwapError(f"version {version} failed to load: {error}") from error
-        return Slot(version, None, tokenizer, Path(policy_dir), source)
+        return slot
 
     async def load(self, version: str, policy_dir: Path | None = None, fetched: Slot | None = None) -> Slot:
         """Fetch the version (unless given), start an engine of its own, smoke-test it. Raises SwapError."""
@@ -110,6 +123,7 @@ class HotSwapper:
         try:
             slot.engine = make_engine(self.config.engine, slot.policy_dir, self.config)
             await slot.engine.start()
+            slot.engine = await attach(slot.engine, slot.adapter)
         except Exception as error:
             raise SwapError(f"version {version} failed to load: {error}") from error
         try:
@@ -190,8 +204,16 @@ class HotSwapper:
             return canary, "canary", 0.0
         fetched = await self.fetch(version)
         champion = self.router.champion
-        if self.config.swap_mode == "in_place" and hasattr(champion.engine, "update_weights"):
-            slot = Slot(version, champion.engine, fetched.tokenizer, fetched.policy_dir, fetched.source_uri)
+        if self.adapters.fits_running_engine(fetched, champion):
+            try:
+                self._replaced, _timings = await self.adapters.switch_to(fetched, self.router, self._smoke)
+            except Exception as error:
+                raise SwapError(f"adapter version {version} failed to load or its smoke generation: {error}") from error
+            return fetched, "adapter", 0.0
+        engine = underlying(champion.engine)
+        if self.config.swap_mode == "in_place" and hasattr(engine, "update_weights"):
+            slot = Slot(version, on_engine(engine, fetched.adapter), fetched.tokenizer, fetched.policy_dir,
+                        fetched.source_uri, adapter=fetched.adapter)
             hold = self.router.hold(slot)
             try:
                 try:
@@ -204,7 +226,7 @@ class HotSwapper:
                     self.say(f"serving swap-fallback version={version} mode=two_engine "
                              f"error={str(failure)[:200]!r}")
                     loaded = await self.load(version, fetched=Slot(version, None, slot.tokenizer, slot.policy_dir,
-                                                                   slot.source_uri))
+                                                                   slot.source_uri, adapter=slot.adapter))
                     self._loaded.discard(loaded)
                     self._loaded.add(slot)
                     pause_s = hold.release_to(loaded.engine)
@@ -245,9 +267,9 @@ class HotSwapper:
         return pause_s
 
     async def _restore(self, engine, old: Slot) -> None:
-        """Put the old version's weights back (its folder stays on disk for this)."""
+        """Put the old version's weights (and adapter) back (its folders stay on disk for this)."""
         try:
-            await engine.update_weights(old.policy_dir, old.version)
+            await on_engine(underlying(engine), old.adapter).update_weights(old.policy_dir, old.version)
         except Exception as error:  # nothing left to fall back to on this engine: say so loudly
             log.error("could not restore version %s in place after a failed update: %s", old.version, error)
             raise SwapError(f"restoring version {old.version} failed too ({error}): restart this replica") from error
@@ -268,7 +290,14 @@ class HotSwapper:
                 self._probation.cancel()
             async with self._update_lease(wait_s=self.config.lease_ttl_s):
                 pause_s = 0.0
-                if underlying(target.engine) is underlying(bad.engine):
+                if self.adapters.shares_weights(target, bad):  # adapters of one base: back to the one still loaded
+                    try:
+                        await self.adapters.ready(target)
+                    except Exception as error:
+                        return SwapResult(False, bad.version, bad.version, f"rollback to {target.version} failed: "
+                                          f"its adapter did not load again ({error})")
+                    self.router.switch(target)
+                elif underlying(target.engine) is underlying(bad.engine):
                     hold = self.router.hold(target)
                     await bad.drained(self.config.drain_timeout_s)
                     try:
@@ -382,8 +411,10 @@ class HotSwapper:
             return
         self._loaded.discard(slot)
         engine = underlying(slot.engine)
-        if all(underlying(s.engine) is not engine for s in self._in_use()):
+        engine_up = any(underlying(s.engine) is engine for s in self._in_use())
+        if not engine_up:
             await engine.shutdown()
+        await self.adapters.release(slot, self._in_use(), engine_up)
         download = _download_folder(self.versions_dir, slot.policy_dir)
         if download is not None and all(_download_folder(self.versions_dir, s.policy_dir) != download
                                         for s in self._in_use()):

