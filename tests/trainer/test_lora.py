@@ -89,7 +89,8 @@ def test_deepspeed_trains_only_the_adapter_and_exports_it(llama_dir, tmp_path, s
 
     # The export: the contract's files, fp32 adapter weights only, a manifest naming the base.
     assert adapter_format.is_adapter_folder(folder)
-    assert {"adapter_model.safetensors", "tokenizer.json", "tokenizer_config.json"} <= {p.name for p in folder.iterdir()}
+    files = {p.name for p in folder.iterdir()}
+    assert {"adapter_model.safetensors", "tokenizer.json", "tokenizer_config.json"} <= files
     assert not (folder / "model.safetensors").exists() and not (folder / "config.json").exists()
     weights = load_file(folder / adapter_format.ADAPTER_WEIGHTS_FILE)
     assert weights and all("lora_" in name and t.dtype == torch.float32 for name, t in weights.items())
