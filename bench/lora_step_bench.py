@@ -85,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
                 torch.cuda.synchronize()
                 peaks[name] = max(peaks[name], torch.cuda.max_memory_allocated())
             rates[name].append(tokens / (time.perf_counter() - started))
+        print(f"round {round_ + 1}/{args.rounds} | " + " | ".join(f"{n} {rates[n][-1]:.1f} tok/s" for n in sides),
+              flush=True)
     ratios = [ds / pl for ds, pl in zip(rates["deepspeed"], rates["plain"])]
     median = {name: statistics.median(values) for name, values in rates.items()}
     state = {"deepspeed": training_state_bytes(engine.module, engine.optimizer),
