@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -10,6 +9,7 @@ from pathlib import Path
 from liverl.contracts import names
 from liverl.config import LiverlConfig
 from trainer.lineage import code_version
+from trainer.policy_io import weights_digest
 from trainer.registry import TAG_BASE_DIGEST, Registry
 from trainer.signing import TAG_FILES_DIGEST, sign_pass
 
@@ -26,7 +26,7 @@ def register_base(config: LiverlConfig, folder: Path, say: Callable[[str], None]
             f"{folder} is not a policy folder (missing {missing or ['*.safetensors']}); "
             "pass a Hugging Face folder with config.json, model.safetensors and tokenizer files"
         )
-    digest = _digest(weights)
+    digest = weights_digest(folder)
     registry = Registry(config.mlflow)
     version = registry.find_by_tag(TAG_BASE_DIGEST, digest)
     if version is not None:
@@ -37,6 +37,7 @@ def register_base(config: LiverlConfig, folder: Path, say: Callable[[str], None]
         return version
     tags = {
         TAG_BASE_DIGEST: digest,
+        names.TAG_WEIGHTS_KIND: names.WEIGHTS_FULL,
         names.TAG_PARENT_VERSION: "",
         names.TAG_TABLE_VERSIONS: "[]",
         names.TAG_KAFKA_OFFSETS: "{}",
@@ -54,11 +55,3 @@ def register_base(config: LiverlConfig, folder: Path, say: Callable[[str], None]
     say(f"base policy {folder} registered as version {version} of {registry.name} (candidate, champion)")
     return version
 
-
-def _digest(files: list[Path]) -> str:
-    sha = hashlib.sha256()
-    for path in files:
-        with path.open("rb") as handle:
-            for chunk in iter(lambda: handle.read(1 << 20), b""):
-                sha.update(chunk)
-    return sha.hexdigest()

@@ -77,12 +77,17 @@ def start_distributed(config: TrainerConfig) -> Ranks:
 
 
 def build_engine(model: torch.nn.Module, config: TrainerConfig) -> DeepSpeedEngine:
-    """deepspeed.initialize with a torch AdamW (no fused/CPU Adam op build)."""
+    """deepspeed.initialize with a torch AdamW (no fused/CPU Adam op build) over the parameters that require
+    gradients: all of them for full fine-tuning, only the adapter's with LoRA (the base stays frozen)."""
     import deepspeed
     import torch
 
     start_distributed(config)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    if not trainable:
+        raise ValueError(f"{type(model).__name__} has no parameter that requires gradients: nothing to train; "
+                         "load the policy with trainer.policy_io.load_policy or trainer.adapters.trainable_policy")
+    optimizer = torch.optim.AdamW(trainable, lr=config.learning_rate, weight_decay=config.weight_decay)
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=deepspeed_config(config))
     return engine
 
@@ -90,17 +95,29 @@ def build_engine(model: torch.nn.Module, config: TrainerConfig) -> DeepSpeedEngi
 def full_state_dict(engine: DeepSpeedEngine, keep: bool = True) -> dict[str, torch.Tensor]:
     """Consolidated fp32 weights on CPU. ZeRO-3 partitions parameters, so every rank must call this (the gather
     is collective); keep=False on ranks that only take part in the gather (they get {})."""
+    module = engine.module
+    return _gathered(engine, list(module.parameters()), module.state_dict, keep)
+
+
+def adapter_state_dict(engine: DeepSpeedEngine, adapter: torch.nn.Module, keep: bool = True
+                       ) -> dict[str, torch.Tensor]:
+    """The trained adapter's fp32 weights on CPU under the names of its peft wrapper (what peft's save_pretrained
+    takes): the parameters that require gradients. Collective under ZeRO-3 like full_state_dict."""
+    trained = {name: param for name, param in adapter.named_parameters() if param.requires_grad}
+    return _gathered(engine, list(trained.values()), lambda: trained, keep)
+
+
+def _gathered(engine: DeepSpeedEngine, parameters: list, tensors, keep: bool) -> dict[str, torch.Tensor]:
+    """tensors() copied to CPU fp32 while `parameters` are gathered whole (ZeRO-3 partitions them)."""
     import deepspeed
     import torch
-
-    module = engine.module
 
     def copy() -> dict[str, torch.Tensor]:
         if not keep:
             return {}
-        return {name: tensor.detach().to("cpu", torch.float32).clone() for name, tensor in module.state_dict().items()}
+        return {name: tensor.detach().to("cpu", torch.float32).clone() for name, tensor in tensors().items()}
 
     if engine.zero_optimization_stage() == 3:
-        with deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=None):
+        with deepspeed.zero.GatheredParameters(parameters, modifier_rank=None):
             return copy()
     return copy()

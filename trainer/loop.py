@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from deepspeed import DeepSpeedEngine
     from torch.nn import Module
 
+    from trainer.adapters import AdapterBase, TrainablePolicy
     from trainer.step_builder import StepPlan
 
 
@@ -87,6 +88,7 @@ class Trainer:
         self.state: TrainerState
         self.engine: DeepSpeedEngine
         self.parent_folder: Path  # the policy folder the current weights' export copies tokenizer files from
+        self.policy: TrainablePolicy  # what the engine trains: full weights, or an adapter on a frozen base
         self.served: ServedLineage  # the champion timeline staleness counts on
         self.reference: Module | None  # frozen, only when trainer.loss.kl_to_reference > 0
 
@@ -94,6 +96,7 @@ class Trainer:
     def start(self) -> None:
         import torch
 
+        from trainer.adapters import trainable_policy
         from trainer.engine import build_engine, start_distributed
         from trainer.policy_io import load_policy
 
@@ -101,15 +104,18 @@ class Trainer:
         if not self.ranks.main:
             self.say = lambda _line: None  # one progress line per step, from rank 0
         # Rank 0 reads the state and downloads the parent; the others build the same model from its folder.
-        state, self.parent_folder = self.ranks.decide(self._load_state)
+        state, self.parent_folder, base = self.ranks.decide(self._load_state)
         self.state = state
-        torch.manual_seed(self.tc.seed)
-        self.engine = build_engine(load_policy(self.parent_folder), self.tc)
-        if state.checkpoint_tag:
-            self.engine.load_checkpoint(str(self.dir / "deepspeed"), tag=state.checkpoint_tag)
+        torch.manual_seed(self.tc.seed)  # also a new adapter's initialisation
+        self.policy = trainable_policy(self.parent_folder, base, self.tc.lora)
+        self.engine = build_engine(self.policy.model, self.tc)
+        if state.checkpoint_tag:  # an adapter's checkpoint holds the adapter alone: the base is the parent's
+            self.engine.load_checkpoint(str(self.dir / "deepspeed"), tag=state.checkpoint_tag,
+                                        load_module_strict=not self.policy.is_adapter)
         self.engine.module.eval()  # no dropout: the policy's logprobs must be comparable with serving's
         # The optional KL-to-reference term's reference: the policy this process started from, frozen.
-        self.reference = load_policy(self.parent_folder).eval() if self.tc.loss.kl_to_reference > 0 else None
+        self.reference = (load_policy(self.parent_folder, base_folder=base.folder).eval()
+                          if self.tc.loss.kl_to_reference > 0 else None)
         self.baselines = Baselines(dict(state.baselines))  # every rank computes the step's advantages
         if self.ranks.main:  # the table position and the champion timeline are rank 0's
             self.trained = {tid: version for tid, version in state.trained_ids}
@@ -121,7 +127,7 @@ class Trainer:
         where = f"step {state.step}, table v{state.table_version} row {state.cursor}"
         ranks = f" | ranks {self.ranks.world}" if self.ranks.world > 1 else ""
         self.say(f"trainer ready | parent v{state.parent_version} | {where} | checkpoint {state.checkpoint_tag or '-'}"
-                 f"{ranks}")
+                 f" | {self.policy.describe()}{ranks}")
         if self.ranks.main and self.tc.gate.background:
             keep = f"{state.run_key}/{state.pending.checkpoint_tag}" if state.pending else None
             self.publisher.refuse_unjudged(state.run_key, keep)  # a stop while they were judged left them undecided
@@ -129,8 +135,11 @@ class Trainer:
         if state.pending:  # crashed between checkpoint and registration: finish it first
             self.maybe_publish(Saved(state.pending))
 
-    def _load_state(self) -> tuple[TrainerState, Path]:
-        """Rank 0: the saved state (or a fresh one from the champion) and the parent version's folder."""
+    def _load_state(self) -> tuple[TrainerState, Path, AdapterBase]:
+        """Rank 0: the saved state (or a fresh one from the champion), the parent version's folder, and the base
+        an adapter trained from it applies to (downloaded when the parent is itself an adapter)."""
+        from trainer.adapters import adapter_base
+
         state = TrainerState.load(self.dir)
         if state is None:
             champion = self.registry.alias_version(names.ALIAS_CHAMPION)
@@ -140,7 +149,9 @@ class Trainer:
                     "register a base policy first: liverl train --init-from POLICY_DIR"
                 )
             state = TrainerState(run_key=uuid.uuid4().hex[:12], parent_version=champion)
-        return state, self.registry.download(state.parent_version, self.dir / "registry")
+        downloads = self.dir / "registry"
+        parent_folder = self.registry.download(state.parent_version, downloads)
+        return state, parent_folder, adapter_base(state.parent_version, parent_folder, self.registry, downloads)
 
     # ---- the loop ---------------------------------------------------------------------------------------
     def run(self, follow: bool) -> int:
@@ -238,7 +249,9 @@ class Trainer:
         if not self.window.steps or not self.ranks.decide(lambda: force or self._window_due()):
             return None
         tag = f"step-{self.state.step}"
-        self.engine.save_checkpoint(str(self.dir / "deepspeed"), tag=tag)  # collective: each rank its shards
+        # Collective: each rank its shards. An adapter's frozen base is the parent's: only the adapter is saved.
+        self.engine.save_checkpoint(str(self.dir / "deepspeed"), tag=tag,
+                                    exclude_frozen_parameters=self.policy.is_adapter)
         self.ranks.barrier()  # every shard written before the state file points at them
         self.state.checkpoint_tag = tag
         self.state.pending = self.ranks.decide(lambda: self._record_checkpoint(tag))
@@ -307,17 +320,14 @@ class Trainer:
                     step_metrics: list[tuple[int, dict[str, float]]] = ()) -> CheckpointToPublish | None:
         """Export the engine's weights (they are the checkpoint's) and gather the gate's evidence: rank 0's
         CheckpointToPublish; None on the other ranks, which only take part in gathering ZeRO-3 weights."""
-        from trainer.engine import full_state_dict
-        from trainer.policy_io import export_policy
         from trainer.weight_probe import measure_weight_probe
 
-        weights = full_state_dict(self.engine, keep=self.ranks.main)  # collective under ZeRO-3
-        probe = measure_weight_probe(self.engine.module)  # every rank: a forward pass is collective under ZeRO-3
+        folder = self.dir / "exports" / pending.checkpoint_tag
+        self._export(folder)
+        # Every rank (a forward pass is collective under ZeRO-3); with an adapter the module runs base + adapter.
+        probe = measure_weight_probe(self.engine.module)
         if not self.ranks.main:
             return None
-        folder = self.dir / "exports" / pending.checkpoint_tag
-        if not folder.exists():  # the export is atomic: present means complete
-            export_policy(self.engine.module, weights, folder, self.parent_folder)
         probe.write(folder)  # serving proves its replicas load these weights (a resumed export gets it too)
         evidence = gate_evidence(self.follower.rows_up_to(self.stream.version), self.state.step, self.baselines,
                                  self.config)
@@ -325,6 +335,24 @@ class Trainer:
             pending=pending, run_key=self.state.run_key, parent_version=self.state.parent_version,
             step=self.state.step, folder=folder, evidence=evidence, step_metrics=step_metrics,
         )
+
+    def _export(self, folder: Path) -> None:
+        """The engine's weights as a policy folder (rank 0 writes; every rank takes part in ZeRO-3's gather): the
+        adapter alone with its manifest, or the full weights."""
+        from trainer.engine import adapter_state_dict, full_state_dict
+        from trainer.policy_io import export_adapter, export_policy
+
+        policy = self.policy
+        if policy.adapter is not None:
+            weights = adapter_state_dict(self.engine, policy.adapter, keep=self.ranks.main)  # collective under ZeRO-3
+        else:
+            weights = full_state_dict(self.engine, keep=self.ranks.main)
+        if not self.ranks.main or folder.exists():  # the export is atomic: present means complete
+            return
+        if policy.adapter is not None:
+            export_adapter(policy.adapter, weights, folder, policy.manifest(), self.parent_folder)
+        else:
+            export_policy(self.engine.module, weights, folder, self.parent_folder)
 
     def _prune_checkpoints(self) -> None:
         root = self.dir / "deepspeed"

@@ -125,7 +125,7 @@ class Publisher:
         version = self.registry.find_by_tag(TAG_CHECKPOINT, key)
         if version is None:
             tags = lineage_tags(pending, checkpoint.parent_version, checkpoint.step, self.reward_config_version,
-                                checkpoint.run_key)
+                                checkpoint.run_key, checkpoint.folder)
             version = self.registry.register(checkpoint.folder, tags, run_name=f"train {pending.checkpoint_tag}",
                                              step_metrics=list(checkpoint.step_metrics))
         self.registry.set_alias(names.ALIAS_CANDIDATE, version)
@@ -237,14 +237,14 @@ class Publisher:
         return refused
 
     def report(self, version: str, champion: str | None, checkpoint: CheckpointToPublish) -> GateReport:
-        from trainer.policy_io import load_policy
+        from trainer.policy_io import download_policy, load_policy
 
         if not self.gate.enabled:
             return GateReport("fail", ["gate disabled (trainer.gate.enabled=false): champion stays"], {})
         if champion is None or champion == version:
             return GateReport("fail", [f"no champion to compare with (champion: {champion})"], {})
         started = time.perf_counter()
-        champion_folder = self.registry.download(champion, self.download_dir)
+        champion_folder = download_policy(self.registry, champion, self.download_dir)  # an adapter: its base too
         offline = evaluate(
             candidate=load_policy(checkpoint.folder),  # loading the export also checks that serving can
             champion=load_policy(champion_folder),

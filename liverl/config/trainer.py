@@ -104,6 +104,31 @@ class DeepSpeedConfig(Section):
     use); false: plain gloo."""
 
 
+LLAMA_LINEAR_LAYERS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+class LoraConfig(Section):
+    """LoRA adapters (peft) trained under DeepSpeed: the base weights stay frozen, the optimizer holds only the
+    adapter's parameters, and each version is exported as an adapter folder (liverl/contracts/adapter.py)."""
+
+    enabled: bool | None = None
+    """true: train an adapter; false: fine-tune the full weights; None: an adapter when the base policy has at
+    least auto_min_parameters parameters (a real pretrained model), full weights below it (the tiny demo and
+    test policies, which an adapter would not make much smaller). A parent version that is an adapter is
+    trained on as an adapter unless this is false (then base + adapter are merged and trained whole)."""
+    auto_min_parameters: int = Field(50_000_000, ge=0)
+    """enabled = None: the parameter count from which a base policy is trained through an adapter."""
+    rank: int = Field(16, ge=1, le=1024)
+    """LoRA rank r (vLLM serves ranks up to its max_lora_rank: keep it at or below serving's)."""
+    alpha: float = Field(32.0, gt=0.0)
+    """LoRA alpha: the adapter's update is scaled by alpha / rank."""
+    dropout: float = Field(0.0, ge=0.0, le=0.0)
+    """LoRA dropout, fixed at 0: the trainer scores tokens in eval mode and its importance ratios need the same
+    deterministic logprobs serving sampled with."""
+    target_modules: list[str] = Field(default_factory=lambda: list(LLAMA_LINEAR_LAYERS), min_length=1)
+    """Names of the linear layers that get an adapter (default: every linear layer of a Llama/Qwen2 block)."""
+
+
 class GateConfig(Section):
     """The promotion gate: offline evaluation of the candidate against the champion on held-out trajectories."""
 
@@ -222,5 +247,7 @@ class TrainerConfig(Section):
     """Baselines and normalisation."""
     deepspeed: DeepSpeedConfig = DeepSpeedConfig()
     """ZeRO stage, precision, accumulation and token-budget micro-batches."""
+    lora: LoraConfig = LoraConfig()
+    """LoRA adapters or full fine-tuning, and the adapter's rank, alpha and target layers."""
     gate: GateConfig = GateConfig()
     """The promotion gate's held-out set and thresholds."""
