@@ -15,8 +15,11 @@ from trainer.registry import TAG_BASE_DIGEST, Registry
 REQUIRED_FILES = ("config.json", "tokenizer.json")
 
 
-def register_base(config: LiverlConfig, folder: Path, say: Callable[[str], None] = print) -> str:
-    """Idempotent: the same weights registered again return the existing version and leave champion alone."""
+def register_base(config: LiverlConfig, folder: Path, say: Callable[[str], None] = print,
+                  provenance: dict[str, str] | None = None) -> str:
+    """Idempotent: the same weights registered again return the existing version and leave champion alone.
+
+    `provenance`: extra lineage tags saying where the weights came from (trainer.pretrained's package tags)."""
     folder = Path(folder)
     missing = [name for name in REQUIRED_FILES if not (folder / name).is_file()]
     weights = sorted(folder.glob("*.safetensors"))
@@ -43,6 +46,7 @@ def register_base(config: LiverlConfig, folder: Path, say: Callable[[str], None]
         names.TAG_CODE_VERSION: code_version(),
         names.TAG_TRAJECTORIES: "0",
         names.TAG_TRAINER_STEP: "0",
+        **(provenance or {}),
     }
     version = registry.register(folder, tags, run_name=f"base policy {folder.name}")
     registry.set_alias(names.ALIAS_CANDIDATE, version)

@@ -1,6 +1,7 @@
 """`liverl train`: register a base policy, train once on what is new, or keep following the table.
 
     liverl train --init-from POLICY_DIR     # register the base version (candidate + champion); idempotent
+    liverl train --init-from-package smollm2   # the same for a pretrained model shipped in a package (converted once)
     liverl train                            # train on every new table version once, register, exit
     liverl train --follow                   # keep following the table
 
@@ -15,6 +16,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from trainer.pretrained import PACKAGED_MODELS
+
 if TYPE_CHECKING:
     from liverl.config import LiverlConfig
 
@@ -22,6 +25,9 @@ if TYPE_CHECKING:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--init-from", metavar="DIR", help="register this HF policy folder as the base version")
+    mode.add_argument("--init-from-package", metavar="NAME", choices=sorted(PACKAGED_MODELS),
+                      help="convert the pretrained model this package ships (once, cached under the data dir) "
+                           "and register it as the base version")
     mode.add_argument("--follow", action="store_true", help="keep following the table (stop with Ctrl-C / SIGTERM)")
 
 
@@ -33,6 +39,13 @@ def run(config: LiverlConfig, args: argparse.Namespace) -> int:
         from trainer.base_policy import register_base
 
         register_base(config, Path(args.init_from), say=_say)
+        return 0
+    if args.init_from_package:
+        from trainer.base_policy import register_base
+        from trainer.pretrained import ensure_converted, packaged_model, provenance_tags
+
+        folder, provenance = ensure_converted(packaged_model(args.init_from_package), config.stack.data_dir, say=_say)
+        register_base(config, folder, say=_say, provenance=provenance_tags(provenance))
         return 0
     import signal
 

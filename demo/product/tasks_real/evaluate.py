@@ -1,0 +1,191 @@
+"""Held-out evaluation of a real policy folder: success per task family with 95 % Wilson intervals, and the
+NLL of a fixed general text (how much general ability training has cost).
+
+    python -m demo.product.tasks_real.evaluate --folder .liverl/base-smollm2 [--tasks 210] [--seed 0]
+        [--frozen DIR] [--engine vllm|hf] [--dtype float32] [--json OUT] [--show 2]
+
+The policy answers its own requests; orchestrator helpers (role subagent) are answered by the frozen folder
+(default: the same one, which is right for the base; pass the base when evaluating a trained candidate). All
+open requests of all tasks go to the engine in one batch per round, sampled at temperature 0.7, top-p 0.9, each
+with a seed fixed by (seed, task, request), so a rerun on the same engine samples the same completions.
+Prints one line per family and one JSON object (the last line, or --json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from demo.product.policy import ROLE_SUBAGENT
+from demo.product.tasks_real.base import ChatRequest, RealTask
+from demo.product.tasks_real.generate import heldout_tasks
+from demo.product.tasks_real.stats import wilson_interval
+
+TEMPERATURE, TOP_P = 0.7, 0.9
+GENERAL_TEXT = Path(__file__).with_name("general_text.txt")
+
+# (requests, seeds) -> completion texts, in order
+Generate = Callable[[list[ChatRequest], list[int]], list[str]]
+
+
+def run_tasks(tasks: Sequence[RealTask], policy: Generate, frozen: Generate, seed: int = 0) -> int:
+    """Drive every task to its end, batching each round's requests; returns the number of engine rounds."""
+    rounds = 0
+    while True:
+        open_requests = [(index, number, request) for index, task in enumerate(tasks) if not task.done
+                         for number, request in enumerate(task.requests())]
+        if not open_requests:
+            return rounds
+        replies: dict[tuple[int, int], str] = {}
+        for generate, wanted in ((policy, False), (frozen, True)):
+            mine = [(i, n, r) for i, n, r in open_requests if (r.role == ROLE_SUBAGENT) == wanted]
+            if mine:
+                seeds = [request_seed(seed, i, rounds, n) for i, n, _ in mine]
+                for (i, n, _), text in zip(mine, generate([r for _, _, r in mine], seeds), strict=True):
+                    replies[(i, n)] = text
+        for index, task in enumerate(tasks):
+            if not task.done:
+                count = len([1 for i, _, _ in open_requests if i == index])
+                task.respond([replies[(index, n)] for n in range(count)])
+        rounds += 1
+
+
+def request_seed(seed: int, task: int, round_: int, number: int) -> int:
+    return random.Random(f"liverl-real-sampling-{seed}-{task}-{round_}-{number}").getrandbits(31)
+
+
+def family_figures(tasks: Sequence[RealTask]) -> dict[str, dict]:
+    figures = {}
+    for family in dict.fromkeys(task.family for task in tasks):
+        outcomes = [task.outcome() for task in tasks if task.family == family]
+        successes = sum(o.success for o in outcomes)
+        low, high = wilson_interval(successes, len(outcomes))
+        figures[family] = {"n": len(outcomes), "successes": successes, "rate": successes / len(outcomes),
+                           "wilson95": [round(low, 4), round(high, 4)],
+                           "mean_score": sum(o.score for o in outcomes) / len(outcomes)}
+    return figures
+
+
+def general_nll(folder: Path, text: str | None = None) -> dict:
+    """Mean negative log-likelihood (nats per token) of the shipped general text under the folder's model."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    text = GENERAL_TEXT.read_text() if text is None else text
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
+    ids = torch.tensor([tokenizer(text)["input_ids"]])
+    with torch.no_grad():
+        loss = model(input_ids=ids, labels=ids).loss
+    return {"nll": float(loss), "perplexity": math.exp(float(loss)), "tokens": int(ids.shape[1])}
+
+
+class VllmGenerate:
+    """vLLM's offline engine over a HF folder; renders each chat with the folder's template."""
+
+    def __init__(self, folder: Path, dtype: str = "float32") -> None:
+        from vllm import LLM
+
+        self.llm = LLM(model=str(folder), dtype=dtype, gpu_memory_utilization=0.2, max_model_len=1024,
+                       enforce_eager=True, seed=0, disable_log_stats=True)
+        self.tokenizer = self.llm.get_tokenizer()
+
+    def __call__(self, requests: list[ChatRequest], seeds: list[int]) -> list[str]:
+        from vllm import SamplingParams
+
+        prompts = [self.tokenizer.apply_chat_template(list(r.messages), tokenize=False, add_generation_prompt=True)
+                   for r in requests]
+        params = [SamplingParams(temperature=TEMPERATURE, top_p=TOP_P, max_tokens=r.max_tokens, seed=s)
+                  for r, s in zip(requests, seeds, strict=True)]
+        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        return [output.outputs[0].text for output in outputs]
+
+
+class HfGenerate:
+    """transformers' generate, one request at a time (a slow fallback where vLLM is not installed)."""
+
+    def __init__(self, folder: Path) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
+        self.model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
+
+    def __call__(self, requests: list[ChatRequest], seeds: list[int]) -> list[str]:
+        import torch
+
+        texts = []
+        for request, seed in zip(requests, seeds, strict=True):
+            ids = self.tokenizer.apply_chat_template(list(request.messages), add_generation_prompt=True,
+                                                     return_tensors="pt", return_dict=True)
+            torch.manual_seed(seed)
+            with torch.no_grad():
+                out = self.model.generate(**ids, do_sample=True, temperature=TEMPERATURE, top_p=TOP_P,
+                                          max_new_tokens=request.max_tokens,
+                                          pad_token_id=self.tokenizer.pad_token_id)
+            texts.append(self.tokenizer.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True))
+        return texts
+
+
+def make_generate(engine: str, folder: Path, dtype: str) -> Generate:
+    if engine == "vllm":
+        return VllmGenerate(folder, dtype)
+    return HfGenerate(folder)
+
+
+def evaluate(folder: Path, frozen: Path | None, n_tasks: int, seed: int, engine: str = "vllm",
+             dtype: str = "float32", log: Callable[[str], None] = lambda line: None) -> tuple[dict, list[RealTask]]:
+    tasks = heldout_tasks(n_tasks, seed)
+    started = time.perf_counter()
+    policy = make_generate(engine, folder, dtype)
+    frozen_generate = policy if frozen is None or Path(frozen).resolve() == Path(folder).resolve() else \
+        make_generate(engine, Path(frozen), dtype)
+    loaded = time.perf_counter()
+    rounds = run_tasks(tasks, policy, frozen_generate, seed)
+    ran = time.perf_counter()
+    families = family_figures(tasks)
+    for family, f in families.items():
+        log(f"{family:13s} {f['successes']:3d}/{f['n']:3d} = {f['rate']:.3f}  "
+            f"95% [{f['wilson95'][0]:.3f}, {f['wilson95'][1]:.3f}]  mean score {f['mean_score']:.3f}")
+    result = {
+        "folder": str(folder), "frozen": str(frozen or folder), "tasks": n_tasks, "seed": seed, "engine": engine,
+        "dtype": dtype, "temperature": TEMPERATURE, "top_p": TOP_P, "families": families,
+        "general": general_nll(folder),
+        "seconds": {"engine_start": loaded - started, "tasks": ran - loaded, "rounds": rounds},
+    }
+    log(f"general text NLL {result['general']['nll']:.4f} nats/token over {result['general']['tokens']} tokens")
+    return result, tasks
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--folder", type=Path, required=True, help="the policy's HF folder")
+    parser.add_argument("--frozen", type=Path, default=None, help="the frozen helpers' folder (default: --folder)")
+    parser.add_argument("--tasks", type=int, default=210, help="held-out tasks, the families in turn")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--engine", choices=("vllm", "hf"), default="vllm")
+    parser.add_argument("--dtype", default="float32", help="vLLM weight dtype")
+    parser.add_argument("--json", type=Path, default=None, help="also write the result here")
+    parser.add_argument("--show", type=int, default=0, help="print this many transcripts per family")
+    args = parser.parse_args(argv)
+    if not (args.folder / "config.json").is_file():
+        parser.error(f"--folder {args.folder} is not a HF policy folder (no config.json)")
+    log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    result, tasks = evaluate(args.folder, args.frozen, args.tasks, args.seed, args.engine, args.dtype, log)
+    for family in result["families"]:
+        for task in [t for t in tasks if t.family == family][: args.show]:
+            log(f"--- {task.key}: {task.outcome().detail}\n" + "\n".join(f"[{r}] {t!r}" for r, t in task.transcript))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+    print(json.dumps(result, sort_keys=True), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
