@@ -71,13 +71,13 @@ def compare_heldout(config: DemoLiverlConfig, base: Path, served_version: str, s
     say(f"      held-out: {config.demo.real.heldout_tasks} real tasks each for the base and v{served_version} "
         f"({config.demo.real.heldout_engine})")
     base_result = evaluate_folder(config, base, frozen, work / "base.json")
-    if served_version in ("", "1"):
+    if not served_version.isdigit() or served_version == "1":  # nothing trained was served: the base itself
         served_result = base_result
     else:
         registry = ModelRegistry(config.mlflow.tracking_uri, config.mlflow.registered_model)
         folder = _policy_folder(registry.download(served_version, work / f"v{served_version}"))
         served_result = evaluate_folder(config, folder, frozen, work / f"v{served_version}.json")
-    return HeldoutComparison(base_result, served_result, served_version or "1")
+    return HeldoutComparison(base_result, served_result, served_version if served_version.isdigit() else "1")
 
 
 def _policy_folder(downloaded: Path) -> Path:

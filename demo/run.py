@@ -7,6 +7,7 @@ train --follow as their own processes -> product traffic for the configured time
 
 from __future__ import annotations
 
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,7 +72,7 @@ def _run_demo(config: DemoLiverlConfig, say, interrupt: DemoInterrupt) -> DemoRe
         with interrupt.traffic() as stop:
             traffic = _run_traffic(config, say, started, stop)
         say("[6/6] summary")
-        return _summarise(config, traffic, say)
+        return _summarise(config, traffic, say, stages)
     finally:
         for stage in reversed(stages):
             stage.stop()
@@ -216,7 +217,7 @@ def _registry_line(config: DemoLiverlConfig) -> str:
         return f"registry unavailable ({error.error_code or 'no answer'})"
 
 
-def _summarise(config: DemoLiverlConfig, traffic, say) -> DemoResult:
+def _summarise(config: DemoLiverlConfig, traffic, say, stages: list[StageProcess]) -> DemoResult:
     from demo.report import write_report
     from liverl.contracts import names
 
@@ -245,7 +246,12 @@ def _summarise(config: DemoLiverlConfig, traffic, say) -> DemoResult:
         from demo.heldout import compare_heldout
         from demo.real_product import base_folder
 
-        heldout = compare_heldout(config, base_folder(config), served, say)
+        for stage in reversed(stages):  # the evaluation engine gets the cores; the registry (stack) stays up
+            stage.stop()
+        try:
+            heldout = compare_heldout(config, base_folder(config), served, say)
+        except (RuntimeError, OSError, subprocess.TimeoutExpired) as error:  # the rest of the summary still counts
+            say(f"      held-out evaluation failed: {error}")
         for line in heldout.lines() if heldout else ():
             say(f"      {line}")
     report_dir = write_report(config, traffic, verdict, fresh, lineage, say, heldout=heldout)

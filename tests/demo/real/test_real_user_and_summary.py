@@ -55,3 +55,15 @@ def test_policy_folder_is_found_below_a_download(tmp_path):
     assert _policy_folder(tmp_path) == tmp_path / "policy"
     with pytest.raises(FileNotFoundError, match="no HF policy folder"):
         _policy_folder(tmp_path / "policy" / "empty") if (tmp_path / "policy" / "empty").mkdir() is None else None
+
+
+def test_heldout_off_says_so_and_plays_nothing(tmp_path):
+    from demo.config import DemoLiverlConfig
+    from demo.heldout import compare_heldout
+
+    config = DemoLiverlConfig()
+    config.stack.data_dir = tmp_path
+    config.demo.real.heldout_tasks = 0
+    lines: list[str] = []
+    assert compare_heldout(config, tmp_path / "no-base", "3", lines.append) is None
+    assert lines == ["      held-out evaluation off (demo.real.heldout_tasks = 0)"] and not (tmp_path / "heldout").exists()
