@@ -52,8 +52,8 @@ def test_every_shipped_config_parses():
 
     shipped = sorted(Path(__file__).resolve().parents[2].glob("configs/*.toml"))
     assert shipped
-    for path in shipped:  # the demo's file has a [demo] section: only `liverl demo` reads it
-        load_config(path, environ={}, schema=DemoLiverlConfig if path.name == "demo.toml" else LiverlConfig)
+    for path in shipped:  # the demo files have a [demo] section: only `liverl demo` reads it
+        load_config(path, environ={}, schema=DemoLiverlConfig if path.name.startswith("demo") else LiverlConfig)
 
 
 def test_a_stage_config_refuses_the_demo_section():
