@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,16 @@ def register_version(config: LiverlConfig, policy_dir: Path, aliases: tuple[str,
     for alias in aliases:
         client.set_registered_model_alias(name, alias, version.version)
     return str(version.version)
+
+
+def wait_for(predicate, timeout_s: float = 120.0, what: str = "condition", poll_s: float = 0.05) -> None:
+    """Poll predicate until it holds; fail naming `what` after timeout_s (a ceiling, never the expected time)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(poll_s)
+    raise AssertionError(f"timed out waiting for {what}")
 
 
 def sign_as_the_gate(config: LiverlConfig, version: str, policy_dir: Path) -> None:

@@ -7,7 +7,6 @@ they are compared with peft's forward pass of the version the record names (and 
 """
 
 import threading
-import time
 
 import grpc
 import pytest
@@ -17,7 +16,7 @@ from liverl.contracts import names
 from liverl.v1 import common_pb2, model_call_pb2, serving_pb2, serving_pb2_grpc
 from serving.router import underlying
 from tests.serving.conftest import (ServerThread, module_topics, read_topic, register_version, serving_config,
-                                    set_alias, version_tags)
+                                    set_alias, version_tags, wait_for)
 from tests.serving.lora_adapters import build_adapter, build_base, reference_logprobs
 
 ADMIN = (("authorization", "Bearer admin-key"),)
@@ -60,14 +59,6 @@ def _generate(stub, session, seed=1, max_tokens=4):
     return stub.Generate(request, metadata=ADMIN, timeout=60)
 
 
-def _wait_for(predicate, timeout_s=120.0, what="condition"):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
 
 def _records(config, count):
     calls = [model_call_pb2.ModelCall.FromString(r.value)
@@ -104,8 +95,8 @@ def test_adapter_champions_swap_under_load_with_no_pause_and_exact_records(confi
             worker.start()
         for version in (first, second):
             set_alias(config, names.ALIAS_CHAMPION, version)
-            _wait_for(lambda: server.server.router.champion.version == version, what=f"the swap to {version}")
-            _wait_for(lambda: sum(r.policy_version == version for r in responses) >= 4,
+            wait_for(lambda: server.server.router.champion.version == version, what=f"the swap to {version}")
+            wait_for(lambda: sum(r.policy_version == version for r in responses) >= 4,
                       what=f"requests served by {version}")
         stop.set()
         for worker in workers:
@@ -158,7 +149,7 @@ def test_rollback_returns_to_the_previous_adapter_still_loaded(config, policies)
         after = _generate(stub, "s-rb", seed=5)
         engine = underlying(server.server.router.champion.engine)
         assert server.server.router.champion.adapter == first_adapter  # the same name and id: still loaded
-        _wait_for(lambda: not engine.has_adapter(second_adapter), what="the rolled-back adapter unloaded")
+        wait_for(lambda: not engine.has_adapter(second_adapter), what="the rolled-back adapter unloaded")
         assert engine.has_adapter(first_adapter)
     assert (on_first.policy_version, on_second.policy_version, after.policy_version) == (first, second, first)
     assert rolled.ok and rolled.policy_version == first and rolled.previous_version == second

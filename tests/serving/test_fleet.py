@@ -16,7 +16,7 @@ import pytest
 from liverl.contracts import names
 from liverl.v1 import common_pb2, serving_pb2, serving_pb2_grpc
 from serving.fleet import TAG_CANARY_TOOK
-from tests.serving.conftest import ServerThread, register_version, serving_config, set_alias, version_tags
+from tests.serving.conftest import ServerThread, register_version, serving_config, set_alias, version_tags, wait_for
 
 SHORT = [2, 60, 61]
 LONG = [2] + [60, 61] * 30  # 61 tokens: positions the bad version cannot serve
@@ -52,14 +52,6 @@ def _max_concurrent(windows):
         most = max(most, open_now)
     return most
 
-
-def _wait_for(predicate, timeout_s, what):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 class Load:
@@ -110,22 +102,22 @@ def test_rolling_swap_and_fleet_wide_rollback_under_load(stack, tmp_path, tiny_p
     with ServerThread(configs[0]) as r0, ServerThread(configs[1]) as r1, ServerThread(configs[2]) as r2:
         replicas = [r0, r1, r2]
         swappers = [r.server.swapper for r in replicas]
-        _wait_for(lambda: swappers[0].fleet.canary_lease.holders() == ["r0"], 30, "the canary's lease")
+        wait_for(lambda: swappers[0].fleet.canary_lease.holders() == ["r0"], 30, "the canary's lease")
 
         # 1. A good version rolls out in place, canary first, one replica at a time, nothing fails.
         with Load([r.grpc_target for r in replicas]) as load:
             time.sleep(1.0)
             good = register_version(configs[0], second_policy_dir)
             set_alias(configs[0], names.ALIAS_CHAMPION, good)
-            _wait_for(lambda: all(r.server.router.champion.version == good for r in replicas), 120, "the rollout")
+            wait_for(lambda: all(r.server.router.champion.version == good for r in replicas), 120, "the rollout")
             seen = len(load.results)
-            _wait_for(lambda: len(load.results) >= seen + 30, 60, "requests after the rollout")
+            wait_for(lambda: len(load.results) >= seen + 30, 60, "requests after the rollout")
 
             # 2. A version that passes its smoke but fails on long prompts: it rolls out, then r2's probation
             # catches it, and the whole fleet rolls back in place.
             bad = register_version(configs[0], bad_policy_dir)
             set_alias(configs[0], names.ALIAS_CHAMPION, bad)
-            _wait_for(lambda: all(r.server.router.champion.version == bad for r in replicas), 120, "the bad rollout")
+            wait_for(lambda: all(r.server.router.champion.version == bad for r in replicas), 120, "the bad rollout")
             failures_before_poison = list(load.failures)
             with grpc.insecure_channel(r2.grpc_target) as channel:
                 stub = serving_pb2_grpc.PolicyServiceStub(channel)
@@ -140,10 +132,10 @@ def test_rolling_swap_and_fleet_wide_rollback_under_load(stack, tmp_path, tiny_p
                     else:  # the rollback landed between the check and the call: never served by the bad version
                         assert reply.policy_version != bad
                     time.sleep(0.05)
-            _wait_for(lambda: all(r.server.router.champion.version == good for r in replicas), 120,
+            wait_for(lambda: all(r.server.router.champion.version == good for r in replicas), 120,
                       "the fleet-wide rollback")
             seen = len(load.results)
-            _wait_for(lambda: len(load.results) >= seen + 20, 60, "requests after the rollback")
+            wait_for(lambda: len(load.results) >= seen + 20, 60, "requests after the rollback")
             swapper_state = [(s.update_windows, list(r.lines)) for s, r in zip(swappers, replicas)]
             info = [serving_pb2_grpc.PolicyServiceStub(c).ModelInfo(serving_pb2.ModelInfoRequest(), timeout=10)
                     for c in load.channels]

@@ -4,23 +4,13 @@ tagged, while the version in service keeps serving; a properly signed one is swa
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from liverl.contracts import names
 from liverl.io.registry import ModelRegistry
 from tests.serving.conftest import (ServerThread, module_topics, register_version, serving_config, set_alias,
-                                    sign_as_the_gate, version_tags)
+                                    sign_as_the_gate, version_tags, wait_for)
 
-
-def _wait_for(predicate, timeout_s=120.0, what="condition"):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture
@@ -44,7 +34,7 @@ def test_only_signed_versions_are_served(config, tiny_policy_dir, second_policy_
 
         for count, version in enumerate((unsigned, tampered, refused), start=1):
             set_alias(config, names.ALIAS_CHAMPION, version)
-            _wait_for(lambda: names.TAG_SERVING_ROLLBACK in version_tags(config, version),
+            wait_for(lambda: names.TAG_SERVING_ROLLBACK in version_tags(config, version),
                       what=f"the refusal of v{version}")
             assert server.server.router.champion.version == "1"  # still serving the signed base
             assert refusals() == count
@@ -52,7 +42,7 @@ def test_only_signed_versions_are_served(config, tiny_policy_dir, second_policy_
 
         signed = register_version(config, second_policy_dir)
         set_alias(config, names.ALIAS_CHAMPION, signed)
-        _wait_for(lambda: server.server.router.champion.version == signed, what=f"the swap to v{signed}")
+        wait_for(lambda: server.server.router.champion.version == signed, what=f"the swap to v{signed}")
         assert refusals() == 3
 
 

@@ -5,7 +5,6 @@ tokens: every check below compares them with a plain forward pass of the version
 """
 
 import threading
-import time
 
 import grpc
 import pytest
@@ -14,7 +13,7 @@ import torch
 from liverl.contracts import names
 from liverl.v1 import common_pb2, model_call_pb2, serving_pb2, serving_pb2_grpc
 from tests.serving.conftest import (ServerThread, module_topics, read_topic, register_version, serving_config,
-                                    set_alias, version_tags)
+                                    set_alias, version_tags, wait_for)
 
 ADMIN = (("authorization", "Bearer admin-key"),)
 
@@ -27,14 +26,6 @@ def _reference(policy_dir, prompt_ids, tokens):
         logprobs = torch.log_softmax(model(torch.tensor([prompt_ids + tokens])).logits[0], -1)
     return [float(logprobs[len(prompt_ids) - 1 + i, t]) for i, t in enumerate(tokens)]
 
-
-def _wait_for(predicate, timeout_s=120.0, what="condition"):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _generate(stub, session, max_tokens=4, seed=0):
@@ -79,9 +70,9 @@ def test_alias_move_swaps_under_load_without_a_failed_request(config, tiny_polic
         for worker in workers:
             worker.start()
         set_alias(config, names.ALIAS_CHAMPION, register_version(config, second_policy_dir))
-        _wait_for(lambda: server.server.router.champion.version == "2", what="the swap to version 2")
+        wait_for(lambda: server.server.router.champion.version == "2", what="the swap to version 2")
         seen_after = len(responses)
-        _wait_for(lambda: len(responses) >= seen_after + 5, what="requests after the swap")
+        wait_for(lambda: len(responses) >= seen_after + 5, what="requests after the swap")
         stop.set()
         for worker in workers:
             worker.join()
@@ -140,7 +131,7 @@ def test_version_failing_to_load_never_takes_traffic_and_is_tagged(config, tiny_
     with ServerThread(config) as server, grpc.insecure_channel(server.grpc_target) as channel:
         stub = serving_pb2_grpc.PolicyServiceStub(channel)
         set_alias(config, names.ALIAS_CHAMPION, register_version(config, broken_policy_dir))
-        _wait_for(lambda: any(line.startswith("serving swap-refused version=2") for line in server.lines),
+        wait_for(lambda: any(line.startswith("serving swap-refused version=2") for line in server.lines),
                   what="the refusal of version 2")
         response = _generate(stub, "s-broken")
         server.call(server.server.swapper.check_once())  # a refused version is not retried
@@ -157,9 +148,9 @@ def test_latency_breach_after_switch_rolls_back(config, tiny_policy_dir, second_
     with ServerThread(config) as server, grpc.insecure_channel(server.grpc_target) as channel:
         stub = serving_pb2_grpc.PolicyServiceStub(channel)
         set_alias(config, names.ALIAS_CHAMPION, register_version(config, second_policy_dir))
-        _wait_for(lambda: server.server.router.champion.version == "2", what="the swap to version 2")
+        wait_for(lambda: server.server.router.champion.version == "2", what="the swap to version 2")
         served = [_generate(stub, "s-slow").policy_version for _ in range(2)]
-        _wait_for(lambda: server.server.router.champion.version == "1", what="the rollback to version 1")
+        wait_for(lambda: server.server.router.champion.version == "1", what="the rollback to version 1")
         after = _generate(stub, "s-slow").policy_version
         server.call(server.server.swapper.check_once())
         assert server.server.router.champion.version == "1"  # the alias still names 2, which stays refused
@@ -176,13 +167,13 @@ def test_canary_splits_traffic_with_per_version_metrics(config, tiny_policy_dir,
     register_version(config, second_policy_dir, (names.ALIAS_CANDIDATE,))
     with ServerThread(config) as server, grpc.insecure_channel(server.grpc_target) as channel:
         stub = serving_pb2_grpc.PolicyServiceStub(channel)
-        _wait_for(lambda: server.server.router.canary is not None, what="the canary")
+        wait_for(lambda: server.server.router.canary is not None, what="the canary")
         versions = [_generate(stub, "s-canary", seed=i + 1).policy_version for i in range(30)]
         info = stub.ModelInfo(serving_pb2.ModelInfoRequest(), metadata=ADMIN, timeout=10)
         metrics = server.server.metrics
         canary_slot = server.server.router.canary
         set_alias(config, names.ALIAS_CHAMPION, "2")  # promotion: the canary becomes the champion
-        _wait_for(lambda: server.server.router.champion.version == "2", what="the promotion")
+        wait_for(lambda: server.server.router.champion.version == "2", what="the promotion")
         promoted = server.server.router.champion
         info_after = stub.ModelInfo(serving_pb2.ModelInfoRequest(), metadata=ADMIN, timeout=10)
     assert info.policy_version == "1" and info.canary_version == "2"
