@@ -103,9 +103,6 @@ class Recorder:
 
     # -- the request side: O(1) unless the queue overflows, never raises -----------------------------
 
-    def record(self, call: model_call_pb2.ModelCall) -> None:
-        self._enqueue(self._model_call_record(call, int(time.time() * 1000)))
-
     def record_later(self, build: Callable[[], model_call_pb2.ModelCall], finished_ms: int) -> None:
         """Record the ModelCall build() returns; build runs on the recording thread (it must only read
         what no longer changes). finished_ms: when the completion finished (the recording lag's start)."""

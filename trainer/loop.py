@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING
 
 from liverl.config import LiverlConfig
 from liverl.contracts import names
+from liverl.io.lineage import merge_offsets
+from liverl.io.table_history import TableCommit, TableHistory
 from trainer.advantages import Baselines
 from trainer.gate_worker import GateWorker
 from trainer.holdout import gate_evidence
@@ -37,7 +39,6 @@ from trainer.registry import Registry
 from trainer.row_stream import Position, RowStream
 from trainer.served_lineage import ServedLineage, promoted_versions
 from trainer.state import PendingPublish, TrainerState
-from trainer.table_follower import TableCommit, TableFollower, merge_offsets
 
 STOP_GATE_WAIT_S = 20.0  # a stopping trainer waits this long for a judgement in flight; the next start refuses it
 
@@ -76,7 +77,7 @@ class Trainer:
         self.dir = Path(self.tc.checkpoint_dir)
         self.say = say
         self.registry = Registry(config.mlflow)
-        self.follower = TableFollower(config.table.trajectories_uri)
+        self.follower = TableHistory(config.table.trajectories_uri)
         self.publisher = Publisher(
             self.registry, self.tc.gate, self.tc.loss, config.rewards.monitors, self.tc.max_seq_len,
             config.rewards.version, self.dir / "registry", say, signing_key_file=self.tc.signing_key_file,

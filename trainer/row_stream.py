@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainer.table_follower import TableCommit, TableFollower
+from liverl.io.table_history import TableCommit, TableHistory
 
 
 @dataclass(frozen=True)
@@ -19,7 +19,7 @@ class Position:
 
 
 class RowStream:
-    def __init__(self, follower: TableFollower, position: Position, passes: int = 1):
+    def __init__(self, follower: TableHistory, position: Position, passes: int = 1):
         self.follower = follower
         self.passes = passes
         self.commit: TableCommit | None = None

@@ -7,13 +7,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from liverl.config.trainer import TrainerConfig
+from liverl.io.table_history import TableCommit
 from trainer.batching import Sample, trajectory_samples
 from trainer.packing import micro_batches as layout
 from trainer.holdout import holdout_key
 from trainer.row_stream import RowStream
 from trainer.served_lineage import ServedLineage
 from trainer.staleness import assess
-from trainer.table_follower import TableCommit
 from trainer.trajectory import Trajectory, from_row, is_held_out
 
 

@@ -5,11 +5,7 @@ from pathlib import Path
 from pydantic import Field
 
 from liverl.config.redaction import RedactionConfig
-from pydantic import Field
-
 from liverl.config.section import Section
-
-__all__ = ["IngestConfig", "RedactionConfig"]  # RedactionConfig lives in liverl.config.redaction (shared)
 
 
 class IngestConfig(Section):

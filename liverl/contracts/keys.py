@@ -2,7 +2,7 @@
 
 A session's identity is (tenant, session): the key carries both, so one session keeps its order in one
 partition and equal session ids of two tenants never share a key. Tenant ids cannot hold "/" (ingest and
-serving refuse such tenants), so the key splits back unambiguously.
+serving refuse such tenants), so no two (tenant, session) pairs share a key.
 """
 
 
@@ -10,9 +10,3 @@ def session_key(tenant_id: str, session_id: str) -> bytes:
     if "/" in tenant_id:
         raise ValueError(f"tenant id {tenant_id!r} holds '/': tenant ids are names without '/'")
     return f"{tenant_id}/{session_id}".encode("utf-8")
-
-
-def split_session_key(key: bytes) -> tuple[str, str]:
-    """(tenant id, session id) of a key made by session_key."""
-    tenant_id, _, session_id = key.decode("utf-8").partition("/")
-    return tenant_id, session_id

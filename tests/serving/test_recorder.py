@@ -24,8 +24,8 @@ def test_kafka_down_spools_then_replays_in_order(fresh_topics, tmp_path):
     recorder = Recorder(down.kafka, tmp_path / "spool", metrics).start()
     started = time.monotonic()
     for i in range(3):
-        recorder.record(_call(i))  # returns at once whatever Kafka's state
-    assert time.monotonic() - started < 5.0, "record() must not wait for Kafka"
+        recorder.record_later(lambda i=i: _call(i), int(time.time() * 1000))  # returns at once whatever Kafka's state
+    assert time.monotonic() - started < 5.0, "record_later() must not wait for Kafka"
     recorder.close(timeout_s=30)
     assert metrics.value("liverl_serving_records_total", {"outcome": "spooled"}) == 3
     assert recorder.spool.pending()
@@ -33,7 +33,7 @@ def test_kafka_down_spools_then_replays_in_order(fresh_topics, tmp_path):
     metrics = ServingMetrics()
     recorder = Recorder(fresh_topics.kafka, tmp_path / "spool", metrics).start()
     try:
-        recorder.record(_call(3))
+        recorder.record_later(lambda: _call(3), int(time.time() * 1000))
         records = read_topic(fresh_topics, fresh_topics.kafka.model_calls_topic, expect=4)
     finally:
         recorder.close()
@@ -50,14 +50,15 @@ def test_kafka_down_spools_then_replays_in_order(fresh_topics, tmp_path):
 
 def test_full_queue_overflows_to_the_spool_and_a_full_spool_drops_counted(fresh_topics, tmp_path):
     probe = Recorder(fresh_topics.kafka, tmp_path / "probe", ServingMetrics(), queue_size=1)
-    probe.record(_call(0))
-    probe.record(_call(1))  # overflows into the probe's spool: the size of one spooled record
+    probe.record_later(lambda: _call(0), int(time.time() * 1000))
+    # overflows into the probe's spool: the size of one spooled record
+    probe.record_later(lambda: _call(1), int(time.time() * 1000))
     one_record = probe.spool.size_bytes()
     metrics = ServingMetrics()
     # Not started: nothing drains the queue, so the second record overflows; the spool holds one record at most.
     recorder = Recorder(fresh_topics.kafka, tmp_path / "spool", metrics, queue_size=1,
                         spool_max_bytes=one_record + one_record // 2)
     for i in range(3):
-        recorder.record(_call(i))
+        recorder.record_later(lambda i=i: _call(i), int(time.time() * 1000))
     assert metrics.value("liverl_serving_records_total", {"outcome": "spooled"}) == 1
     assert metrics.value("liverl_serving_records_total", {"outcome": "dropped"}) == 1

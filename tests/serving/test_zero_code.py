@@ -5,7 +5,7 @@ import httpx
 import openai
 
 from liverl.contracts import names
-from liverl.contracts.keys import split_session_key
+from liverl.contracts.keys import session_key
 from liverl.v1 import common_pb2, model_call_pb2, serving_pb2, serving_pb2_grpc
 from serving.session_ids import REQUEST_ID_HEADER, header_value
 from tests.serving.conftest import read_topic
@@ -26,7 +26,7 @@ def _recorded(server, request_ids: set[str]) -> dict[str, model_call_pb2.ModelCa
     for record in records:
         call = model_call_pb2.ModelCall.FromString(record.value)
         if call.request_id in request_ids:
-            assert split_session_key(record.key) == (call.tenant_id, call.session_id)
+            assert record.key == session_key(call.tenant_id, call.session_id)
             found[call.request_id] = call
     return found
 

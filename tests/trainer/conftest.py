@@ -44,13 +44,13 @@ def step_sizes(uri: str, micro_batch_tokens: int, accumulation_steps: int) -> tu
     from liverl.config.trainer import TrainerConfig
     from trainer.row_stream import Position, RowStream
     from trainer.step_builder import build_step
-    from trainer.table_follower import TableFollower
+    from liverl.io.table_history import TableHistory
 
     config = TrainerConfig()
     config.gate.holdout_fraction = 0.0
     config.deepspeed.micro_batch_tokens = micro_batch_tokens
     config.deepspeed.gradient_accumulation_steps = accumulation_steps
-    stream = RowStream(TableFollower(uri), Position(-1, 0, True))
+    stream = RowStream(TableHistory(uri), Position(-1, 0, True))
     trained: dict[str, int] = {}
     sizes = []
     while not (plan := build_step(stream, trained, "1", 0, config, say=lambda *_: None)).empty:

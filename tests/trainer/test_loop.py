@@ -85,6 +85,6 @@ def _registered_with_their_weight_probe(registry: Registry, versions: list[str],
 
 
 def _union(offset_maps: list[dict]) -> dict:
-    from trainer.table_follower import merge_offsets
+    from liverl.io.lineage import merge_offsets
 
     return merge_offsets(offset_maps)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from liverl.config.trainer import TrainerConfig
+from liverl.io.lineage import merge_offsets
+from liverl.io.table_history import TableHistory
 from tests.trainer.conftest import commit_batch, make_row, step_sizes
 from trainer.row_stream import Position, RowStream
 from trainer.step_builder import build_step
-from trainer.table_follower import TableFollower, merge_offsets
 
 
 def _row(tid: str, **kwargs) -> dict:
@@ -15,7 +16,7 @@ def _row(tid: str, **kwargs) -> dict:
 
 def test_commits_carry_their_batch_and_offsets_and_rows_come_sorted(tmp_path):
     uri = str(tmp_path / "table")
-    follower = TableFollower(uri)
+    follower = TableHistory(uri)
     assert follower.latest_version() is None and follower.commits_after(-1) == []
     commit_batch(uri, [_row("b"), _row("a")], "batch-0", 0, {"events": {"0": [0, 5]}})
     commit_batch(uri, [_row("c")], "batch-1", 1, {"events": {"0": [5, 9], "1": [0, 2]}})
@@ -31,7 +32,7 @@ def test_stream_resumes_inside_a_version(tmp_path):
     uri = str(tmp_path / "table")
     commit_batch(uri, [_row("a"), _row("b"), _row("c")], "batch-0", 0)
     commit_batch(uri, [_row("d")], "batch-1", 1)
-    stream = RowStream(TableFollower(uri), Position(0, 2, False))
+    stream = RowStream(TableHistory(uri), Position(0, 2, False))
     seen = []
     while (item := stream.peek()) is not None:
         seen.append(item[1]["trajectory_id"])
@@ -50,7 +51,7 @@ def test_step_builder_filters_and_never_trains_a_recommitted_trajectory(tmp_path
     config = TrainerConfig()
     config.gate.holdout_fraction = 0.0
     config.staleness.max_version_lag = 3
-    stream = RowStream(TableFollower(uri), Position(-1, 0, True))
+    stream = RowStream(TableHistory(uri), Position(-1, 0, True))
     lines: list[str] = []
     plan = build_step(stream, {}, "5", 0, config, say=lines.append)
     assert [t.trajectory_id for t in plan.trajectories] == ["fresh-1", "fresh-2"]
