@@ -88,9 +88,9 @@ class HotSwapper:
         self.fleet = Fleet(config, registry) if registry is not None else None
         self.adapters = AdapterSwaps(registry, versions_dir)
         self.update_windows: list[tuple[float, float]] = []  # (start, end) wall times of each update's lease
-        self._waiting_for = ""
+        self._waiting_for = ""  # the version this replica waits to take after the fleet's canary
         self._cleared_ms: dict[str, int] = {}  # version -> when the fleet's tags last let this replica take it
-        self._replaced: Slot | None = None  # the champion a swap in progress replaced  # the version this replica waits to take after the fleet's canary
+        self._replaced: Slot | None = None  # the champion a swap in progress replaced
 
     # -- loading -------------------------------------------------------------------------------------
 

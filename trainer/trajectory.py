@@ -41,7 +41,8 @@ class Window:
 
 @dataclass(frozen=True)
 class Trajectory:
-    """Produced from a committed row of the table (liverl.io.table_history); consumed by the step builder and the gate."""
+    """Produced from a committed row of the table (liverl.io.table_history); consumed by the step builder and the
+    gate."""
 
     trajectory_id: str
     table_version: int

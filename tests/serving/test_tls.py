@@ -21,7 +21,8 @@ def test_both_apis_speak_tls_only(tmp_path, tiny_policy_dir):
         {**config.serving.model_dump(), "tls_cert_file": cert_file, "tls_key_file": key_file})
     with ServerThread(config) as server:
         port = server.server.http_port
-        with httpx.Client(base_url=f"https://127.0.0.1:{port}", verify=ssl.create_default_context(cafile=str(cert_file)), timeout=60) as client:
+        trusted = ssl.create_default_context(cafile=str(cert_file))
+        with httpx.Client(base_url=f"https://127.0.0.1:{port}", verify=trusted, timeout=60) as client:
             reply = client.post("/v1/completions", json={"prompt": "fix", "max_tokens": 1})
         assert reply.status_code == 200 and reply.json()["choices"]
         with pytest.raises(httpx.HTTPError):
