@@ -146,8 +146,10 @@ class HotSwapper:
             raise SwapError(f"smoke generation returned {len(tokens)} tokens and {len(logprobs)} logprobs")
         if not all(math.isfinite(lp) and lp <= 0.0 for lp in logprobs):
             raise SwapError(f"smoke generation returned invalid logprobs {logprobs}")
-        # Before any traffic: the engine must reproduce the trainer's weight probe, else the caller rolls back.
-        await verify_weights(engine, slot.policy_dir, slot.version, self.config, self.metrics, self.say)
+        # Before any traffic: the engine must reproduce the trainer's weight probe, else the caller rolls back. An
+        # adapter version's probe sits in its adapter folder (measured on base + adapter), not in its base's.
+        probed = slot.adapter.path if slot.adapter is not None else slot.policy_dir
+        await verify_weights(engine, probed, slot.version, self.config, self.metrics, self.say)
 
     # -- switching -----------------------------------------------------------------------------------
 

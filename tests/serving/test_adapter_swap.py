@@ -212,3 +212,39 @@ def test_adapter_that_does_not_load_never_takes_traffic(config, policies, tmp_pa
     assert list(after_bad.logprobs) == pytest.approx(
         reference_logprobs(policies["base_a"], None, PROMPT, list(after_bad.token_ids)), abs=1e-4)
     assert "smoke-failed" in version_tags(config, bad)[names.TAG_SERVING_ROLLBACK]
+
+
+def test_an_adapter_version_is_checked_against_its_own_weight_probe(config, policies, tmp_path):
+    """The trainer measures an adapter version's probe on base + adapter and writes it into the adapter folder:
+    serving checks that one (not its base's) under the adapter, and refuses an adapter whose probe it cannot
+    reproduce."""
+    import shutil
+
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from trainer.weight_probe import measure_weight_probe
+
+    def probed(adapter_dir, out, with_adapter: bool):
+        shutil.copytree(adapter_dir, out)
+        model = AutoModelForCausalLM.from_pretrained(policies["base_a"], dtype=torch.float32).eval()
+        if with_adapter:
+            model = PeftModel.from_pretrained(model, str(adapter_dir)).eval()
+        measure_weight_probe(model).write(out)
+        return out
+
+    base = register_version(config, policies["base_a"], (names.ALIAS_CHAMPION,))
+    good = _register_adapter(config, probed(policies["a1"], tmp_path / "good", with_adapter=True), base)
+    wrong = _register_adapter(config, probed(policies["a2"], tmp_path / "wrong", with_adapter=False), base)
+    config.serving.min_swap_interval_s = 3600.0
+    with ServerThread(config) as server, grpc.insecure_channel(server.grpc_target) as channel:
+        admin = serving_pb2_grpc.PolicyAdminStub(channel)
+        swapped = admin.ForceSwap(serving_pb2.SwapRequest(version=good), metadata=ADMIN, timeout=120)
+        matched = server.server.metrics.value("liverl_serving_weight_probes_total", {"outcome": "match"})
+        refused = admin.ForceSwap(serving_pb2.SwapRequest(version=wrong), metadata=ADMIN, timeout=120)
+        mismatched = server.server.metrics.value("liverl_serving_weight_probes_total", {"outcome": "mismatch"})
+    assert swapped.ok, swapped.message
+    assert matched >= 1
+    assert not refused.ok and "weight probe" in refused.message, refused.message
+    assert mismatched == 1
