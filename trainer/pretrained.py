@@ -23,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from trainer.policy_io import weights_digest
+
 CHECKSUM_FILE = "liverl_checksums.json"
 
 
@@ -133,7 +135,7 @@ def convert_gguf(gguf: Path, folder: Path) -> None:
 
 def write_checksums(folder: Path, source: dict[str, str]) -> None:
     files = {path.name: file_sha256(path) for path in sorted(folder.iterdir()) if path.is_file()}
-    weights = weights_sha256(folder)
+    weights = weights_digest(folder)  # the digest register_base tags versions with
     body = {**source, "weights_sha256": weights, "files": files}
     (folder / CHECKSUM_FILE).write_text(json.dumps(body, indent=1, sort_keys=True) + "\n")
 
@@ -164,14 +166,6 @@ def _provenance(folder: Path) -> Provenance:
     recorded = json.loads((folder / CHECKSUM_FILE).read_text())
     return Provenance(recorded["package"], recorded["package_version"], recorded["gguf_file"],
                       recorded["gguf_sha256"], recorded["weights_sha256"])
-
-
-def weights_sha256(folder: Path) -> str:
-    """sha256 over the folder's *.safetensors in name order: the same digest register_base tags versions with."""
-    sha = hashlib.sha256()
-    for path in sorted(Path(folder).glob("*.safetensors")):
-        _update(sha, path)
-    return sha.hexdigest()
 
 
 def file_sha256(path: Path) -> str:

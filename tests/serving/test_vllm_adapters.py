@@ -14,7 +14,6 @@ import pytest
 from mlflow import MlflowClient
 
 from liverl.contracts import names
-from liverl.contracts.keys import split_session_key
 from liverl.v1 import common_pb2, model_call_pb2, serving_pb2, serving_pb2_grpc
 from tests.serving.conftest import ServerThread, module_topics, read_topic, register_version, serving_config
 from tests.serving.lora_adapters import build_adapter, build_base, reference_logprobs
@@ -87,7 +86,7 @@ def _swap(server, channel, version):
 def _recorded(server, session, count):
     config = server.server.config
     assert server.server.recorder.flush(30)
-    mine = lambda records: [r for r in records if split_session_key(r.key)[1] == session]  # noqa: E731
+    mine = lambda records: [r for r in records if r.key.endswith(b"/" + session.encode())]  # noqa: E731
     records = read_topic(config, config.kafka.model_calls_topic, expect=10_000,
                          until=lambda got: len(mine(got)) >= count)
     return [model_call_pb2.ModelCall.FromString(r.value) for r in mine(records)]

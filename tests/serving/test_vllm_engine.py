@@ -8,7 +8,6 @@ import grpc
 import pytest
 import torch
 
-from liverl.contracts.keys import split_session_key
 from liverl.contracts import names
 from liverl.v1 import common_pb2, model_call_pb2, serving_pb2, serving_pb2_grpc
 from tests.serving.conftest import ServerThread, module_topics, read_topic, register_version, serving_config
@@ -47,7 +46,7 @@ def _generate(channel, session, seed):
 def _recorded(server, session, count):
     config = server.server.config
     assert server.server.recorder.flush(30)
-    mine = lambda records: [r for r in records if split_session_key(r.key)[1] == session]  # noqa: E731
+    mine = lambda records: [r for r in records if r.key.endswith(b"/" + session.encode())]  # noqa: E731
     records = read_topic(config, config.kafka.model_calls_topic, expect=1000, until=lambda got: len(mine(got)) >= count)
     return [model_call_pb2.ModelCall.FromString(r.value) for r in mine(records)]
 

