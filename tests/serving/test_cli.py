@@ -26,6 +26,7 @@ def test_serve_prints_ready_serves_and_stops_on_sigterm(fresh_topics, tiny_polic
             "--serving.engine", "hf", "--serving.grpc_port", "0", "--serving.http_port", "0",
             "--serving.metrics_port", str(metrics_port), "--serving.watch_interval_s", "1",
             "--stack.data_dir", str(tmp_path / "data"),
+            "--serving.verify_key_file", str(config.serving.verify_key_file),  # the key register_version signs with
             "--mlflow.tracking_uri", config.mlflow.tracking_uri, "--mlflow.registered_model", model,
             "--kafka.bootstrap_servers", config.kafka.bootstrap_servers,
             "--kafka.model_calls_topic", config.kafka.model_calls_topic,
