@@ -88,22 +88,16 @@ def _qwen2_from_config(tokenizer_folder: Path, out: Path, tiny: bool) -> None:
 
 
 def _parameters(folder: Path) -> int:
+    """Weights in the folder's safetensors files (tied embeddings are stored, and counted, once)."""
+    import math
+
     from safetensors import safe_open
 
     total = 0
     for path in Path(folder).glob("*.safetensors"):
         with safe_open(path, "pt") as handle:
-            for key in handle.keys():
-                total += handle.get_slice(key).get_shape().numel() if hasattr(
-                    handle.get_slice(key).get_shape(), "numel") else _count(handle.get_slice(key).get_shape())
+            total += sum(math.prod(handle.get_slice(key).get_shape()) for key in handle.keys())
     return total
-
-
-def _count(shape) -> int:
-    count = 1
-    for size in shape:
-        count *= size
-    return count
 
 
 async def _serving(folder: Path, adapter_dir: Path, tiny: bool) -> dict:
@@ -215,7 +209,8 @@ def _training(folder: Path, stage: int, args) -> dict:
                "mfu": 6 * parameters * tokens_per_s / (args.peak_tflops * 1e12),
                "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None}
     print(f"  zero{stage} step {step_s:.3f}s | tok/s {tokens_per_s:.0f} | MFU {figures['mfu']:.3f}", flush=True)
-    engine.destroy() if hasattr(engine, "destroy") else None
+    if hasattr(engine, "destroy"):
+        engine.destroy()
     del engine, model
     if cuda:
         torch.cuda.empty_cache()
