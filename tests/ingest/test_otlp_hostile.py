@@ -62,18 +62,15 @@ def _letters(config, want: int, timeout_s: float = 30.0) -> list[dict]:
     return [json.loads(r.value) for r in read_topic(config, config.kafka.dead_letters_topic, want, timeout_s)]
 
 
-def test_a_span_fanning_out_past_the_event_bound_is_refused_whole_and_fast(start_service):
+def test_a_span_fanning_out_past_the_event_bound_is_refused_whole(start_service):
     service = start_service()
     calls = [{}] * 100_000  # each an (invalid) tool call event: a body of about 400 KB
     body = json.dumps(_request(_chat("01" * 8, [{"role": "user", "content": "go"}],
                                      {"role": "assistant", "content": "", "tool_calls": calls}))).encode()
-    started = time.monotonic()
     answer = httpx.post(f"http://{service.http_address}/v1/traces", content=body, timeout=120,
                         headers={**ACME, "content-type": "application/json"})
-    seconds = time.monotonic() - started
     assert answer.status_code == 413 and answer.json()["error"] == "too_many_events", answer.text[:300]
     assert "ingest.max_events_per_request" in answer.json()["message"]
-    assert seconds < 5.0, f"refusing took {seconds:.1f} s"
     config = service.config
     (letter,) = [d for d in _letters(config, 1) if d["reason"] == "too_many_events"]
     assert json.loads(base64.b64decode(letter["payload_b64"]))["summary_of_refused_request"] is True

