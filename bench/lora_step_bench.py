@@ -14,7 +14,6 @@ peak RSS. Not a test: figures vary with the machine.
 from __future__ import annotations
 
 import argparse
-import random
 import statistics
 import tempfile
 import time
@@ -38,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
+    from bench.random_steps import random_plan
     from bench.report import environment, environment_line, record
     from demo.policy.tiny_policy import build_policy
     from liverl.config import load_config
@@ -63,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(0)  # the same adapter initialisation on the plain side
     plain = PlainLoop(trainable_policy(folder, base, config.trainer.lora).model.to(device), config)
     vocab = plain.model.config.vocab_size
-    plans = [_plan(args, vocab, seed) for seed in range(args.warmup + args.rounds * args.steps)]
+    plans = [random_plan(args.trajectories, args.min_seq, args.seq, vocab, seed)
+             for seed in range(args.warmup + args.rounds * args.steps)]
     sides = {"deepspeed": DeepSpeedSide(engine, config), "plain": plain}
     for side in sides.values():
         for step in range(args.warmup):
@@ -190,24 +191,6 @@ def training_state_bytes(model, optimizer) -> int:
                 add(value)
         optimizer = getattr(optimizer, "optimizer", None)
     return sum(seen.values())
-
-
-def _plan(args, vocab: int, seed: int):
-    """One step's trajectories: random tokens, lengths drawn from [min-seq, seq], served behaviour logprobs."""
-    from trainer.step_builder import StepPlan
-    from trainer.trajectory import Trajectory
-
-    rng = random.Random(seed)
-    trajectories = []
-    for i in range(args.trajectories):
-        length = rng.randint(args.min_seq, args.seq)
-        prompt = min(8, length // 2)
-        tokens = tuple(rng.randrange(4, vocab) for _ in range(length))
-        mask = tuple([0] * prompt + [1] * (length - prompt))
-        behaviour = tuple([0.0] * prompt + [-5.0 + rng.random()] * (length - prompt))
-        trajectories.append(Trajectory(f"{seed}-{i}", 0, "coding", "", "single", ("1",), tokens, mask, behaviour,
-                                       reward_components={"outcome": float(i % 2)}))
-    return StepPlan(trajectories=trajectories, weights=[1.0] * len(trajectories), lags=[0] * len(trajectories))
 
 
 def _peak_rss_mib() -> float:

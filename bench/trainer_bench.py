@@ -40,15 +40,14 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
+    from bench.random_steps import random_plan
     from bench.report import environment_line, record
 
     from liverl.config import load_config
     from demo.policy.tiny_policy import build_policy
     from trainer.engine import build_engine
     from trainer.policy_io import load_policy
-    from trainer.step_builder import StepPlan
     from trainer.training_step import run_step
-    from trainer.trajectory import Trajectory
 
     torch.manual_seed(0)
     folder = build_policy(Path(tempfile.mkdtemp()) / "policy", [f"w{i}" for i in range(200)],
@@ -60,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
         "--trainer.deepspeed.pack_sequences", str(layout == "packed").lower(),
     ]) for layout in ("packed", "padded")}
     vocab = load_policy(folder).config.vocab_size
-    plans = [_plan(Trajectory, StepPlan, args, vocab, seed) for seed in range(args.steps + args.warmup)]
+    plans = [random_plan(args.trajectories, args.min_seq, args.seq, vocab, seed)
+             for seed in range(args.steps + args.warmup)]
 
     base = load_policy(folder)
     plain = PlainLoop(copy.deepcopy(base), configs["packed"])
@@ -98,23 +98,6 @@ def _baselines():
     from trainer.advantages import Baselines
 
     return Baselines()
-
-
-def _plan(Trajectory, StepPlan, args, vocab: int, seed: int):
-    import random
-
-    rng = random.Random(seed)
-    trajectories, weights = [], []
-    for i in range(args.trajectories):
-        length = rng.randint(args.min_seq, args.seq)
-        prompt = min(8, length // 2)
-        tokens = tuple(rng.randrange(4, vocab) for _ in range(length))
-        mask = tuple([0] * prompt + [1] * (length - prompt))
-        behaviour = tuple([0.0] * prompt + [-5.0 + rng.random()] * (length - prompt))
-        trajectories.append(Trajectory(f"{seed}-{i}", 0, "coding", "", "single", ("1",), tokens, mask, behaviour,
-                                       reward_components={"outcome": float(i % 2)}))
-        weights.append(1.0)
-    return StepPlan(trajectories=trajectories, weights=weights, lags=[0] * len(trajectories))
 
 
 class PlainLoop:

@@ -1,0 +1,23 @@
+"""Synthetic steps for the trainer benches: random tokens, lengths in [min_seq, seq], served behaviour logprobs."""
+
+from __future__ import annotations
+
+import random
+
+
+def random_plan(trajectories: int, min_seq: int, seq: int, vocab: int, seed: int):
+    """A StepPlan of `trajectories` single-agent coding trajectories (prompt masked, alternating outcomes)."""
+    from trainer.step_builder import StepPlan
+    from trainer.trajectory import Trajectory
+
+    rng = random.Random(seed)
+    rows = []
+    for i in range(trajectories):
+        length = rng.randint(min_seq, seq)
+        prompt = min(8, length // 2)
+        tokens = tuple(rng.randrange(4, vocab) for _ in range(length))
+        mask = tuple([0] * prompt + [1] * (length - prompt))
+        behaviour = tuple([0.0] * prompt + [-5.0 + rng.random()] * (length - prompt))
+        rows.append(Trajectory(f"{seed}-{i}", 0, "coding", "", "single", ("1",), tokens, mask, behaviour,
+                               reward_components={"outcome": float(i % 2)}))
+    return StepPlan(trajectories=rows, weights=[1.0] * len(rows), lags=[0] * len(rows))
