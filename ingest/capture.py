@@ -62,7 +62,7 @@ class CaptureCore:
         self.max_events_per_request = ingest.max_events_per_request
         self.limits = Limits(ingest.max_event_bytes, int(ingest.max_future_skew_s * 1000),
                              int(ingest.max_event_age_s * 1000))
-        self.opt_out = OptOut.of(ingest)
+        self.opt_out = OptOut.of(ingest).with_pseudonyms(self.redactor.redact_id)
         self._last_prune = 0.0
 
     def redactor_for(self, tenant: str) -> Redactor:

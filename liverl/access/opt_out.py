@@ -7,7 +7,7 @@ Compared with the ids as the caller sent them (before redaction turns them into 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 
 class OptOut:
@@ -19,6 +19,11 @@ class OptOut:
     def of(cls, ingest) -> "OptOut":
         """From an IngestConfig (liverl.config.ingest)."""
         return cls(ingest.opt_out_tenants, ingest.opt_out_users)
+
+    def with_pseudonyms(self, pseudonym: Callable[[str], str]) -> "OptOut":
+        """Also matching each user's pseudonym (an id redacted where it held personal data, as the SDK's spool
+        writes user ids): an opted-out user stays recognised after redaction."""
+        return OptOut(self.tenants, {tenant: {*users, *map(pseudonym, users)} for tenant, users in self.users.items()})
 
     def tenant(self, tenant: str) -> bool:
         """The whole tenant opted out."""

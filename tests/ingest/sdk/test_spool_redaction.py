@@ -64,3 +64,28 @@ def test_events_dead_lettered_locally_are_redacted(fresh_topics, tmp_path):
     kept = (tmp_path / "sdk" / "dead-letters.capture").read_bytes()
     assert len(capture_pb2.CaptureRequest.FromString(kept).events) == 2  # still replayable as a request
     assert _markers_in(_disk_bytes(tmp_path / "sdk")) == []
+
+
+def test_an_opted_out_user_is_still_dropped_after_the_spool_redacted_their_id(fresh_topics, tmp_path):
+    from ingest.service import CaptureServer
+
+    config = capture_config(fresh_topics, tmp_path / "service-spool", opt_out_users={"acme": [EMAIL]})
+    client = CaptureClient(f"127.0.0.1:{config.ingest.grpc_port}", "acme-token", tmp_path / "sdk",
+                           request_timeout_s=2, redaction=config.ingest.redaction)
+    private = client.start_session(user_id=EMAIL)  # a user id that is personal data: pseudonymised on disk
+    private.user_message("private words")
+    public = client.start_session(user_id="bob")
+    public.user_message("public words")
+    processes.wait_until(lambda: client.stats()["spooled"] >= 4, 30, "SDK spooling to disk")
+    assert _markers_in(_disk_bytes(tmp_path / "sdk")) == []
+
+    server = CaptureServer(config).start()
+    try:
+        assert client.flush(timeout_s=60), client.stats()
+        stats = client.stats()
+        events = events_of(read_topic(config, config.kafka.session_events_topic, want=3, timeout_s=5))
+    finally:
+        client.close()
+        server.stop()
+    assert stats["dropped_opt_out"] == 2 and stats["sent"] == 2
+    assert {e.session_id for e in events} == {public.session_id} and {e.user_id for e in events} == {"bob"}
