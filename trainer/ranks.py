@@ -78,8 +78,8 @@ class Ranks:
         mine = self._tensor(rank_messages.proof(self.secret, nonce, self.rank))
         proofs = [self._tensor(bytes(rank_messages.TAG_BYTES)) for _ in range(self.world)]
         dist.all_gather(proofs, mine)
-        refused = [rank for rank, got in enumerate(proofs)
-                   if not hmac.compare_digest(got.cpu().numpy().tobytes(), rank_messages.proof(self.secret, nonce, rank))]
+        refused = [rank for rank, got in enumerate(proofs) if not hmac.compare_digest(
+            got.cpu().numpy().tobytes(), rank_messages.proof(self.secret, nonce, rank))]
         if refused:
             raise rank_messages.RankAuthError(
                 f"rank {self.rank} refused the world: rank(s) {refused} did not prove trainer.deepspeed.rank_secret "

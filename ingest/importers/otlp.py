@@ -14,7 +14,8 @@ conventions:
   gen_ai.tool.call.arguments, gen_ai.tool.call.result; an ERROR status marks the result an error;
 - the session: gen_ai.conversation.id (or session.id), on the span or on any span of its trace;
   without either, the trace is the session;
-- the end user: user.id (or the older enduser.id), on the span or its resource. Other spans (HTTP, invoke_agent, ...) are ignored.
+- the end user: user.id (or the older enduser.id), on the span or its resource.
+Other spans (HTTP, invoke_agent, ...) are ignored.
 """
 
 from __future__ import annotations

@@ -38,7 +38,8 @@ def test_ranks_with_the_same_secret_join_and_agree(tmp_path):
 
 def test_a_peer_without_the_secret_is_refused_by_every_rank(tmp_path):
     results = _world(("guessed", "s3cret"), ("join", "join"), tmp_path / "m")
-    assert all(r["error"].startswith("RankAuthError: rank ") and "did not prove" in r["error"] for r in results), results
+    assert all(r["error"].startswith("RankAuthError: rank ") and "did not prove" in r["error"]
+               for r in results), results
 
 
 def test_a_forged_pickle_is_refused_and_never_unpickled(tmp_path):
