@@ -12,8 +12,8 @@ logprobs (these calls were not sampled by serving). The events then pass the sam
 capture (validation, dedupe, session rules, redaction, dead letters); the spans of an opted-out user (user.id,
 or the user the session was started with) are dropped and counted, model calls included; a session whose start
 is refused has its model calls dead-lettered with it. Spans keep arriving while a conversation goes on, so no
-session_end is written: the pipelines close the session when it goes idle. The answer is OTLP's ExportTraceServiceResponse,
-with partialSuccess counting the spans that were dead-lettered.
+session_end is written: the pipelines close the session when it goes idle. The answer is OTLP's
+ExportTraceServiceResponse, with partialSuccess counting the spans that were dead-lettered.
 """
 
 from __future__ import annotations
