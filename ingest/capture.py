@@ -27,6 +27,7 @@ from ingest.refused import log_unexpected
 from ingest.routing import Forwarded, PeerForwarder, ReplicaRing
 from ingest.sessions import SessionRegistry
 from ingest.validation import Limits, Rejected, SessionEvent, validate
+from liverl.access.opt_out import OptOut
 from liverl.contracts import names
 from liverl.contracts.keys import session_key  # the Kafka key: (tenant, session)
 from liverl.config import LiverlConfig
@@ -61,8 +62,7 @@ class CaptureCore:
         self.max_events_per_request = ingest.max_events_per_request
         self.limits = Limits(ingest.max_event_bytes, int(ingest.max_future_skew_s * 1000),
                              int(ingest.max_event_age_s * 1000))
-        self.opt_out_tenants = set(ingest.opt_out_tenants)
-        self.opt_out_users = {tenant: set(users) for tenant, users in ingest.opt_out_users.items()}
+        self.opt_out = OptOut.of(ingest).with_pseudonyms(self.redactor.redact_id)
         self._last_prune = 0.0
 
     def redactor_for(self, tenant: str) -> Redactor:
@@ -79,7 +79,7 @@ class CaptureCore:
         deadline = time.monotonic() + min(self.handler_timeout_s, float("inf") if time_left_s is None else time_left_s)
         now_ms = int(self.clock() * 1000)
         response = capture_pb2.CaptureResponse()
-        if tenant in self.opt_out_tenants:
+        if self.opt_out.tenant(tenant):
             response.dropped_opt_out = len(items)
             self.metrics.dropped.labels("opt_out").inc(len(items))
             return response
@@ -257,14 +257,16 @@ class CaptureCore:
         return self.redactor.redact_text(text)
 
     def _opted_out(self, tenant: str, event: SessionEvent) -> bool:
-        users = self.opt_out_users.get(tenant)
-        if not users:
-            return False
-        user = event.user_id or self.sessions.user_of(tenant, event.session_id)
-        if user in users:
+        if self.opted_out(tenant, event.user_id, event.session_id):
             self.metrics.dropped.labels("opt_out").inc()
             return True
         return False
+
+    def opted_out(self, tenant: str, user_id: str, session_id: str) -> bool:
+        """The user (named, else the one the session started with) of this tenant opted out."""
+        if not self.opt_out.users.get(tenant):
+            return False
+        return self.opt_out.user(tenant, user_id or self.sessions.user_of(tenant, session_id))
 
     def _event_record(self, event: SessionEvent) -> Record:
         return Record(self.topics.session_events_topic, session_key(event.tenant_id, event.session_id),

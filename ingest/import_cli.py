@@ -20,6 +20,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--tokenizer", metavar="DIR",
                         help="the policy's Hugging Face folder whose tokenizer rebuilds token ids "
                              "(default: serving.policy_dir)")
+    parser.add_argument("--user", default="",
+                        help="end user of every session whose source names none (OpenAI `user`, OTLP user.id); "
+                             "sessions of users in ingest.opt_out_users are dropped")
     parser.add_argument("--task-family", help="task family of every imported session (default: per format)")
     parser.add_argument("--spool-dir", metavar="DIR",
                         help="spool for records Kafka did not take in time (default: <stack.data_dir>/import/spool)")
@@ -33,6 +36,7 @@ def run(config, args) -> int:
 
     from ingest.importers.build import SessionBuilder
     from ingest.importers.importer import import_files
+    from liverl.access.opt_out import OptOut
     from liverl.redaction import Redactor
 
     logging.getLogger("kafka").setLevel(logging.CRITICAL)  # the writer logs what matters
@@ -41,8 +45,11 @@ def run(config, args) -> int:
     builder = SessionBuilder(tenant, args.format, tokenizer, Redactor(config.ingest.redaction, tenant),
                              fallback_time_ms=int(time.time() * 1000))
     paths = [Path(p) for p in args.paths]
+    opt_out = OptOut.of(config.ingest)
+    chosen = dict(task_family=args.task_family, user_id=args.user,
+                  opted_out=lambda user: opt_out.user(tenant, user))
     if args.dry_run:
-        summary = import_files(args.format, paths, builder, None, task_family=args.task_family)
+        summary = import_files(args.format, paths, builder, None, **chosen)
         spooled = 0
     else:
         from ingest.importers.publish import Publisher, records_of
@@ -51,7 +58,7 @@ def run(config, args) -> int:
         with Publisher(config.kafka, spool_dir) as publisher:
             summary = import_files(args.format, paths, builder,
                                    lambda _, built: publisher.write(records_of(built, tenant, config.kafka)),
-                                   task_family=args.task_family)
+                                   **chosen)
         spooled = publisher.spooled()
     for line in summary.lines():
         print(("dry run: " if args.dry_run else "") + line, flush=True)

@@ -9,10 +9,11 @@ Spans are mapped by ingest/importers/otlp.py (chat spans -> ModelCalls, execute_
 calls and results; the session is gen_ai.conversation.id, else the trace) and built like `liverl import`
 builds them: redacted, re-tokenized with the policy's tokenizer, origin "import:otlp", no behaviour
 logprobs (these calls were not sampled by serving). The events then pass the same checks as every other
-capture (validation, dedupe, session rules, redaction, dead letters); a session whose start is refused has
-its model calls dead-lettered with it. Spans keep arriving while a conversation goes on, so no session_end
-is written: the pipelines close the session when it goes idle. The answer is OTLP's ExportTraceServiceResponse,
-with partialSuccess counting the spans that were dead-lettered.
+capture (validation, dedupe, session rules, redaction, dead letters); the spans of an opted-out user (user.id,
+or the user the session was started with) are dropped and counted, model calls included; a session whose start
+is refused has its model calls dead-lettered with it. Spans keep arriving while a conversation goes on, so no
+session_end is written: the pipelines close the session when it goes idle. The answer is OTLP's
+ExportTraceServiceResponse, with partialSuccess counting the spans that were dead-lettered.
 """
 
 from __future__ import annotations
@@ -100,9 +101,10 @@ class OtlpTraces:
         NotConfigured, and SpoolFull when nothing could be made durable."""
         tenant, spans, sessions, bad = mapped.tenant, mapped.spans, mapped.sessions, mapped.bad
         core, now_ms = self.core, int(self.core.clock() * 1000)
-        if tenant in core.opt_out_tenants:
+        if core.opt_out.tenant(tenant):
             core.metrics.dropped.labels("opt_out").inc(spans)
             return 0, ""
+        sessions = self._without_opted_out(tenant, sessions)
         builder = SessionBuilder(tenant, otlp.FORMAT, self.tokenizer(), core.redactor_for(tenant), now_ms)
         dead = [core.dead_letter(b.reason, b.message, tenant, b.source.encode(), None, now_ms) for b in bad]
         refused, first_reason = len(bad), (f"{bad[0].reason}: {bad[0].message}" if bad else "")
@@ -139,6 +141,18 @@ class OtlpTraces:
             first = response.rejected[0]
             first_reason = f"{first.reason}: {first.message}"
         return refused, first_reason
+
+
+    def _without_opted_out(self, tenant: str, sessions: list[ImportedSession]) -> list[ImportedSession]:
+        """Drop (and count, per span) the sessions of opted-out users before anything of them is built: their
+        model calls never reach Kafka, unlike events, which capture would drop one by one anyway."""
+        kept = []
+        for session in sessions:
+            if self.core.opted_out(tenant, session.user_id, session.session_id):
+                self.core.metrics.dropped.labels("opt_out").inc(len(session.items))
+            else:
+                kept.append(session)
+        return kept
 
 
 def protobuf_document(body: bytes) -> dict:

@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from liverl.access.opt_out import OptOut
 from liverl.config.redaction import RedactionConfig
 from liverl.contracts import names
 from liverl.v1 import common_pb2, model_call_pb2
@@ -79,6 +80,7 @@ class Caller:
     agent_id: str = ""
     tenant_id: str = ""
     request_id: str = ""
+    user_id: str = ""  # the end user, when the caller names one: an opted-out user's calls are never recorded
 
 
 def parse_role(value: str) -> int:
@@ -240,7 +242,8 @@ class Limits:
 
 class Completions:
     def __init__(self, router: Router, recorder: Recorder | None, metrics: ServingMetrics, model_name: str,
-                 limits: Limits, default_tenant: str, redaction: RedactionConfig | None = None):
+                 limits: Limits, default_tenant: str, redaction: RedactionConfig | None = None,
+                 opt_out: OptOut | None = None):
         self.router = router
         self.recorder = recorder
         self.metrics = metrics
@@ -251,6 +254,7 @@ class Completions:
         self.default_tenant = default_tenant
         self._redaction = redaction
         self._redactors: dict[str, Redactor] = {}  # the default one ("") and one per tenant override
+        self.opt_out = opt_out or OptOut()
 
     def sampling(self, temperature: float | None = None, top_p: float | None = None, top_k: int | None = None,
                  max_tokens: int | None = None, seed: int | None = None,
@@ -345,7 +349,10 @@ class Completions:
         metrics.latency.observe(latency)
         metrics.prompt_tokens.inc(len(call.prompt_token_ids))
         metrics.completion_tokens.inc(len(call.token_ids))
-        if call.token_ids and self.recorder is not None:  # built, redacted and serialized on the recording thread
+        if call.token_ids and self.recorder is not None and self.opt_out.excludes(call.caller.tenant_id,
+                                                                                  call.caller.user_id):
+            self.metrics.records.labels("opt_out").inc()  # ingest.opt_out_*: served, never recorded
+        elif call.token_ids and self.recorder is not None:  # built, redacted and serialized on the recording thread
             finished_ms = int(time.time() * 1000)
             self.recorder.record_later(lambda: self.redacted_model_call(call, ok, finished_ms), finished_ms)
 

@@ -95,7 +95,8 @@ class PolicyServicer(serving_pb2_grpc.PolicyServiceServicer):
                       agent_id=check_id(request.agent_id or metadata.get(names.META_AGENT_ID, ""), "agent_id"),
                       agent_role=ROLES[principal.check_role(role)],
                       tenant_id=principal.tenant_for(metadata.get(names.META_TENANT), self.completions.default_tenant),
-                      request_id=check_id(request.request_id, "request_id"))
+                      request_id=check_id(request.request_id, "request_id"),
+                      user_id=check_id(metadata.get(names.META_USER_ID, ""), names.META_USER_ID))
 
     def _sampling(self, request: serving_pb2.GenerateRequest):
         if not request.HasField("sampling"):

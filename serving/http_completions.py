@@ -106,8 +106,11 @@ def _check_model(ctx: HttpContext, principal: Principal, body: Body, request: Sa
 
 def _name(ctx: HttpContext, principal: Principal, body: Body, request: Sampled, who: Caller, api: str,
           id_prefix: str) -> None:
-    """Fix the call's API, its request id (the reply's `id`) and, when no header or URL did, its session."""
+    """Fix the call's API, its request id (the reply's `id`) and, when no header or URL did, its session;
+    the body's `user` (OpenAI's end-user id) names the user when no header did."""
     who.api = api
+    if not who.user_id and isinstance(request.user, str):
+        who.user_id = request.user
     who.request_id = f"{id_prefix}{secrets.token_hex(16)}"  # uuid4().hex's shape, a third the cost
     if not who.session_id:
         try:

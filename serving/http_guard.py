@@ -107,7 +107,8 @@ def identify_caller(ctx: HttpContext, principal: Principal, headers: Mapping[str
                       or path_session_id({"session_id": path_session}))
         return Caller(api="", session_id=session_id,
                       agent_id=check_id(headers.get(names.META_AGENT_ID, ""), names.META_AGENT_ID),
-                      agent_role=ROLES[role], tenant_id=tenant)
+                      agent_role=ROLES[role], tenant_id=tenant,
+                      user_id=check_id(headers.get(names.META_USER_ID, ""), names.META_USER_ID))
     except Forbidden as error:
         if error.reason == "cross-tenant":
             ctx.completions.metrics.cross_tenant.labels(principal.tenant or "").inc()

@@ -36,8 +36,8 @@ class ServingMetrics:
                                 registry=r)
         self.cross_tenant = Counter("liverl_serving_cross_tenant_refusals", "Requests refused for naming another "
                                     "tenant than their API key's, by the key's tenant", ["tenant"], registry=r)
-        self.records = Counter("liverl_serving_records", "ModelCall records, by outcome "
-                               "(sent, spooled, replayed, dropped, failed)", ["outcome"], registry=r)
+        self.records = Counter("liverl_serving_records", "ModelCall records, by outcome (sent, spooled, replayed, "
+                               "dropped, failed, opt_out: never built)", ["outcome"], registry=r)
         self.recording_lag = Histogram("liverl_serving_recording_lag_seconds",
                                        "From completion finished to record acknowledged by Kafka",
                                        buckets=LATENCY_BUCKETS, registry=r)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
+from liverl.access.opt_out import OptOut
 from liverl.config import LiverlConfig
 from liverl.config.exposure import refuse_shipped_secrets
 from liverl.v1 import serving_pb2
@@ -80,7 +81,8 @@ class PolicyServer:
             await self.swapper.start_with(await self._wait_for_alias())
         limits = Limits(c.max_model_len, c.default_max_tokens, c.max_prompt_chars, c.request_timeout_s)
         self.completions = Completions(self.router, self.recorder, self.metrics, self.config.mlflow.registered_model,
-                                       limits, c.tenant_id, self.config.ingest.redaction)
+                                       limits, c.tenant_id, self.config.ingest.redaction,
+                                       OptOut.of(self.config.ingest))
         await self._start_grpc()
         await self._start_http()
         if c.metrics_port:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from liverl.config.trainer import TrainerConfig
+from trainer.rank_messages import check_secret
 from trainer.ranks import Ranks
 
 if TYPE_CHECKING:
@@ -54,6 +55,7 @@ def start_distributed(config: TrainerConfig) -> Ranks:
     prepare_environment(config)
     ds = config.deepspeed
     accelerator = os.environ["DS_ACCELERATOR"]
+    secret = check_secret(ds.rank_secret, int(os.environ["WORLD_SIZE"]))  # before joining anyone
     backend = ds.backend or ("gloo" if accelerator == "cpu" else "nccl")
     if os.environ["WORLD_SIZE"] == "1" or (accelerator == "cpu" and not ds.shm_allreduce):
         # The shared-memory allreduce only helps CPU ranks on one host; without it, skip its ~50 s gcc build.
@@ -73,7 +75,9 @@ def start_distributed(config: TrainerConfig) -> Ranks:
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         get_accelerator().set_device(local_rank)
         device = f"{get_accelerator().device_name()}:{local_rank}"
-    return Ranks(dist.get_rank(), dist.get_world_size(), device)
+    ranks = Ranks(dist.get_rank(), dist.get_world_size(), device, secret=secret)
+    ranks.authenticate()  # before any decision: a process without the secret is refused by every rank
+    return ranks
 
 
 def build_engine(model: torch.nn.Module, config: TrainerConfig) -> DeepSpeedEngine:

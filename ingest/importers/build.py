@@ -170,7 +170,8 @@ class _Assembly:
         event = session_event_pb2.SessionEvent(
             event_id=f"import-{key}", session_id=self.session.session_id, tenant_id=self.builder.tenant,
             schema_version=names.EVENT_SCHEMA_VERSION, event_time_ms=self.clock, ingest_time_ms=self.clock,
-            agent_role=common_pb2.AGENT_ROLE_SINGLE, agent_id=AGENT_ID, sequence=len(self.out.events))
+            agent_role=common_pb2.AGENT_ROLE_SINGLE, agent_id=AGENT_ID, sequence=len(self.out.events),
+            user_id=self.session.user_id)
         getattr(event, kind).CopyFrom(getattr(session_event_pb2, _BODY_TYPES[kind])(**body))
         self.out.events.append(event)
         self.clock += 1  # the source's events are ordered; distinct times keep that order by time too

@@ -29,13 +29,15 @@ class ImportSummary:
     model_calls: int = 0
     outcomes: int = 0
     skipped: list[BadInput] = field(default_factory=list)
+    opted_out: int = 0  # sessions of opted-out users (ingest.opt_out_users): dropped, never built
     redacted: Counter = field(default_factory=Counter)
 
     def lines(self) -> list[str]:
         reasons = Counter(bad.reason for bad in self.skipped)
         text = [f"imported {self.sessions} sessions ({self.events} events, {self.model_calls} model calls, "
                 f"{self.outcomes} outcomes) from {self.files} files; skipped {len(self.skipped)}"
-                + (f" ({', '.join(f'{r}: {n}' for r, n in sorted(reasons.items()))})" if reasons else "")]
+                + (f" ({', '.join(f'{r}: {n}' for r, n in sorted(reasons.items()))})" if reasons else "")
+                + (f"; dropped {self.opted_out} sessions of opted-out users" if self.opted_out else "")]
         if self.redacted:
             text.append("redacted: " + ", ".join(f"{kind} {n}" for kind, n in sorted(self.redacted.items())))
         return text
@@ -43,8 +45,11 @@ class ImportSummary:
 
 def import_files(fmt: str, paths: Iterable[Path], builder: SessionBuilder,
                  publish: Callable[[ImportedSession, object], None] | None,
-                 say: Callable[[str], None] = print, task_family: str | None = None) -> ImportSummary:
-    """Import every session of `paths`; publish(session, built) sends one built session (None: dry run)."""
+                 say: Callable[[str], None] = print, task_family: str | None = None,
+                 user_id: str = "", opted_out: Callable[[str], bool] = lambda user: False) -> ImportSummary:
+    """Import every session of `paths`; publish(session, built) sends one built session (None: dry run).
+    user_id: the end user of sessions whose source names none; opted_out(user): drop that user's sessions
+    (counted) before anything of them is built."""
     reader = importlib.import_module(FORMATS[fmt])
     summary = ImportSummary()
     for path in paths:
@@ -55,6 +60,10 @@ def import_files(fmt: str, paths: Iterable[Path], builder: SessionBuilder,
                 continue
             if task_family:
                 found.task_family = task_family
+            found.user_id = found.user_id or user_id
+            if opted_out(found.user_id):
+                summary.opted_out += 1
+                continue
             try:
                 built = builder.build(found)
                 if publish is not None:

@@ -86,6 +86,7 @@ class ImportedSession:
     outcome: SourceOutcome | None = None
     end_reason: str = "completed"  # "" : the source may continue (no session_end is written)
     attributes: dict[str, str] = field(default_factory=dict)
+    user_id: str = ""  # the end user the source names ("" none): ingest.opt_out_users is checked against it
 
 
 class TooManyEvents(Exception):

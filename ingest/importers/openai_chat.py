@@ -2,7 +2,8 @@
 
 Each line is {"request": {...chat.completions request...}, "response": {...chat.completion...}}, or
 the flat variant with the request's fields and the response's `choices` at the top level. A line
-names its session with "session_id" (top level, or in the request's or the line's "metadata");
+names its session with "session_id" (top level, or in the request's or the line's "metadata"), and its end
+user with the request's `user` (OpenAI's end-user id) or metadata "user_id";
 lines of one session become one session in file order, each line one model call. A line without a
 session id is a session of its own. Only the first choice is imported (n > 1 samples are not the
 answer the product used). Metadata "task_family" / "task_id" fill the session start.
@@ -50,6 +51,7 @@ def read(path: Path) -> Iterator[ImportedSession | BadInput]:
                     task_family=str(metadata.get("task_family") or TASK_FAMILY),
                     task_id=str(metadata.get("task_id") or ""), start_ms=exchange.time_ms or file_time_ms,
                     attributes={"source_format": FORMAT, "source_file": path.name})
+            session.user_id = session.user_id or _user(line, metadata)
             session.items.append(exchange)
     yield from sessions.values()
 
@@ -89,6 +91,13 @@ def _exchange(line: object, source_id: str) -> tuple[Exchange, str, dict]:
         model=str(response.get("model") or request.get("model") or ""), time_ms=time_ms, finish_ms=time_ms,
         finish_reason=str(choice.get("finish_reason") or "stop"), sampling=sampling)
     return exchange, named, metadata
+
+
+def _user(line: dict, metadata: dict) -> str:
+    request = line.get("request", line)
+    user = request.get("user") if isinstance(request, dict) else None
+    user = user or metadata.get("user_id")
+    return user if isinstance(user, str) else ""
 
 
 def _dict(value) -> dict:

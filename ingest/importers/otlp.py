@@ -13,7 +13,9 @@ conventions:
 - tool runs: gen_ai.operation.name "execute_tool" with gen_ai.tool.name, gen_ai.tool.call.id,
   gen_ai.tool.call.arguments, gen_ai.tool.call.result; an ERROR status marks the result an error;
 - the session: gen_ai.conversation.id (or session.id), on the span or on any span of its trace;
-  without either, the trace is the session. Other spans (HTTP, invoke_agent, ...) are ignored.
+  without either, the trace is the session;
+- the end user: user.id (or the older enduser.id), on the span or its resource.
+Other spans (HTTP, invoke_agent, ...) are ignored.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ FORMAT = "otlp"
 TASK_FAMILY = "agent"
 MODEL_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
 TOOL_OPERATION = "execute_tool"
+USER_ID, LEGACY_USER_ID = "user.id", "enduser.id"
 STATUS_ERROR = (2, "STATUS_CODE_ERROR")
 SAMPLING_ATTRIBUTES = {"temperature": ("gen_ai.request.temperature", float), "top_p": ("gen_ai.request.top_p", float),
                        "top_k": ("gen_ai.request.top_k", int), "max_tokens": ("gen_ai.request.max_tokens", int),
@@ -179,8 +182,15 @@ def sessions_from_spans(spans: list[tuple[str, dict]], source_name: str,
                 task_family=str(span["_attributes"].get("liverl.task_family") or TASK_FAMILY),
                 task_id=str(span["_attributes"].get("liverl.task_id") or ""), start_ms=item.time_ms,
                 attributes={"source_format": FORMAT, "source_file": source_name})
+        session.user_id = session.user_id or _user(span["_attributes"])
         session.items.append(item)
     return list(sessions.values()), bad
+
+
+def _user(attrs: dict) -> str:
+    """The span's (or its resource's) end user: OpenTelemetry's user.id, or the older enduser.id."""
+    user = attrs.get(USER_ID) or attrs.get(LEGACY_USER_ID)
+    return user if isinstance(user, str) else ""
 
 
 def events_of_item(item: Exchange | ToolExecution, max_events: int | None = None) -> int:

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import grpc
 
+from liverl.config.redaction import RedactionConfig
+from liverl.redaction import Redactor
 from ingest.sdk.completions import completion_ref, fixed_event_id, one_call_session
 from ingest.sdk.ids import random_id
 from ingest.sdk.sender import BackgroundSender
@@ -33,16 +35,20 @@ LATE_SEQUENCE_BASE = 1 << 62
 class CaptureClient:
     def __init__(self, target: str, token: str, spool_dir: Path | None = None, *, max_queue_events: int = 10_000,
                  batch_size: int = 256, request_timeout_s: float = 10.0, max_spool_bytes: int = 256 << 20,
-                 tls: bool = False, root_certificates: bytes | None = None, max_attempts: int = 6):
+                 tls: bool = False, root_certificates: bytes | None = None, max_attempts: int = 6,
+                 redaction: RedactionConfig | None = None):
         """target: the capture service's gRPC address. spool_dir: where events wait while it is
         unreachable (None: in memory only, bounded by max_queue_events). tls/root_certificates: TLS.
         max_attempts: tries of a batch the service fails on before it is dead-lettered locally
-        (<spool_dir>/dead-letters.capture); an unreachable service is waited on without limit."""
+        (<spool_dir>/dead-letters.capture); an unreachable service is waited on without limit.
+        redaction: what events written to spool_dir are redacted with, before they touch the disk; pass the
+        service's ingest.redaction (its pseudonym_salt) so a spooled event's ids get the pseudonyms the service
+        gives them (default: the default settings)."""
         credentials = grpc.ssl_channel_credentials(root_certificates) if tls or root_certificates else None
         self._sender = BackgroundSender(target, token, Path(spool_dir) if spool_dir else None, max_queue_events,
                                         batch_size, request_timeout_s=request_timeout_s,
                                         max_spool_bytes=max_spool_bytes, credentials=credentials,
-                                        max_attempts=max_attempts)
+                                        max_attempts=max_attempts, redactor=Redactor(redaction))
         self._sessions: weakref.WeakValueDictionary[str, SessionRecorder] = weakref.WeakValueDictionary()
 
     def start_session(self, task_family: str = "", task_id: str = "", user_id: str = "", token_budget: int = 0,

@@ -12,6 +12,10 @@ Retries are bounded: a batch the service keeps failing on (deadline exceeded, in
 service did not settle are resent (its answer lists them: "deadline_exceeded"), never a whole batch that
 was partly stored. A batch too big for the service is split; a rate-limited one waits the delay the
 service asks for. Only an unreachable service (UNAVAILABLE) is waited on without limit: nothing is lost.
+
+Nothing reaches the disk unredacted: events are redacted (the capture service's detectors and keyed pseudonyms
+for ids, `redactor`) on their way into the spool and the dead-letter file, so a copied or forgotten folder holds
+no more than the service would have stored. Events sent straight away are redacted by the service.
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ import grpc
 
 from liverl.io.backoff import Backoff
 from liverl.io.spool import Spool, SpoolFull
-from liverl.v1 import capture_pb2
+from liverl.redaction import Redactor
+from liverl.v1 import capture_pb2, session_event_pb2
 
 log = logging.getLogger("liverl.ingest.sdk")
 CAPTURE_METHOD = "/liverl.v1.CaptureService/Capture"
@@ -61,7 +66,9 @@ class BackgroundSender:
     def __init__(self, target: str, token: str, spool_dir: Path | None, max_queue_events: int = 10_000,
                  batch_size: int = 256, linger_s: float = 0.02, request_timeout_s: float = 10.0,
                  max_spool_bytes: int = 256 << 20, credentials: grpc.ChannelCredentials | None = None,
-                 max_request_bytes: int = 4 << 20, max_attempts: int = 6):
+                 max_request_bytes: int = 4 << 20, max_attempts: int = 6, redactor: Redactor | None = None):
+        """redactor: applied to every event written to disk (default: the default redaction settings)."""
+        self._redactor = redactor or Redactor()
         self.batch_size = batch_size
         self.max_attempts = max_attempts
         self._dead_letter_path = spool_dir / DEAD_LETTER_FILE if spool_dir is not None else None
@@ -305,7 +312,7 @@ class BackgroundSender:
     def _dead_letter(self, blobs: list[bytes], why: str) -> None:
         if self._dead_letter_path is not None:
             with self._dead_letter_path.open("ab") as sink:
-                sink.write(_request(blobs))
+                sink.write(_request(self._for_disk(blobs)))
                 sink.flush()
                 os.fsync(sink.fileno())
         with self._cond:
@@ -327,13 +334,25 @@ class BackgroundSender:
         if self._spool is None:
             return False
         try:
-            self._spool.append(blobs)
+            self._spool.append(self._for_disk(blobs))
         except SpoolFull as error:
             log.warning("SDK spool full: %s", error)
             return False
         with self._cond:
             self._stats.spooled += len(blobs)
         return True
+
+    def _for_disk(self, blobs: list[bytes]) -> list[bytes]:
+        """The events as the capture service would store them: redacted (unknown fields dropped too)."""
+        out = []
+        for blob in blobs:
+            event = session_event_pb2.SessionEvent.FromString(blob)
+            user = event.user_id
+            self._redactor.redact_message(event)
+            if user:  # a pseudonym, not a marker: the service still finds an opted-out user by it
+                event.user_id = self._redactor.redact_id(user)
+            out.append(event.SerializeToString())
+        return out
 
     def _spool_empty(self) -> bool:
         return self._spool is None or self._spool.empty()

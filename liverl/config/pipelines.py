@@ -55,3 +55,16 @@ class PipelinesConfig(Section):
     unset: a model-call span shows the session's texts around it (user message, tool results, tool calls)."""
     keep_state_batches: int = Field(3, ge=0)
     """Staged folders of older committed batches beyond this many are deleted."""
+    table_retention_days: float = Field(0.0, ge=0.0, le=36500.0)
+    """Trajectory rows whose session started, and dead letters recorded, more than this many days ago are deleted
+    from the tables and their files vacuumed (`liverl retention`, and `liverl distill --follow` every
+    retention_interval_s); 0: kept forever."""
+    trace_retention_days: float = Field(0.0, ge=0.0, le=36500.0)
+    """MLflow traces (mlflow.audit_experiment) of sessions that started more than this many days ago are deleted,
+    by the same runs; 0: kept forever."""
+    retention_interval_s: float = Field(3600.0, gt=0.0, le=7 * 24 * 3600.0)
+    """`liverl distill --follow` applies the retention settings this often, between batches (never during one)."""
+    vacuum_grace_hours: int = Field(1, ge=0, le=30 * 24)
+    """Files the retention's delete replaced are removed from storage once replaced this long ago (a trainer
+    reading an older table version meanwhile, or a distill batch writing, still finds its files); 0: at once (run
+    `liverl retention` then only while nothing distills or trains). Until then those files hold the old rows."""

@@ -102,6 +102,10 @@ class DeepSpeedConfig(Section):
     shm_allreduce: bool = False
     """CPU ranks only: DeepSpeed's shared-memory allreduce between ranks of one host (a ~50 s gcc build on first
     use); false: plain gloo."""
+    rank_secret: str = Field("", max_length=4096)
+    """A secret every rank of one trainer shares (LIVERL_TRAINER__DEEPSPEED__RANK_SECRET; required on two ranks or
+    more): each rank proves it at start (a peer without it is refused) and rank 0's decisions carry its HMAC, so
+    a process reaching the rendezvous port can neither join nor have a rank unpickle what it sends."""
 
 
 LLAMA_LINEAR_LAYERS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]

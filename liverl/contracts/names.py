@@ -16,6 +16,7 @@ META_SESSION_ID = "x-liverl-session-id"
 META_AGENT_ROLE = "x-liverl-agent-role"  # "single" | "orchestrator" | "subagent"
 META_AGENT_ID = "x-liverl-agent-id"
 META_TENANT = "x-liverl-tenant"
+META_USER_ID = "x-liverl-user-id"  # the end user: serving records no call of a user in ingest.opt_out_users
 META_POLICY_VERSION = "x-liverl-policy-version"  # response header: the version that served
 META_REQUEST_ID = "x-liverl-request-id"  # response header: the recorded ModelCall's request id (= the reply's id)
 

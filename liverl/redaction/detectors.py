@@ -44,6 +44,9 @@ AWS_SECRET = r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])"
 AWS_SECRET_PREFILTER = r"(?:^|[^A-Za-z0-9/+=])(?:" + "|".join(
     f"[A-Za-z0-9/+]{{{k}}}[A-Zg-z/+][A-Za-z0-9/+]{{{39 - k}}}" for k in range(40)) + r")(?:$|[^A-Za-z0-9/+=])"
 
+# What names nine bare digits an SSN: "SSN: ...", "ssn is ...", "social security number was ...".
+SSN_NAMED = r"(?i:\b(?:ssn|social security(?: number| no\.?)?)(?:\s{1,3}(?:is|was))?\s{0,3}[#:=]?\s{0,3})"
+
 BUILTIN: dict[str, list[Detector]] = {
     "private_key": [Detector("private_key", r"-----BEGIN [A-Z ]{0,40}PRIVATE KEY-----[\s\S]*?"
                                             r"-----END [A-Z ]{0,40}PRIVATE KEY-----")],
@@ -71,10 +74,9 @@ BUILTIN: dict[str, list[Detector]] = {
     "national_id": [
         _national("us_ssn", r"\b\d{3}[- ]\d{2}[- ]\d{4}\b"),
         # Nine bare digits are an SSN only where the text says so: order numbers look the same.
-        Detector("national_id", r"(?i:\b(?:ssn|social security(?: number| no\.?)?)\s{0,3}[#:=]?\s{0,3})"
-                                r"(?P<value>\d{9})\b",
+        Detector("national_id", SSN_NAMED + r"(?P<value>\d{9})\b",
                  lambda candidate, region: validators.national_check("us_ssn")(candidate), bounded=True,
-                 prefilter=r"(?i:\b(?:ssn|social security(?: number| no\.?)?)\s{0,3}[#:=]?\s{0,3})\d{9}\b"),
+                 prefilter=SSN_NAMED + r"\d{9}\b"),
         _national("es_dni", r"\b\d{8}-?[A-Za-z]\b"),
         _national("es_nie", r"\b[XYZxyz]-?\d{7}-?[A-Za-z]\b"),
         _national("it_codice_fiscale", r"\b[A-Za-z]{6}\d{2}[A-Za-z]\d{2}[A-Za-z]\d{3}[A-Za-z]\b"),

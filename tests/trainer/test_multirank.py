@@ -50,7 +50,8 @@ def _train(config, ranks: int, zero_stage: int, accumulation: int, kill_after: s
         argv = [sys.executable, *command]
     else:
         argv = [str(Path(sys.executable).parent / "torchrun"), "--nproc_per_node", str(ranks),
-                "--master_addr", "127.0.0.1", "--master_port", str(free_port()), *command]
+                "--master_addr", "127.0.0.1", "--master_port", str(free_port()), *command,
+                "--trainer.deepspeed.rank_secret", "multirank-test-secret"]
     return run_trainer(argv, kill_after)
 
 

@@ -41,6 +41,9 @@ POSITIVES = [
     ("ref card4111111111111111x", "card"),
     ("aws_secret_access_key wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "api_key"),
     ("found Zx8vKq2LmN4pRt7wYb1cDf5gHj3kMn6pQr9sTu0v in the log", "api_key"),
+    ("my ssn is 536221234, thanks", "national_id"),
+    ("Social Security number: 536221234", "national_id"),
+    ("SSN was 536 22 1234 before", "national_id"),
 ]
 
 NEGATIVES = [
