@@ -39,6 +39,7 @@ from trainer.registry import Registry
 from trainer.row_stream import Position, RowStream
 from trainer.served_lineage import ServedLineage, promoted_versions
 from trainer.state import PendingPublish, TrainerState
+from trainer.step_wait import RowWait
 
 STOP_GATE_WAIT_S = 20.0  # a stopping trainer waits this long for a judgement in flight; the next start refuses it
 
@@ -86,6 +87,7 @@ class Trainer:
         self.stop_requested = False
         self.ranks = Ranks()  # joined in start()
         self.window = Window()
+        self.row_wait = RowWait(self.tc.min_step_rows, self.tc.max_step_wait_s)
         self.state: TrainerState
         self.engine: DeepSpeedEngine
         self.parent_folder: Path  # the policy folder the current weights' export copies tokenizer files from
@@ -197,6 +199,8 @@ class Trainer:
     def _next_plan(self) -> StepPlan | None:
         from trainer.step_builder import build_step
 
+        if self.tc.min_step_rows > 1 and not self.row_wait.ready(self.stream.pending_rows()):
+            return None
         while True:
             plan = build_step(
                 self.stream, self.trained, self.served, int(time.time() * 1000), self.tc, self.say,

@@ -46,6 +46,14 @@ class RowStream:
             self._load(self._queued.pop(0), 0)
         return self.commit, self.rows[self.cursor]
 
+    def pending_rows(self) -> int:
+        """Rows committed and not consumed yet (a commit whose writer recorded no row count counts as plenty)."""
+        last = self._queued[-1].version if self._queued else self.version
+        self._queued += self.follower.commits_after(last)
+        unknown = any(c.batch_id is not None and c.added_rows == 0 for c in self._queued)
+        current = 0 if self.done else len(self.rows) - self.cursor
+        return 1 << 30 if unknown else current + sum(c.added_rows * self.passes for c in self._queued)
+
     def advance(self) -> None:
         self.cursor += 1
         if self.cursor >= len(self.rows):

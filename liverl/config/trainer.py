@@ -232,6 +232,12 @@ class TrainerConfig(Section):
     """AdamW learning rate (a torch optimizer: no DeepSpeed op build)."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
+    min_step_rows: int = Field(1, ge=1, le=100_000)
+    """A step waits until this many new table rows are there (held-out and skipped ones count), or until
+    max_step_wait_s passed since it began to wait: live traffic arrives a few sessions per commit, and a step on
+    one or two trajectories spends a whole optimizer update on the noisiest gradient there is."""
+    max_step_wait_s: float = Field(60.0, ge=0.0, le=86_400.0)
+    """The longest a step waits for min_step_rows; then it trains on what there is."""
     steps_per_version: int = Field(4, ge=1)
     """Optimizer steps between checkpoints; each checkpoint is exported and registered as a candidate."""
     minutes_per_version: float = 60.0

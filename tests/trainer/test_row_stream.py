@@ -67,3 +67,23 @@ def test_step_builder_fills_at_most_the_accumulation_steps_token_budget(tmp_path
     commit_batch(uri, [_row(f"t{i}") for i in range(10)], "batch-0", 0)
     sizes, trained = step_sizes(uri, micro_batch_tokens=8, accumulation_steps=2)  # two 4-token trajectories a micro-batch
     assert sizes == [4, 4, 2] and len(trained) == 10
+
+
+def test_pending_rows_counts_what_is_committed_and_not_consumed(tmp_path):
+    """What trainer.min_step_rows waits on: rows of commits not read yet, and the rest of the current one."""
+    uri = str(tmp_path / "table")
+    stream = RowStream(TableHistory(uri), Position(-1, 0, True))
+    assert stream.pending_rows() == 0
+    commit_batch(uri, [_row("a"), _row("b")], "batch-0", 0)
+    commit_batch(uri, [_row("c")], "batch-1", 1)
+    assert stream.pending_rows() == 3
+    stream.peek()
+    stream.advance()
+    assert stream.pending_rows() == 2
+    commit_batch(uri, [_row("d"), _row("e")], "batch-2", 2)
+    assert stream.pending_rows() == 4
+    seen = []
+    while (item := stream.peek()) is not None:
+        seen.append(item[1]["trajectory_id"])
+        stream.advance()
+    assert seen == ["b", "c", "d", "e"] and stream.pending_rows() == 0
