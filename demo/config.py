@@ -49,8 +49,9 @@ class DemoRealConfig(Section):
     """The product on a real pretrained policy (demo.policy = "smollm2"): demo/product/real."""
 
     top_p: float = Field(1.0, gt=0.0, le=1.0)
-    """Nucleus sampling of the product's requests; 1.0 (with demo.temperature 1.0) keeps the recorded behaviour
-    logprobs equal to the model's own, which the off-policy correction divides by."""
+    """Nucleus sampling of the product's requests. The trainer scores each served token under the temperature and
+    top-p it was sampled with, so any setting keeps the off-policy correction exact; a 135M model solves far more
+    at 0.7 / 0.9 than at 1.0 / 1.0 (coding 0.43 against 0.06 on training tasks), and that is where it can learn."""
     heldout_tasks: int = Field(60, ge=0, le=600)
     """Held-out real tasks (the families in turn) the summary plays with the base and with the last served
     version, for success per family with 95 % Wilson intervals and the general-text NLL; 0: skip."""

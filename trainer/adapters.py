@@ -107,9 +107,13 @@ def attach_adapter(model: PreTrainedModel, config: LoraConfig, base_folder: Path
     """A new LoRA adapter on model (lora_B zero: the policy starts equal to its base); the base weights frozen."""
     import peft
 
+    blocks = {}
+    if config.top_layers is not None:
+        total = model.config.num_hidden_layers
+        blocks = {"layers_to_transform": list(range(max(0, total - config.top_layers), total)), "layers_pattern": "layers"}
     lora = peft.LoraConfig(
         r=config.rank, lora_alpha=config.alpha, lora_dropout=config.dropout, target_modules=list(config.target_modules),
-        bias="none", task_type="CAUSAL_LM", base_model_name_or_path=str(base_folder),
+        bias="none", task_type="CAUSAL_LM", base_model_name_or_path=str(base_folder), **blocks,
     )
     try:
         return peft.get_peft_model(model, lora, adapter_name=ADAPTER_NAME)

@@ -170,3 +170,28 @@ def test_registration_tags_name_the_weights_kind_and_the_base(llama_dir, tmp_pat
     _engine, _policy, folder = _trained_adapter(llama_dir, tmp_path / "adapter")
     assert weights_tags(folder) == {names.TAG_WEIGHTS_KIND: names.WEIGHTS_ADAPTER, names.TAG_BASE_VERSION: "1"}
     assert weights_tags(llama_dir) == {names.TAG_WEIGHTS_KIND: names.WEIGHTS_FULL}
+
+
+def test_top_layers_adapts_only_the_top_blocks_and_the_backward_pass_stops_below_them(llama_dir, tmp_path):
+    """trainer.lora.top_layers: lower blocks get no adapter, so no gradient is computed through them."""
+    engine, policy, folder = _trained_adapter(llama_dir, tmp_path / "top", "--trainer.lora.top_layers", "1")
+    blocks = policy.model.config.num_hidden_layers
+    assert blocks > 1
+    saved = load_file(str(folder / adapter_format.ADAPTER_WEIGHTS_FILE))
+    assert saved and all(f".layers.{blocks - 1}." in key for key in saved), sorted(saved)[:4]
+    needs_grad = {}
+    layers = policy.model.model.layers
+    hooks = [layer.register_forward_hook(lambda module, args, out, i=i: needs_grad.__setitem__(
+        i, (out[0] if isinstance(out, tuple) else out).requires_grad)) for i, layer in enumerate(layers)]
+    policy.model(input_ids=IDS)
+    for hook in hooks:
+        hook.remove()
+    assert needs_grad == {i: i == blocks - 1 for i in range(blocks)}, "autograd records only the adapted block"
+    assert json.loads((folder / adapter_format.ADAPTER_CONFIG_FILE).read_text())["layers_to_transform"] == [blocks - 1]
+    merged = load_policy(folder, base_folder=llama_dir)
+    assert not torch.equal(merged(input_ids=IDS).logits, load_policy(llama_dir)(input_ids=IDS).logits)
+
+
+def test_top_layers_must_be_positive():
+    with pytest.raises(ValidationError, match="top_layers"):
+        _config("--trainer.lora.top_layers", "0")

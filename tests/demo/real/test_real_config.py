@@ -20,7 +20,15 @@ def test_smollm2_config_switches_the_policy_and_fits_the_real_prompts():
     assert config.demo.policy == "smollm2" and config.demo.real.heldout_tasks > 0
     assert not config.trainer.gate.online_eval_command, "the toy product's evaluator plays toy tasks"
     assert config.serving.max_model_len >= 1024 and config.trainer.max_seq_len >= config.serving.max_model_len
-    assert config.demo.temperature == 1.0 and config.demo.real.top_p == 1.0, "behaviour logprobs = the model's"
+    assert (config.demo.temperature, config.demo.real.top_p) == (0.7, 0.9), "the held-out evaluation's sampling"
+
+
+def test_smollm2_config_trains_and_serves_adapters_and_watches_general_text():
+    config = _load("demo-smollm2.toml")
+    assert config.trainer.lora.enabled and config.serving.lora.enabled
+    assert config.trainer.lora.rank <= config.serving.lora.max_lora_rank
+    assert (ROOT / config.trainer.gate.general_text_file).is_file()
+    assert config.trainer.gate.max_general_nll_increase == 0.05
 
 
 def test_the_default_demo_stays_the_toy_policy():
