@@ -4,6 +4,7 @@ shared group; a group's rows train its adapter only, and each step draws every a
     group_of(tenant_id, TenantsConfig) -> group
     group_streams(follower, positions, TrainerConfig) -> {group: RowStream of that group's rows}
     build_tenant_steps(streams, ...) -> {group: StepPlan}    each within trainer.tenants.tokens_per_step
+    group_evidence(rows, group, ...) -> GateEvidence          the gate's held-out sessions of the group alone
 
 Each group reads the table through a stream of its own (its own cursor), so a large tenant's backlog waits in the
 table, not in memory, while every other group with new rows gets its share of each step.
@@ -13,9 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from liverl.config import LiverlConfig
 from liverl.config.trainer import TenantsConfig, TrainerConfig
 from liverl.contracts import names
 from liverl.io.table_history import TableHistory
+from trainer.advantages import Baselines
+from trainer.holdout import GateEvidence, gate_evidence
 from trainer.row_stream import Position, RowStream
 from trainer.served_lineage import ServedLineage
 from trainer.step_builder import StepPlan, build_step
@@ -70,3 +74,11 @@ def build_tenant_steps(
         if plan.consumed:
             plans[group] = plan
     return plans
+
+
+def group_evidence(rows: list[dict], group: str, step: int, baselines: Baselines, config: LiverlConfig
+                   ) -> GateEvidence:
+    """The gate's evidence for a group's candidate: the held-out sessions, rewards and drift report of the group's
+    own rows (a tenant's candidate is judged on its tenant's traffic alone); baselines: the group's."""
+    keep = in_group(group, config.trainer.tenants)
+    return gate_evidence([row for row in rows if keep(row)], step, baselines, config)
