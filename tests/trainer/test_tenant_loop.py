@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 
 import pytest
 
 from liverl.contracts import names
-from tests.trainer.conftest import TrajectoryFactory, commit_batch, trainer_config
+from tests.trainer.conftest import TrajectoryFactory, cli_overrides, commit_batch, run_trainer, trainer_config
 from trainer.base_policy import register_base
 from trainer.registry import Registry
 from trainer.tenant_groups import SHARED_GROUP
@@ -96,3 +97,24 @@ def test_each_tenant_trains_registers_and_is_gated_on_its_own(stack, tmp_path):
     assert newest.tags[names.TAG_TENANT] == "small" and newest.tags[names.TAG_PARENT_VERSION] == small_before
     assert json.loads(newest.tags[names.TAG_TABLE_VERSIONS]) == [1]
     assert set(_step_groups(lines)) == {"small"}
+
+
+def test_liverl_train_with_tenant_adapters_runs_the_tenant_loop(stack, tmp_path):
+    from demo.policy.tiny_policy import build_policy
+
+    llama = build_policy(tmp_path / "base", WORDS, arch="llama")
+    config = trainer_config(stack, tmp_path, steps_per_version=1)
+    config.trainer.signing_key_file = tmp_path / "keys" / "signing.pem"
+    base = register_base(config, llama, say=lambda *_: None)
+    factory = TrajectoryFactory(llama)
+    commit_batch(config.table.trajectories_uri, _rows(factory, "acme", 4) + _rows(factory, "zed", 4), "batch-0", 0)
+    lines = run_trainer([sys.executable, "-m", "liverl.cli", "train", *cli_overrides(config),
+                         "--trainer.signing_key_file", str(config.trainer.signing_key_file),
+                         "--trainer.tenants.adapters", '["acme"]', "--trainer.lora.enabled", "true",
+                         "--trainer.deepspeed.zero_stage", "0"], timeout_s=300)
+    print("\n".join(lines))
+    assert any(line.startswith(f"tenant trainer ready | base v{base} | groups acme") for line in lines)
+    assert set(_step_groups(lines)) == {"acme", SHARED_GROUP}
+    assert any(line.startswith("trainer done | steps acme ") for line in lines)
+    tenants = {mv.tags.get(names.TAG_TENANT) for mv in Registry(config.mlflow).versions() if mv.version != base}
+    assert tenants == {"acme", None}
