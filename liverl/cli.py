@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "distill": ("pipelines.cli", "distill Kafka into the trajectory table (one-shot or --follow)"),
     "train": ("trainer.cli", "train on the trajectory table and register checkpoints"),
     "retention": ("pipelines.retention", "delete table rows and traces past pipelines.*_retention_days, and vacuum"),
+    "tenants": ("trainer.tenants_cli", "list each tenant's champion adapter and the history of its versions"),
     "import": ("ingest.import_cli", "publish existing agent traces (OpenAI logs, SWE-agent .traj, OTLP GenAI spans) as sessions"),
     "topics": ("infra.commands.topics", "print a topic's records as JSON lines, decoded and filtered by tenant/session"),
     "demo": ("demo.cli", "run the whole loop on the embedded stack with a demo agent product"),

@@ -103,8 +103,9 @@ def wants_adapter(config: LoraConfig, model: PreTrainedModel) -> bool:
     return sum(p.numel() for p in model.parameters()) >= config.auto_min_parameters
 
 
-def attach_adapter(model: PreTrainedModel, config: LoraConfig, base_folder: Path) -> PeftModel:
-    """A new LoRA adapter on model (lora_B zero: the policy starts equal to its base); the base weights frozen."""
+def attach_adapter(model: PreTrainedModel, config: LoraConfig, base_folder: Path,
+                   name: str = ADAPTER_NAME) -> PeftModel:
+    """A new LoRA adapter `name` on model (lora_B zero: the policy starts equal to its base); the base frozen."""
     import peft
 
     blocks = {}
@@ -116,7 +117,7 @@ def attach_adapter(model: PreTrainedModel, config: LoraConfig, base_folder: Path
         bias="none", task_type="CAUSAL_LM", base_model_name_or_path=str(base_folder), **blocks,
     )
     try:
-        return peft.get_peft_model(model, lora, adapter_name=ADAPTER_NAME)
+        return peft.get_peft_model(model, lora, adapter_name=name)
     except ValueError as error:
         layers = sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
                          if type(module).__name__ in LINEAR_CLASSES and module is not model.get_output_embeddings()})

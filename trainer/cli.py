@@ -4,6 +4,7 @@
     liverl train --init-from-package smollm2   # the same for a pretrained model shipped in a package (converted once)
     liverl train                            # train on every new table version once, register, exit
     liverl train --follow                   # keep following the table
+    liverl train --trainer.tenants.adapters '["acme"]'   # an adapter per named tenant, one shared (trainer/tenant_loop.py)
 
 Data-parallel ranks: start the same command under a launcher; rank 0 follows the table and publishes.
 
@@ -49,7 +50,10 @@ def run(config: LiverlConfig, args: argparse.Namespace) -> int:
         return 0
     import signal
 
-    from trainer.loop import Trainer
+    if config.trainer.tenants.adapters:  # a policy per tenant
+        from trainer.tenant_loop import TenantTrainer as Trainer
+    else:
+        from trainer.loop import Trainer
 
     trainer = Trainer(config, say=_say)
 
@@ -64,7 +68,11 @@ def run(config: LiverlConfig, args: argparse.Namespace) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
         trainer.close()
-    trainer.say(f"trainer done | step {trainer.state.step} | versions registered {registered}")
+    if config.trainer.tenants.adapters:
+        where = "steps " + ", ".join(f"{group} {gs.step}" for group, gs in trainer.state.groups.items())
+    else:
+        where = f"step {trainer.state.step}"
+    trainer.say(f"trainer done | {where} | versions registered {registered}")
     return 0
 
 

@@ -14,6 +14,12 @@ the version serves (the alias moved): decision pass; the champion is still the o
 another is champion: refused. So the serving champion is never tagged "fail". A candidate whose champion moved
 while it was judged (another trainer promoted) is judged again against the new one (gate.rejudges times), then
 refused; only trainers that take the lease are ordered by it (base_policy sets the first champion without it).
+
+A tenant's publisher (tenant="acme": trainer.tenants) does the same with the tenant's own aliases,
+`candidate-acme` and `champion-acme`, and a promotion lease of its own, so it never moves another tenant's alias or
+the shared `champion`. Its versions carry TAG_TENANT. A tenant without a champion yet is judged against the shared
+champion, the policy serving falls back to for it; its promotion is then compare-and-set on `champion-acme` still
+being unset.
 """
 
 from __future__ import annotations
@@ -69,8 +75,13 @@ class PublishResult:
 class Publisher:
     def __init__(self, registry: Registry, gate: GateConfig, loss: LossConfig, monitors: MonitorsConfig,
                  max_seq_len: int, reward_config_version: str, download_dir: Path,
-                 say: Callable[[str], None] = print, signing_key_file: Path | None = None):
+                 say: Callable[[str], None] = print, signing_key_file: Path | None = None,
+                 tenant: str | None = None):
         self.registry = registry
+        self.tenant = tenant  # None: the shared policy; else the tenant whose adapter this publisher gates
+        self.candidate_alias = names.ALIAS_CANDIDATE if tenant is None else names.tenant_candidate_alias(tenant)
+        self.champion_alias = names.ALIAS_CHAMPION if tenant is None else names.tenant_champion_alias(tenant)
+        self.lease_name = PROMOTION_LEASE if tenant is None else f"{PROMOTION_LEASE}-{tenant}"
         self.gate, self.loss, self.monitors, self.max_seq_len = gate, loss, monitors, max_seq_len
         self.reward_config_version = reward_config_version
         self.download_dir = download_dir  # the champion's folder is downloaded here to be judged against
@@ -98,7 +109,7 @@ class Publisher:
         docstring); None when it was never judged."""
         tags = self.registry.tags(version)
         report = _read_report(tags)
-        champion = self.registry.alias_version(names.ALIAS_CHAMPION)
+        champion = self.registry.alias_version(self.champion_alias)
         if names.TAG_GATE_DECISION in tags:  # judged before a crash: never twice
             return PublishResult(version, tags[names.TAG_GATE_DECISION], tuple(report.get("reasons", ())), champion)
         if champion == version:  # the alias moved, the decision was not written yet: the promotion happened
@@ -126,11 +137,13 @@ class Publisher:
         if version is None:
             tags = lineage_tags(pending, checkpoint.parent_version, checkpoint.step, self.reward_config_version,
                                 checkpoint.run_key, checkpoint.folder)
+            if self.tenant is not None:
+                tags[names.TAG_TENANT] = self.tenant
             version = self.registry.register(checkpoint.folder, tags, run_name=f"train {pending.checkpoint_tag}",
                                              step_metrics=list(checkpoint.step_metrics))
-        self.registry.set_alias(names.ALIAS_CANDIDATE, version)
+        self.registry.set_alias(self.candidate_alias, version)
         self.say(
-            f"version {version} registered | parent v{checkpoint.parent_version} | step {checkpoint.step} "
+            f"version {version}{self._for()} registered | parent v{checkpoint.parent_version} | step {checkpoint.step} "
             f"| table versions {pending.table_versions} | trajectories {pending.trajectories} "
             f"| {time.perf_counter() - started:.1f}s"
         )
@@ -139,10 +152,13 @@ class Publisher:
     def judge(self, version: str, checkpoint: CheckpointToPublish) -> PublishResult:
         started = time.perf_counter()
         for _ in range(self.gate.rejudges + 1):
-            champion = self.registry.alias_version(names.ALIAS_CHAMPION)
+            holder = self.registry.alias_version(self.champion_alias)
+            champion = self._judged_against(holder)
             report = self.report(version, champion, checkpoint)
             body = {"decision": report.decision, "champion": champion, "reasons": report.reasons,
                     "figures": report.figures}
+            if self.tenant is not None:  # what the tenant's alias held: what promotion compares and sets
+                body["alias_champion"] = holder
             if not report.passed:  # report, then decision: the decision tag marks the gate as done for a restart
                 self.registry.set_tag(version, names.TAG_GATE_REPORT, _report_tag(body))
                 self.registry.set_tag(version, names.TAG_GATE_DECISION, "fail")
@@ -155,30 +171,41 @@ class Publisher:
                     return self.refuse(version, refusal.reason)
             self._say_verdict(version, champion, report, started)
             return PublishResult(version, report.decision, tuple(report.reasons),
-                                 version if report.passed else champion)
+                                 version if report.passed else holder)
         return self.refuse(version, f"{refusal.reason}; still so after {self.gate.rejudges + 1} judgements "
                                     "(trainer.gate.rejudges)")
 
+    def _judged_against(self, holder: str | None) -> str | None:
+        """The champion a candidate is judged against: its alias's, or for a tenant without one yet the shared
+        champion (what serving gives the tenant until its own adapter is promoted)."""
+        if holder is not None or self.tenant is None:
+            return holder
+        return self.registry.alias_version(names.ALIAS_CHAMPION)
+
+    def _for(self) -> str:
+        return "" if self.tenant is None else f" (tenant {self.tenant})"
+
     def _promote(self, version: str, body: dict) -> "_Refusal | None":
-        """Compare-and-set under the promotion lease: `champion` moves to version only if it still is
-        body["champion"], the champion the version was judged against; None when it moved, else why not."""
-        lease = RegistryLease(self.registry, PROMOTION_LEASE, self.owner, slots=1,
+        """Compare-and-set under the promotion lease: the champion alias moves to version only if it still is what
+        it was when the version was judged (body["champion"]; a tenant's: body["alias_champion"]); None when it
+        moved, else why not."""
+        lease = RegistryLease(self.registry, self.lease_name, self.owner, slots=1,
                               ttl_s=self.gate.promotion_lease_ttl_s)
         if not self._acquire(lease):
             return _Refusal(f"another trainer kept the registry's promotion lease (holders {lease.holders()}) past "
                             f"trainer.gate.promotion_lease_wait_s={self.gate.promotion_lease_wait_s:g} s; "
                             "not promoted, the next candidate tries again")
         try:
-            judged_against = body.get("champion")
-            now = self.registry.alias_version(names.ALIAS_CHAMPION)
+            judged_against = body["alias_champion"] if "alias_champion" in body else body.get("champion")
+            now = self.registry.alias_version(self.champion_alias)
             if now != judged_against:
-                return _Refusal(f"judged against v{judged_against}, but the champion is now v{now} (another trainer "
-                                f"promoted it): v{judged_against} is no longer champion, so this comparison cannot "
-                                "promote", moved=True)
+                return _Refusal(f"judged against v{judged_against}, but {self.champion_alias} is now v{now} (another "
+                                f"trainer promoted it): v{judged_against} is no longer champion, so this comparison "
+                                "cannot promote", moved=True)
             # The report first: from here a crash is finished by settle(), never refused as unjudged.
             self.registry.set_tag(version, names.TAG_GATE_REPORT, _report_tag({**body, "decision": "pass"}))
             self._sign(version)  # before the alias: serving never sees this champion unsigned
-            self.registry.set_alias(names.ALIAS_CHAMPION, version)
+            self.registry.set_alias(self.champion_alias, version)
             self.registry.set_tag(version, names.TAG_GATE_DECISION, "pass")
             return None
         finally:
@@ -203,13 +230,13 @@ class Publisher:
                              for key, value in report.figures.items() if not key.startswith("monitor."))
         why = f" ({'; '.join(report.reasons)})" if report.reasons else ""
         outcome = "champion" if report.passed else f"champion stays v{champion}"
-        self.say(f"gate v{version} vs v{champion}: {report.decision}{why} -> {outcome} | {figures} "
+        self.say(f"gate v{version}{self._for()} vs v{champion}: {report.decision}{why} -> {outcome} | {figures} "
                  f"| {time.perf_counter() - started:.1f}s")
 
     def refuse(self, version: str, reason: str) -> PublishResult:
         """Record a refusal without judging (a candidate superseded before its turn, or one whose judging a stopped
         trainer left unfinished), so that every version carries a decision; the champion stays."""
-        champion = self.registry.alias_version(names.ALIAS_CHAMPION)
+        champion = self.registry.alias_version(self.champion_alias)
         if champion == version:  # it serves (promoted before a crash, or by hand): never tagged "fail"
             self.registry.set_tag(version, names.TAG_GATE_DECISION, "pass")
             self.say(f"gate v{version}: not refused ({reason}): it is the champion")

@@ -2,10 +2,13 @@
 
 Within a version rows are sorted by trajectory_id (and repeated `passes` times), so the same
 position means the same next row in every run: that is what makes resume free of gaps and repeats.
+A stream may keep only some rows (`keep`, e.g. one tenant group's): its cursor then counts the rows it keeps,
+the same in every run as long as `keep` is.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from liverl.io.table_history import TableCommit, TableHistory
@@ -19,9 +22,11 @@ class Position:
 
 
 class RowStream:
-    def __init__(self, follower: TableHistory, position: Position, passes: int = 1):
+    def __init__(self, follower: TableHistory, position: Position, passes: int = 1,
+                 keep: Callable[[dict], bool] | None = None):
         self.follower = follower
         self.passes = passes
+        self.keep = keep
         self.commit: TableCommit | None = None
         self.rows: list[dict] = []
         self.version, self.cursor, self.done = position.table_version, position.cursor, position.done
@@ -61,6 +66,7 @@ class RowStream:
 
     def _load(self, commit: TableCommit, cursor: int) -> None:
         self.commit = commit
-        self.rows = self.follower.rows_added(commit) * self.passes
+        rows = self.follower.rows_added(commit)
+        self.rows = (rows if self.keep is None else [row for row in rows if self.keep(row)]) * self.passes
         self.version, self.cursor = commit.version, cursor
         self.done = cursor >= len(self.rows)

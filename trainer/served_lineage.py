@@ -49,10 +49,26 @@ class ServedLineage:
         return len(self.promoted) - int(self.position(version))
 
 
-def promoted_versions(registry: Registry) -> ServedLineage:
-    """Every version the gate passed (the base policy included) and whatever champion is now."""
-    promoted = {int(mv.version) for mv in registry.versions() if mv.tags.get(names.TAG_GATE_DECISION) == "pass"}
-    champion = registry.alias_version(names.ALIAS_CHAMPION)
+def promoted_versions(registry: Registry, tenant: str | None = None) -> ServedLineage:
+    """The champion timeline of the shared policy (tenant None): every shared version the gate passed (the base
+    policy included) and whatever `champion` is now. A tenant's (trainer.tenants): what served that tenant in turn,
+    the shared champions until its own adapter was first promoted, then its own champions."""
+    versions = registry.versions()
+    aliases = registry.aliases()
+    shared = _promoted(versions, None, aliases.get(names.ALIAS_CHAMPION))
+    if tenant is None:
+        return ServedLineage(tuple(sorted(shared)))
+    own = _promoted(versions, tenant, aliases.get(names.tenant_champion_alias(tenant)))
+    first_own = min(own, default=None)
+    before = {v for v in shared if first_own is None or v < first_own}
+    return ServedLineage(tuple(sorted(own | before)))
+
+
+def _promoted(versions, tenant: str | None, champion: str | None) -> set[int]:
+    """The versions of one tenant (None: the shared policy's, which carry no tenant tag) that the gate passed, and
+    the alias's champion."""
+    promoted = {int(mv.version) for mv in versions
+                if mv.tags.get(names.TAG_TENANT) == tenant and mv.tags.get(names.TAG_GATE_DECISION) == "pass"}
     if champion is not None:
         promoted.add(int(champion))
-    return ServedLineage(tuple(sorted(promoted)))
+    return promoted

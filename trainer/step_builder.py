@@ -33,15 +33,18 @@ class StepPlan:
 
 def build_step(
     stream: RowStream, trained: dict[str, int], served: ServedLineage | str, now_ms: int, config: TrainerConfig,
-    say: Callable[[str], None] = print, world: int = 1,
+    say: Callable[[str], None] = print, world: int = 1, max_tokens: int | None = None,
 ) -> StepPlan:
     """trained: trajectory_id -> table version it was trained from (a re-committed trajectory is a duplicate).
     served: the champion timeline staleness counts on (a version string: every version up to it served).
-    world: data-parallel ranks; the step holds their micro-batches together (each rank trains a share)."""
+    world: data-parallel ranks; the step holds their micro-batches together (each rank trains a share).
+    max_tokens: also stop before the windows' tokens would pass this (one tenant's share of a step); the first
+    trajectory is taken whatever its size, so a step always moves on."""
     served = ServedLineage.of(served)
     plan = StepPlan()
     micro_batches = config.deepspeed.gradient_accumulation_steps * world
     samples: list[Sample] = []
+    tokens = 0
     while (item := stream.peek()) is not None:
         commit, row = item
         try:
@@ -70,7 +73,11 @@ def build_step(
         # counted in the layout the step will train with (packed rows by default), so it fills its accumulation
         if samples and len(layout([*samples, *segments], config.deepspeed)) > micro_batches:
             break  # the step is full; this row opens the next one
+        grown = tokens + sum(len(segment.token_ids) for segment in segments)
+        if samples and max_tokens is not None and grown > max_tokens:
+            break  # this group's share of the step is drawn; the row opens its next share
         samples += segments
+        tokens = grown
         plan.trajectories.append(trajectory)
         plan.weights.append(staleness.weight)
         plan.lags.append(staleness.version_lag)

@@ -6,9 +6,10 @@
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from liverl.config.section import Section
+from liverl.contracts.names import check_tenant_name
 
 
 class LossConfig(Section):
@@ -135,6 +136,30 @@ class LoraConfig(Section):
     """Adapt only the top N decoder blocks (None: all). The backward pass then stops below the lowest adapted block,
     so a step costs about (1 + 2·N/L) forwards instead of 3 for a model of L blocks: the difference between a CPU
     trainer that keeps up with live traffic and one that does not. vLLM serves such an adapter as is."""
+
+
+class TenantsConfig(Section):
+    """A policy per tenant: one LoRA adapter per named tenant on the shared base, each with its own optimizer state,
+    candidates, gate and aliases (`candidate-<tenant>`, `champion-<tenant>`); every other tenant's rows train one
+    shared adapter, the shared policy (`candidate`, `champion`) that serving falls back to."""
+
+    adapters: list[str] = Field(default_factory=list, max_length=256)
+    """Tenants (tenant_id of their rows) that get an adapter of their own: 1 to 40 lowercase letters, digits and
+    '-' each, so that the name fits an alias. Empty: one policy for every tenant, as without this section."""
+    tokens_per_step: int = Field(4096, ge=1, le=10_000_000)
+    """The most tokens (of the trainable windows) one step draws from one tenant group's rows: every active tenant
+    gets its share of each step, so a tenant with ten times the traffic cannot starve a small one; the rest of a
+    large tenant's rows wait for the next steps. At least one trajectory is drawn per active group."""
+
+    @field_validator("adapters")
+    @classmethod
+    def _names_fit_an_alias(cls, adapters: list[str]) -> list[str]:
+        for tenant in adapters:
+            check_tenant_name(tenant)
+        repeated = sorted({tenant for tenant in adapters if adapters.count(tenant) > 1})
+        if repeated:
+            raise ValueError(f"trainer.tenants.adapters names {repeated} more than once: list each tenant once")
+        return adapters
 
 
 class GateConfig(Section):
@@ -269,5 +294,14 @@ class TrainerConfig(Section):
     """ZeRO stage, precision, accumulation and token-budget micro-batches."""
     lora: LoraConfig = LoraConfig()
     """LoRA adapters or full fine-tuning, and the adapter's rank, alpha and target layers."""
+    tenants: TenantsConfig = TenantsConfig()
+    """Which tenants get an adapter of their own, and each tenant's token budget per step."""
     gate: GateConfig = GateConfig()
     """The promotion gate's held-out set and thresholds."""
+
+    @model_validator(mode="after")
+    def _tenant_adapters_need_lora(self) -> "TrainerConfig":
+        if self.tenants.adapters and self.lora.enabled is False:
+            raise ValueError("trainer.tenants.adapters trains a LoRA adapter per tenant on one base: set "
+                             "trainer.lora.enabled = true (or leave it unset), or empty trainer.tenants.adapters")
+        return self

@@ -3,6 +3,8 @@
 Topic, table and registry *locations* are configurable (liverl.config); these are the fixed keys.
 """
 
+import re
+
 # Bumped when SessionEvent or ModelCall change incompatibly; consumers dead-letter newer versions.
 EVENT_SCHEMA_VERSION = 1
 
@@ -23,6 +25,29 @@ META_REQUEST_ID = "x-liverl-request-id"  # response header: the recorded ModelCa
 # Registry aliases: the trainer sets `candidate`, the promotion gate moves `champion`, serving follows one.
 ALIAS_CANDIDATE = "candidate"
 ALIAS_CHAMPION = "champion"
+
+# A tenant with an adapter of its own has its own pair of aliases (the trainer sets and its gate moves them; serving
+# follows each tenant's champion); tenants without one share `candidate` / `champion`, the shared policy.
+TENANT_NAME_PATTERN = re.compile(r"[a-z0-9-]{1,40}")  # usable in an alias, a path and a peft adapter name
+TAG_TENANT = "liverl.tenant"  # on a tenant adapter's versions: the tenant it was trained for (absent: shared)
+
+
+def check_tenant_name(tenant: str) -> str:
+    """The tenant, when its name can be used in an alias: 1 to 40 lowercase letters, digits and '-'."""
+    if not isinstance(tenant, str) or TENANT_NAME_PATTERN.fullmatch(tenant) is None:
+        raise ValueError(f"tenant {tenant!r} cannot name a per-tenant alias: use 1 to 40 lowercase letters, digits "
+                         "and '-'")
+    return tenant
+
+
+def tenant_champion_alias(tenant: str) -> str:
+    """The alias of the tenant's champion adapter, `champion-<tenant>`; ValueError for a name unfit for an alias."""
+    return f"{ALIAS_CHAMPION}-{check_tenant_name(tenant)}"
+
+
+def tenant_candidate_alias(tenant: str) -> str:
+    """The alias of the tenant's newest registered adapter, `candidate-<tenant>`."""
+    return f"{ALIAS_CANDIDATE}-{check_tenant_name(tenant)}"
 
 # Tags on every registered policy version (lineage). Values are strings; JSON where structured.
 TAG_TABLE_VERSIONS = "liverl.table_versions"  # JSON list of trajectory-table versions trained on

@@ -1,0 +1,120 @@
+"""The trainer with a policy per tenant on the real stack (DeepSpeed, MLflow, a Delta table): every step draws
+each tenant group, each group registers its own adapter versions with its lineage and moves its own aliases, and a
+restart goes on from each group's checkpoint."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+
+import pytest
+
+from liverl.contracts import names
+from tests.trainer.conftest import TrajectoryFactory, cli_overrides, commit_batch, run_trainer, trainer_config
+from trainer.base_policy import register_base
+from trainer.registry import Registry
+from trainer.tenant_groups import SHARED_GROUP
+from trainer.tenant_loop import TenantTrainer
+
+pytestmark = pytest.mark.slow  # real DeepSpeed + MLflow
+
+WORDS = ["edit", "search", "ask", "fix", "file", "done"]
+
+
+def _rows(factory: TrajectoryFactory, tenant: str, n: int, start: int = 0) -> list[dict]:
+    rows = []
+    for i in range(start, start + n):
+        text = "fix the file : edit file done" if i % 2 == 0 else "fix the file : ask ask ask"
+        row = factory.row(f"{tenant}-{i:03d}", text, 1.0 if i % 2 == 0 else 0.0)
+        rows.append(row | {"tenant_id": tenant, "session_id": f"s-{tenant}-{i:03d}"})
+    return rows
+
+
+def _step_groups(lines: list[str]) -> list[str]:
+    """The group of each progress line of a step ("<group> | step N | loss ..."), in order."""
+    return [line.split(" | ")[0] for line in lines if re.match(r"\S+ \| step \d+ \| loss ", line)]
+
+
+def test_each_tenant_trains_registers_and_is_gated_on_its_own(stack, tmp_path):
+    from demo.policy.tiny_policy import build_policy
+
+    llama = build_policy(tmp_path / "base", WORDS, arch="llama")
+    factory = TrajectoryFactory(llama)
+    config = trainer_config(stack, tmp_path, steps_per_version=2)
+    tc = config.trainer
+    tc.lora.enabled, tc.learning_rate = True, 1e-2
+    tc.tenants.adapters = ["big", "small"]
+    tc.tenants.tokens_per_step = 3 * len(_rows(factory, "x", 1)[0]["token_ids"])  # three trajectories a group
+    tc.deepspeed.zero_stage, tc.deepspeed.gradient_accumulation_steps = 0, 1
+    gate = tc.gate
+    gate.max_kl, gate.max_nll_increase, gate.max_reward_drop = 10.0, 10.0, 10.0  # promote healthy training
+    gate.min_effective_fraction, gate.confidence_z = 0.01, 0.0
+    base = register_base(config, llama, say=lambda *_: None)
+    commit_batch(config.table.trajectories_uri,
+                 _rows(factory, "big", 40) + _rows(factory, "small", 8) + _rows(factory, "zed", 8), "batch-0", 0)
+
+    lines: list[str] = []
+    trainer = TenantTrainer(config, say=lines.append)
+    trainer.start()
+    registered = trainer.run(follow=False)
+    trainer.close()
+    print("\n".join(lines))
+    steps = _step_groups(lines)
+    assert sorted(steps[:3]) == [SHARED_GROUP, "big", "small"]  # the first step draws every group: none starved
+
+    registry = Registry(config.mlflow)
+    versions = [mv for mv in registry.versions() if mv.version != base]
+    assert len(versions) == registered >= 3
+    by_tenant: dict[str | None, list] = {}
+    for mv in versions:
+        by_tenant.setdefault(mv.tags.get(names.TAG_TENANT), []).append(mv)
+        assert mv.tags[names.TAG_WEIGHTS_KIND] == names.WEIGHTS_ADAPTER and mv.tags[names.TAG_BASE_VERSION] == base
+        assert json.loads(mv.tags[names.TAG_TABLE_VERSIONS]) == [0] and mv.tags[names.TAG_GATE_DECISION] in ("pass", "fail")
+    assert set(by_tenant) == {"big", "small", None}
+    aliases = registry.aliases()
+    for tenant, alias in (("big", "candidate-big"), ("small", "candidate-small"), (None, "candidate")):
+        assert aliases[alias] == by_tenant[tenant][-1].version  # each group's newest version, under its own alias
+    for tenant in ("big", "small"):  # a tenant's champion is one of its own versions, or it has none yet
+        champion = aliases.get(names.tenant_champion_alias(tenant))
+        assert champion is None or champion in {mv.version for mv in by_tenant[tenant]}
+    assert aliases["champion"] in {base} | {mv.version for mv in by_tenant[None]}
+    trained = {tenant: sum(int(mv.tags[names.TAG_TRAJECTORIES]) for mv in mvs) for tenant, mvs in by_tenant.items()}
+    held_out = config.trainer.gate.holdout_fraction
+    assert trained["small"] <= 8 and trained["big"] > trained["small"] > 0 and trained[None] <= 8
+    assert held_out > 0
+
+    # A restart goes on from each group's checkpoint: only the group with new rows trains, from its last version.
+    small_before = by_tenant["small"][-1].version
+    commit_batch(config.table.trajectories_uri, _rows(factory, "small", 6, start=8), "batch-1", 1)
+    lines.clear()
+    again = TenantTrainer(config, say=lines.append)
+    again.start()
+    assert again.run(follow=False) == 1
+    again.close()
+    print("\n".join(lines))
+    newest = registry.versions()[-1]
+    assert newest.tags[names.TAG_TENANT] == "small" and newest.tags[names.TAG_PARENT_VERSION] == small_before
+    assert json.loads(newest.tags[names.TAG_TABLE_VERSIONS]) == [1]
+    assert set(_step_groups(lines)) == {"small"}
+
+
+def test_liverl_train_with_tenant_adapters_runs_the_tenant_loop(stack, tmp_path):
+    from demo.policy.tiny_policy import build_policy
+
+    llama = build_policy(tmp_path / "base", WORDS, arch="llama")
+    config = trainer_config(stack, tmp_path, steps_per_version=1)
+    config.trainer.signing_key_file = tmp_path / "keys" / "signing.pem"
+    base = register_base(config, llama, say=lambda *_: None)
+    factory = TrajectoryFactory(llama)
+    commit_batch(config.table.trajectories_uri, _rows(factory, "acme", 4) + _rows(factory, "zed", 4), "batch-0", 0)
+    lines = run_trainer([sys.executable, "-m", "liverl.cli", "train", *cli_overrides(config),
+                         "--trainer.signing_key_file", str(config.trainer.signing_key_file),
+                         "--trainer.tenants.adapters", '["acme"]', "--trainer.lora.enabled", "true",
+                         "--trainer.deepspeed.zero_stage", "0"], timeout_s=300)
+    print("\n".join(lines))
+    assert any(line.startswith(f"tenant trainer ready | base v{base} | groups acme") for line in lines)
+    assert set(_step_groups(lines)) == {"acme", SHARED_GROUP}
+    assert any(line.startswith("trainer done | steps acme ") for line in lines)
+    tenants = {mv.tags.get(names.TAG_TENANT) for mv in Registry(config.mlflow).versions() if mv.version != base}
+    assert tenants == {"acme", None}
