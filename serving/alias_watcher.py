@@ -17,7 +17,7 @@ from serving.router import Router, Slot
 from serving.swap_result import SwapResult
 
 if TYPE_CHECKING:
-    from serving.registry import Registry
+    from liverl.io.registry import ModelRegistry
 
 log = logging.getLogger("liverl.serving.swap")
 
@@ -27,7 +27,7 @@ class Swapper(Protocol):
 
     config: ServingConfig
     router: Router
-    registry: Registry
+    registry: ModelRegistry
     fleet: Fleet | None
     previous: Slot | None
     refused: set[str]

@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING
 from liverl.config.serving import ServingConfig
 from serving.adapter_swap import AdapterSwaps
 from serving.alias_watcher import AliasWatcher
-from serving.fleet import Fleet
+from serving.downloads import download_folder
+from serving.fleet import Fleet, tag_rolled_back
 from serving.in_place_swap import can_update_in_place, on_champion_engine, swap_in_place
 from serving.metrics import ServingMetrics
 from serving.router import Router, Slot, underlying
@@ -41,7 +42,7 @@ from serving.update_lease import update_lease
 from serving.version_loader import VersionLoader
 
 if TYPE_CHECKING:
-    from serving.registry import Registry
+    from liverl.io.registry import ModelRegistry
 
 __all__ = ["HotSwapper", "SignatureRefused", "SwapError", "SwapResult"]
 
@@ -49,7 +50,7 @@ log = logging.getLogger("liverl.serving.swap")
 
 
 class HotSwapper:
-    def __init__(self, config: ServingConfig, router: Router, metrics: ServingMetrics, registry: Registry | None,
+    def __init__(self, config: ServingConfig, router: Router, metrics: ServingMetrics, registry: ModelRegistry | None,
                  versions_dir: Path, say: Callable[[str], None] = print):
         self.config = config
         self.router = router
@@ -237,8 +238,8 @@ class HotSwapper:
         if not engine_up:
             await engine.shutdown()
         await self.adapters.release(slot, self._in_use(), engine_up)
-        download = _download_folder(self.versions_dir, slot.policy_dir)
-        if download is not None and all(_download_folder(self.versions_dir, s.policy_dir) != download
+        download = download_folder(self.versions_dir, slot.policy_dir)
+        if download is not None and all(download_folder(self.versions_dir, s.policy_dir) != download
                                         for s in self._in_use()):
             await asyncio.to_thread(shutil.rmtree, download, True)
 
@@ -254,7 +255,7 @@ class HotSwapper:
         if self.registry is None:
             return
         try:
-            await asyncio.to_thread(self.registry.tag_rollback, version, reason, detail)
+            await asyncio.to_thread(tag_rolled_back, self.registry, version, reason, detail)
         except Exception as error:  # the rollback itself stands; the tag is best effort
             log.warning("could not tag version %s after %s: %s", version, reason, error)
 
@@ -311,12 +312,3 @@ class HotSwapper:
             await engine.shutdown()
         if self.fleet is not None and self.config.fleet_canary:
             await asyncio.to_thread(self.fleet.canary_lease.release)
-
-
-def _download_folder(versions_dir: Path, policy_dir: Path) -> Path | None:
-    """The folder a version was downloaded into (a child of versions_dir), or None for a folder of the user's."""
-    try:
-        relative = policy_dir.resolve().relative_to(versions_dir.resolve())
-    except ValueError:
-        return None
-    return versions_dir.resolve() / relative.parts[0] if relative.parts else None

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from liverl.config.serving import ServingConfig
 from liverl.io.signing import SignatureMismatch
 from serving.adapter_swap import AdapterSwaps, attach, is_adapter_version
+from serving.downloads import download_version
 from serving.engine import Engine, Sampling
 from serving.engine_factory import make_engine
 from serving.metrics import ServingMetrics
@@ -26,11 +27,11 @@ from serving.weight_check import verify_weights
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-    from serving.registry import Registry
+    from liverl.io.registry import ModelRegistry
 
 
 class VersionLoader:
-    def __init__(self, config: ServingConfig, router: Router, metrics: ServingMetrics, registry: Registry | None,
+    def __init__(self, config: ServingConfig, router: Router, metrics: ServingMetrics, registry: ModelRegistry | None,
                  adapters: AdapterSwaps, versions_dir: Path, say: Callable[[str], None]):
         self.config = config
         self.router = router
@@ -47,7 +48,8 @@ class VersionLoader:
         downloaded = policy_dir is None
         try:
             if downloaded:
-                policy_dir, source = await asyncio.to_thread(self.registry.download, version, self.versions_dir)
+                policy_dir, source = await asyncio.to_thread(download_version, self.registry, version,
+                                                            self.versions_dir)
                 await asyncio.to_thread(check_signed, self.registry, version, policy_dir, self.config)
             tokenizer = await asyncio.to_thread(_load_tokenizer, policy_dir)
             slot = Slot(version, None, tokenizer, Path(policy_dir), source)
