@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -66,44 +64,24 @@ def main(argv=None) -> None:
     parser.add_argument("--max-tokens", type=int, default=8)
     parser.add_argument("--phase-s", type=float, default=5.0, help="steady load before each swap and after it")
     args = parser.parse_args(argv)
-    signal.signal(signal.SIGTERM, _interrupt)  # so a stopped bench still stops the stack it started
-
-    from infra.embedded.stack import down, up
-    from liverl.config import load_config
+    from bench.serving_stack import register, serving_stack
     from liverl.contracts import names
-    from liverl.io.processes import free_port
 
-    with tempfile.TemporaryDirectory(prefix="adapter-swap-bench-") as tmp:
-        tmp = Path(tmp)
-        config = load_config(overrides=[
-            "--stack.data_dir", str(tmp / "stack"), "--stack.broker_storage", "memory",
-            "--stack.broker_port", str(free_port()), "--stack.s3_port", str(free_port()),
-            "--stack.mlflow_port", str(free_port()),
-            "--serving.engine", args.engine, "--serving.grpc_port", "0", "--serving.http_port", "0",
-            "--serving.metrics_port", "0", "--serving.min_swap_interval_s", "1e9", "--serving.probation_s", "1",
-            "--serving.max_model_len", "128", "--serving.lora.enabled", "true", "--serving.lora.max_lora_rank", "8",
-            "--serving.record", "false", "--mlflow.registered_model", "adapter-bench"], environ={})
-        print(f"starting the embedded stack in {tmp} ...", flush=True)
-        up(config, say=lambda *_: None)
-        try:
-            base_dir, adapter_dir, merged_dir = _policies(tmp)
-            base = _register(config, base_dir, {}, "champion")
-            adapter = _register(config, adapter_dir, {names.TAG_WEIGHTS_KIND: names.WEIGHTS_ADAPTER,
-                                                      names.TAG_BASE_VERSION: base})
-            merged = _register(config, merged_dir, {})
-            figures = _bench(config, args, [("adapter", adapter), ("full in place", merged)])
-        finally:
-            down(config, say=lambda *_: None)
+    with serving_stack("adapter-swap-bench-", args.engine, "adapter-bench", "--serving.probation_s", "1",
+                       "--serving.max_model_len", "128", "--serving.lora.enabled", "true",
+                       "--serving.lora.max_lora_rank", "8", "--serving.record", "false") as (config, tmp):
+        base_dir, adapter_dir, merged_dir = _policies(tmp)
+        base = register(config, base_dir, alias="champion")
+        adapter = register(config, adapter_dir, {names.TAG_WEIGHTS_KIND: names.WEIGHTS_ADAPTER,
+                                                 names.TAG_BASE_VERSION: base})
+        merged = register(config, merged_dir)
+        figures = _bench(config, args, [("adapter", adapter), ("full in place", merged)])
     adapter_run, full_run = figures
     for run in figures:
         print(" | ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in run.items()))
     ratio = full_run["promotion_to_first_served_s"] / max(adapter_run["promotion_to_first_served_s"], 1e-9)
     print(f"ratio full / adapter: promotion -> first served {ratio:.1f}x; held {full_run['held']} vs "
           f"{adapter_run['held']}; failed {full_run['failed']} vs {adapter_run['failed']}")
-
-
-def _interrupt(*_):
-    raise KeyboardInterrupt
 
 
 def _policies(tmp: Path) -> tuple[Path, Path, Path]:
@@ -130,16 +108,6 @@ def _policies(tmp: Path) -> tuple[Path, Path, Path]:
     model.merge_and_unload().save_pretrained(merged_dir, safe_serialization=True)
     AutoTokenizer.from_pretrained(base_dir).save_pretrained(merged_dir)
     return base_dir, adapter_dir, merged_dir
-
-
-def _register(config, folder: Path, tags: dict, alias: str | None = None) -> str:
-    from liverl.io.registry import ModelRegistry
-
-    registry = ModelRegistry(config.mlflow.tracking_uri, config.mlflow.registered_model)
-    version = registry.register_folder(folder, tags, f"bench-{time.time_ns()}", "bench")
-    if alias:
-        registry.set_alias(alias, version)
-    return version
 
 
 def _bench(config, args, swaps: list[tuple[str, str]]) -> list[dict]:
@@ -204,4 +172,7 @@ async def _swap_under_load(target: str, args, mode: str, version: str) -> SwapFi
 
 
 if __name__ == "__main__":
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repo root for bench.serving_stack
     main()

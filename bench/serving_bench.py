@@ -29,11 +29,9 @@ import argparse
 import asyncio
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -130,49 +128,15 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     if args.drive:
         return _driver(*args.drive)
-    signal.signal(signal.SIGTERM, _interrupt)  # so a stopped bench still stops the stack it started
-
-    from liverl.io.processes import free_port
-    from infra.embedded.stack import down, up
-    from liverl.config import load_config
+    from bench.serving_stack import register, serving_stack
     from demo.policy.tiny_policy import build_policy
 
-    with tempfile.TemporaryDirectory(prefix="serving-bench-") as tmp:
-        tmp = Path(tmp)
-        config = load_config(overrides=[
-            "--stack.data_dir", str(tmp / "stack"), "--stack.broker_storage", "memory",
-            "--stack.broker_port", str(free_port()), "--stack.s3_port", str(free_port()),
-            "--stack.mlflow_port", str(free_port()),
-            "--serving.engine", args.engine, "--serving.grpc_port", "0", "--serving.http_port", "0",
-            "--serving.metrics_port", "0", "--serving.min_swap_interval_s", "1e9", "--serving.probation_s", "5",
-            "--mlflow.registered_model", "bench-policy"], environ={})
-        print(f"starting the embedded stack in {tmp} ...", flush=True)
-        up(config, say=lambda *_: None)
-        try:
-            _register(config, build_policy(tmp / "v1", WORDS, seed=0), "champion")
-            modes = [mode for mode in args.swap_modes.split(",") if mode]
-            versions = [_register(config, build_policy(tmp / f"v{n + 2}", WORDS, seed=n + 1), None)
-                        for n in range(len(modes))]
-            _bench(config, args, list(zip(modes, versions)))
-        finally:
-            down(config, say=lambda *_: None)
-
-
-def _interrupt(*_):
-    raise KeyboardInterrupt
-
-
-def _register(config, policy_dir: Path, alias: str | None) -> str:
-    from liverl.io.registry import ModelRegistry
-    from liverl.io.signing import folder_digest
-    from trainer.signing import sign_pass
-
-    registry = ModelRegistry(config.mlflow.tracking_uri, config.mlflow.registered_model)
-    version = registry.register_folder(policy_dir, {}, f"bench-{time.time_ns()}", "bench")
-    sign_pass(registry, version, folder_digest(policy_dir), config.trainer.signing_key_file)  # as the gate would
-    if alias:
-        registry.set_alias(alias, version)
-    return version
+    with serving_stack("serving-bench-", args.engine, "bench-policy", "--serving.probation_s", "5") as (config, tmp):
+        register(config, build_policy(tmp / "v1", WORDS, seed=0), alias="champion")
+        modes = [mode for mode in args.swap_modes.split(",") if mode]
+        versions = [register(config, build_policy(tmp / f"v{n + 2}", WORDS, seed=n + 1))
+                    for n in range(len(modes))]
+        _bench(config, args, list(zip(modes, versions)))
 
 
 def _bench(config, args, swaps: list[tuple[str, str]]) -> None:

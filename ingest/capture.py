@@ -12,13 +12,11 @@ first (ingest/routing.py) and answered with its verdict; the rest take the path 
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from functools import lru_cache
 
 from ingest.admission import RecentEvents, TenantRateLimiter
 from ingest.delivery import KafkaDelivery, Record
@@ -28,9 +26,8 @@ from ingest.routing import Forwarded, PeerForwarder, ReplicaRing
 from ingest.sessions import SessionRegistry
 from ingest.validation import Limits, Rejected, SessionEvent, validate
 from liverl.access.opt_out import OptOut
-from liverl.contracts import names
-from liverl.contracts.keys import session_key  # the Kafka key: (tenant, session)
 from liverl.config import LiverlConfig
+from liverl.io import records as kafka_records
 from liverl.redaction import Redactor
 from liverl.v1 import capture_pb2
 
@@ -228,13 +225,10 @@ class CaptureCore:
         except Exception as error:  # noqa: BLE001 - an unprintable payload still gets its dead letter, without it
             log_unexpected(log, "could not encode a dead letter's payload", error, self._scrub)
             payload = b""
-        message = self._scrub(message)  # parse errors may quote the offending value
-        value = json.dumps({"reason": reason, "message": message, "source": "ingest", "tenant_id": tenant,
-                            "session_id": session_id, "payload_b64": base64.b64encode(payload).decode(),
-                            "at_ms": now_ms}).encode()
         self.metrics.dead_letters.labels(reason).inc()
-        return Record(self.topics.dead_letters_topic, session_key(tenant, session_id), value,
-                      _headers(tenant, b"dead-letter"))
+        return kafka_records.dead_letter(self.topics.dead_letters_topic, source="ingest", reason=reason,
+                                         message=self._scrub(message),  # parse errors may quote the offending value
+                                         tenant_id=tenant, session_id=session_id, payload=payload, at_ms=now_ms)
 
     def reject_request(self, reason: str, message: str, tenant: str, summary: bytes, api: str) -> None:
         """A whole request refused (framing, body, batch size): one dead letter and a log line. summary:
@@ -269,9 +263,9 @@ class CaptureCore:
         return self.opt_out.user(tenant, user_id or self.sessions.user_of(tenant, session_id))
 
     def _event_record(self, event: SessionEvent) -> Record:
-        return Record(self.topics.session_events_topic, session_key(event.tenant_id, event.session_id),
-                      event.SerializeToString(),
-                      _headers(event.tenant_id, b"session-event"), event.event_time_ms)
+        return kafka_records.session_record(self.topics.session_events_topic, kafka_records.SESSION_EVENT,
+                                            event.tenant_id, event.session_id, event.SerializeToString(),
+                                            event.event_time_ms)
 
     def _count(self, tenant: str, response, redacted: Counter, stored: int, duplicates: int, api: str,
                seconds: float) -> None:
@@ -312,9 +306,3 @@ def _internal_rejection(error: Exception) -> Rejected:
 def _rpc_error(error: Exception) -> str:
     code = getattr(error, "code", None)
     return code().name if callable(code) else type(error).__name__
-
-
-@lru_cache(maxsize=4096)  # built once per tenant and kind, not once per event
-def _headers(tenant: str, kind: bytes) -> tuple[tuple[str, bytes], ...]:
-    return ((names.HEADER_SCHEMA_VERSION, str(names.EVENT_SCHEMA_VERSION).encode()),
-            (names.HEADER_TENANT, tenant.encode("utf-8")), (names.HEADER_KIND, kind))

@@ -24,11 +24,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from liverl.contracts.adapter import is_adapter_folder, read_manifest
+from serving.downloads import download_folder, download_version
 from serving.engine import Adapter, Engine
 from serving.router import AdapterEngine, Router, Slot, underlying
 
 if TYPE_CHECKING:
-    from serving.registry import Registry
+    from liverl.io.registry import ModelRegistry
 
 log = logging.getLogger("liverl.serving.adapter")
 
@@ -61,7 +62,7 @@ async def attach(engine: Engine, adapter: Adapter | None) -> Engine:
 class AdapterSwaps:
     """Names, loads, switches to and frees adapter versions for one HotSwapper."""
 
-    def __init__(self, registry: Registry | None, versions_dir: Path):
+    def __init__(self, registry: ModelRegistry | None, versions_dir: Path):
         self.registry = registry
         self.versions_dir = Path(versions_dir)
         self._ids = itertools.count(1)  # vLLM lora ids: >= 1, a new one for every adapter loaded
@@ -84,7 +85,7 @@ class AdapterSwaps:
             if self.registry is None:
                 raise ValueError(f"adapter version {fetched.version} applies to base version {adapter.base_version}, "
                                  "which is not serving here and no registry is configured to fetch it")
-            base_dir, _source = await asyncio.to_thread(self.registry.download, adapter.base_version,
+            base_dir, _source = await asyncio.to_thread(download_version, self.registry, adapter.base_version,
                                                         self.versions_dir)
         return Slot(fetched.version, None, fetched.tokenizer, Path(base_dir), fetched.source_uri, adapter=adapter)
 
@@ -132,7 +133,7 @@ class AdapterSwaps:
             return
         if engine_up:
             await self._unload(underlying(slot.engine), slot.adapter)
-        folder = _download_folder(self.versions_dir, slot.adapter.path)
+        folder = download_folder(self.versions_dir, slot.adapter.path)
         if folder is not None:
             await asyncio.to_thread(shutil.rmtree, folder, True)
 
@@ -142,12 +143,3 @@ class AdapterSwaps:
             await engine.unload_adapter(adapter)
         except Exception as error:  # it only costs a cache slot; the version is not served any more
             log.warning("could not unload adapter %s: %s", adapter.name, error)
-
-
-def _download_folder(versions_dir: Path, path: Path) -> Path | None:
-    """The download folder (a child of versions_dir) holding path, or None for a folder of the user's."""
-    try:
-        relative = Path(path).resolve().relative_to(versions_dir.resolve())
-    except ValueError:
-        return None
-    return versions_dir.resolve() / relative.parts[0] if relative.parts else None

@@ -75,3 +75,10 @@ def rolled_back_at_ms(tags: dict[str, str]) -> int | None:
         return int(json.loads(value).get("at_ms", 0))
     except (ValueError, TypeError, AttributeError):
         return 0
+
+
+def tag_rolled_back(registry: ModelRegistry, version: str, reason: str, detail: dict) -> None:
+    """Mark a version this replica rolled back (or refused), with why, on the registry version itself: what
+    rolled_back_at_ms reads. Blocking."""
+    registry.set_tag(version, names.TAG_SERVING_ROLLBACK,
+                     json.dumps({"reason": reason, "at_ms": int(time.time() * 1000), **detail}))

@@ -9,8 +9,6 @@ straight to the spool (built on the spot). Failures are counted, never raised to
 
 from __future__ import annotations
 
-import base64
-import json
 import logging
 import threading
 import time
@@ -23,8 +21,7 @@ from prometheus_client import Counter
 
 from liverl.config.kafka import KafkaConfig
 from liverl.config.serving import ServingConfig
-from liverl.contracts import names
-from liverl.contracts.keys import session_key
+from liverl.io import records as kafka_records
 from liverl.io.kafka_writer import KafkaWriter, Record, WriterListener
 from liverl.io.spool import Spool, SpoolFull
 from liverl.v1 import model_call_pb2
@@ -37,9 +34,6 @@ SEND_BATCH = 500
 ACK_TIMEOUT_S = 5.0
 _DEFAULTS = ServingConfig.model_fields  # the serving.* settings' defaults live there, once
 RECENT_LAGS = 100_000  # exact lags of the latest records, for quantiles the histogram's buckets only bound
-
-
-SCHEMA_VERSION_HEADER = str(names.EVENT_SCHEMA_VERSION).encode()
 
 
 @dataclass(frozen=True)
@@ -109,21 +103,16 @@ class Recorder:
         self._enqueue(_Pending(build, finished_ms))
 
     def _model_call_record(self, call: model_call_pb2.ModelCall, finished_ms: int) -> Record:
-        headers = ((names.HEADER_SCHEMA_VERSION, SCHEMA_VERSION_HEADER), (names.HEADER_TENANT, call.tenant_id.encode()),
-                   (names.HEADER_KIND, b"model-call"))
-        return Record(self._kafka.model_calls_topic, session_key(call.tenant_id, call.session_id),
-                      call.SerializeToString(), headers, finished_ms)
+        return kafka_records.session_record(self._kafka.model_calls_topic, kafka_records.MODEL_CALL, call.tenant_id,
+                                            call.session_id, call.SerializeToString(), finished_ms)
 
     def dead_letter(self, reason: str, message: str, tenant_id: str, session_id: str, payload: bytes) -> None:
-        """A bad request, for the dead-letter topic (docs/architecture.md, contract 1: its JSON shape)."""
-        value = json.dumps({"reason": reason, "message": message, "source": "serving", "tenant_id": tenant_id,
-                            "session_id": session_id, "payload_b64": base64.b64encode(payload).decode("ascii"),
-                            "at_ms": int(time.time() * 1000)}).encode()
-        headers = ((names.HEADER_SCHEMA_VERSION, str(names.EVENT_SCHEMA_VERSION).encode()),
-                   (names.HEADER_TENANT, tenant_id.encode()), (names.HEADER_KIND, b"dead-letter"))
+        """A bad request, for the dead-letter topic (liverl/io/records.py: its JSON envelope)."""
+        now_ms = int(time.time() * 1000)
         self._metrics.dead_letters.labels(reason).inc()
-        self._enqueue(Record(self._kafka.dead_letters_topic, session_key(tenant_id, session_id), value, headers,
-                             int(time.time() * 1000)))
+        self._enqueue(kafka_records.dead_letter(self._kafka.dead_letters_topic, source="serving", reason=reason,
+                                                message=message, tenant_id=tenant_id, session_id=session_id,
+                                                payload=payload, at_ms=now_ms, event_time_ms=now_ms))
 
     def _enqueue(self, item: Record | _Pending) -> None:
         try:

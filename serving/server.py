@@ -31,7 +31,7 @@ from serving.swapper import HotSwapper
 
 if TYPE_CHECKING:
     from serving.recorder import Recorder
-    from serving.registry import Registry
+    from liverl.io.registry import ModelRegistry
 
 log = logging.getLogger("liverl.serving")
 
@@ -48,7 +48,7 @@ class PolicyServer:
         self.router = Router(canary_fraction=c.canary_fraction)
         self.keys = Keys(c.api_keys, c.admin_api_keys, c.tenant_id)
         self.limiter = RateLimiter(c.rate_limit_per_s, c.rate_limit_burst)
-        self.registry: Registry | None = None
+        self.registry: ModelRegistry | None = None
         self.recorder: Recorder | None = None
         self.swapper: HotSwapper | None = None
         self.completions: Completions | None = None
@@ -66,9 +66,9 @@ class PolicyServer:
         refuse_open_exposure(c.host, self.keys, c.allow_open)  # before anything is loaded or bound
         refuse_shipped_secrets(c.host, "serving.host", self.config.ingest.redaction)  # it pseudonymises records
         if c.policy_dir is None:
-            from serving.registry import Registry
+            from liverl.io.registry import ModelRegistry
 
-            self.registry = Registry(self.config.mlflow.tracking_uri, self.config.mlflow.registered_model)
+            self.registry = ModelRegistry(self.config.mlflow.tracking_uri, self.config.mlflow.registered_model)
         if c.record:
             from serving.recorder import Recorder
 

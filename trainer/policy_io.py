@@ -12,7 +12,6 @@ refuses one whose digest differs.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from functools import lru_cache
@@ -21,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from liverl.contracts import adapter as adapter_format
 from liverl.contracts import names
+from liverl.io.file_digest import files_sha256
 
 if TYPE_CHECKING:
     import torch
@@ -123,12 +123,7 @@ def weights_digest(folder: Path) -> str:
 
 @lru_cache(maxsize=32)
 def _digest(files: tuple[tuple[str, int, int], ...]) -> str:
-    sha = hashlib.sha256()
-    for path, _size, _mtime in files:
-        with open(path, "rb") as handle:
-            for chunk in iter(lambda: handle.read(1 << 20), b""):
-                sha.update(chunk)
-    return sha.hexdigest()
+    return files_sha256(Path(path) for path, _size, _mtime in files)
 
 
 def export_policy(model: PreTrainedModel, state_dict: dict[str, torch.Tensor], out_dir: Path, parent_folder: Path

@@ -14,7 +14,6 @@ the installed package.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -23,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from liverl.io.file_digest import file_sha256
 from trainer.policy_io import weights_digest
 
 CHECKSUM_FILE = "liverl_checksums.json"
@@ -166,18 +166,6 @@ def _provenance(folder: Path) -> Provenance:
     recorded = json.loads((folder / CHECKSUM_FILE).read_text())
     return Provenance(recorded["package"], recorded["package_version"], recorded["gguf_file"],
                       recorded["gguf_sha256"], recorded["weights_sha256"])
-
-
-def file_sha256(path: Path) -> str:
-    sha = hashlib.sha256()
-    _update(sha, path)
-    return sha.hexdigest()
-
-
-def _update(sha, path: Path) -> None:
-    with Path(path).open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            sha.update(chunk)
 
 
 # Lineage tags of a base version converted from a package (trainer-private, like the base digest tag).

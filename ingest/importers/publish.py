@@ -1,7 +1,7 @@
 """Publish built sessions to the capture path's topics, keyed as the capture service keys them.
 
 Events go to kafka.session_events_topic and model calls to kafka.model_calls_topic, both keyed by
-(tenant, session) (liverl.contracts.keys.session_key) with the contract's headers. Writes go through the
+(tenant, session) with the contract's headers (liverl/io/records.py). Writes go through the
 shared KafkaWriter: acknowledged by Kafka (acks=all) or kept in the import's own spool, which the next
 `liverl import` drains first when Kafka was unreachable.
 """
@@ -10,11 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from liverl.contracts.keys import session_key
 from ingest.importers.build import BuiltSession
 from liverl.config.kafka import KafkaConfig
-from liverl.contracts import names
 from liverl.io.kafka_writer import KafkaWriter, Record
+from liverl.io.records import MODEL_CALL, SESSION_EVENT, session_record
 from liverl.io.spool import Spool
 
 MAX_RECORD_BYTES = 1_000_000  # below kafka-python's default max_request_size (1 MiB) with room for the key
@@ -30,11 +29,10 @@ def records_of(built: BuiltSession, tenant: str, kafka: KafkaConfig) -> list[Rec
     RecordTooLarge when one would not fit a Kafka request (the whole session is then skipped). The key is
     the session id the records carry: built.session_id is the redacted one (a pseudonym when it held
     personal data), never the source's."""
-    key = session_key(tenant, built.session_id)
-    records = [Record(kafka.session_events_topic, key, e.SerializeToString(), _headers(tenant, b"session-event"),
-                      e.event_time_ms) for e in built.events]
-    records += [Record(kafka.model_calls_topic, key, c.SerializeToString(), _headers(tenant, b"model-call"),
-                       c.request_time_ms) for c in built.calls]
+    records = [session_record(kafka.session_events_topic, SESSION_EVENT, tenant, built.session_id,
+                              e.SerializeToString(), e.event_time_ms) for e in built.events]
+    records += [session_record(kafka.model_calls_topic, MODEL_CALL, tenant, built.session_id, c.SerializeToString(),
+                               c.request_time_ms) for c in built.calls]
     for record in records:
         if len(record.value) > MAX_RECORD_BYTES:
             raise RecordTooLarge(f"a record of {len(record.value)} bytes is over the {MAX_RECORD_BYTES}-byte limit "
@@ -69,8 +67,3 @@ class Publisher:
             return spool.pending()
         finally:
             spool.close()
-
-
-def _headers(tenant: str, kind: bytes) -> tuple[tuple[str, bytes], ...]:
-    return ((names.HEADER_SCHEMA_VERSION, str(names.EVENT_SCHEMA_VERSION).encode()),
-            (names.HEADER_TENANT, tenant.encode("utf-8")), (names.HEADER_KIND, kind))

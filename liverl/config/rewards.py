@@ -59,7 +59,7 @@ class ToolNamesConfig(Section):
 class ProductionConfig(Section):
     """Cursor-style real-time signals."""
 
-    edit_kept_min_age_s: float = 0.0
+    edit_kept_min_age_s: float = Field(0.0, ge=0.0)
     """An EDIT_KEPT feedback counts only if it came at least this long after the edit it targets.
     The product already waits before sending it; raise this to enforce a minimum here too."""
     dissatisfied_patterns: list[str] = [
@@ -67,54 +67,76 @@ class ProductionConfig(Section):
         r"\bnot what i (asked|wanted|meant)\b", r"\b(undo|revert)\b", r"\bthat'?s wrong\b", r"\bwhy did you\b",
     ]
     """Regexes (case-insensitive) that mark a follow-up user message as dissatisfied."""
-    latency_target_ms: float = 2000.0
+    latency_target_ms: float = Field(2000.0, ge=0.0)
     """Mean model-call latency at or under this costs nothing."""
-    latency_limit_ms: float = 30000.0
+    latency_limit_ms: float = Field(30000.0, gt=0.0)
     """Mean latency at or over this gives the full latency penalty (-1); linear in between."""
+
+    @model_validator(mode="after")
+    def _limit_above_target(self) -> "ProductionConfig":
+        if self.latency_limit_ms <= self.latency_target_ms:
+            raise ValueError(f"rewards.production.latency_limit_ms ({self.latency_limit_ms:g}) must be above "
+                             f"latency_target_ms ({self.latency_target_ms:g}): the penalty grows between the two")
+        return self
 
 
 class PenaltyConfig(Section):
     """Penalties from hacks observed in the seeds."""
 
-    per_broken_call: float = 0.25
+    per_broken_call: float = Field(0.25, ge=0.0)
     """Penalty per invalid tool call (ToolCall.valid false); they are negatives, never discarded."""
-    broken_cap: float = 1.0
+    broken_cap: float = Field(1.0, ge=0.0)
+    """Largest total broken-call penalty of one trajectory."""
     count_tool_errors_as_broken: bool = False
     """Also count ToolResult.is_error as broken (off: a tool failing is not always the agent's fault)."""
-    per_repeated_call: float = 0.2
+    per_repeated_call: float = Field(0.2, ge=0.0)
     """Penalty per tool call identical to an earlier one with no edit in between (a loop)."""
-    repeated_cap: float = 1.0
-    clarify_penalty: float = 1.0
+    repeated_cap: float = Field(1.0, ge=0.0)
+    """Largest total repeated-call penalty of one trajectory."""
+    clarify_penalty: float = Field(1.0, ge=0.0)
     """Penalty when the agent asked the user instead of acting (no edit, search or assignment at all)."""
-    give_up_penalty: float = 1.0
+    give_up_penalty: float = Field(1.0, ge=0.0)
     """Penalty for giving up early: a give-up tool or end reason, or a failed task after few turns."""
     give_up_end_reasons: list[str] = ["gave_up", "give_up"]
     """SessionEnd reasons that mean the agent gave up."""
-    give_up_max_turns: int = 2
+    give_up_max_turns: int = Field(2, ge=0)
     """A failed outcome after at most this many turns of the agent counts as giving up early."""
-    turn_penalty_start: int = 64
+    turn_penalty_start: int = Field(64, ge=0)
     """Context-1 turn penalty: 0 at this many turns ..."""
-    turn_penalty_end: int = 128
+    turn_penalty_end: int = Field(128, ge=0)
     """... rising linearly to turn_penalty_max at this many turns (and capped there)."""
-    turn_penalty_max: float = 0.5
-    prune_free_streak: int = 3
+    turn_penalty_max: float = Field(0.5, ge=0.0)
+    """The turn penalty's ceiling, reached at turn_penalty_end turns."""
+    prune_free_streak: int = Field(3, ge=0)
     """Context-1 prune penalty: prune calls in a row up to this many are free ..."""
-    per_extra_prune: float = 0.1
+    per_extra_prune: float = Field(0.1, ge=0.0)
     """... each further one in the same streak costs this ..."""
-    prune_cap: float = 0.5
+    prune_cap: float = Field(0.5, ge=0.0)
     """... capped at this over the trajectory."""
     count_summaries_as_turns: bool = False
     """Self-summarisation calls (Summary.request_id) are not turns by default: summarising is not stalling."""
+
+    @model_validator(mode="after")
+    def _turn_penalty_rises(self) -> "PenaltyConfig":
+        if self.turn_penalty_end < self.turn_penalty_start:
+            raise ValueError(f"rewards.penalties.turn_penalty_end ({self.turn_penalty_end}) is below turn_penalty_start "
+                             f"({self.turn_penalty_start}): the penalty rises from start to end, swap them")
+        return self
 
 
 class ScheduleConfig(Section):
     """A value that moves from `start` to `end` between start_step and end_step, then stays at `end`."""
 
     shape: Literal["linear", "cosine", "constant"] = "linear"
-    start: float = 1.0
-    end: float = 0.0
-    start_step: int = 0
-    end_step: int = 1000
+    """How the value moves between the two steps ("constant": it stays at `start`)."""
+    start: float = Field(1.0, allow_inf_nan=False)
+    """The value up to start_step."""
+    end: float = Field(0.0, allow_inf_nan=False)
+    """The value from end_step on."""
+    start_step: int = Field(0, ge=0)
+    """The trainer step at which the value starts to move."""
+    end_step: int = Field(1000, ge=0)
+    """The trainer step at which it reaches `end`."""
 
     @model_validator(mode="after")
     def _steps_in_order(self) -> "ScheduleConfig":
@@ -128,9 +150,9 @@ class ParlConfig(Section):
 
     families: list[str] = ["orchestrator"]
     """Task families labelled with PARL components (also any agent that created sub-agents)."""
-    parallel_target: int = 4
+    parallel_target: int = Field(4, ge=1)
     """r_parallel = min(1, sub-agents that received a task / parallel_target)."""
-    critical_steps_budget: int = 0
+    critical_steps_budget: int = Field(0, ge=0)
     """0: none. Over it, a trajectory gets the signal critical_steps_over_budget=1 (monitored per version);
     critical_steps itself is stored on every row, so the trainer can also budget or filter on it."""
     lambda1: ScheduleConfig = ScheduleConfig(start=0.3, end=0.0, end_step=1000)
@@ -145,17 +167,19 @@ class Context1Config(Section):
 
     families: list[str] = ["search"]
     """Task families labelled with search components (also any session whose Outcome lists gold chunks)."""
-    f_weight: float = 0.7
-    traj_weight: float = 0.3
-    answer_bonus: float = 1.0
+    f_weight: float = Field(0.7, ge=0.0)
+    """Weight of F_beta, the final retrieved set's score against the gold chunks."""
+    traj_weight: float = Field(0.3, ge=0.0)
+    """Weight of r_traj, the recall of everything retrieved along the trajectory."""
+    answer_bonus: float = Field(1.0, ge=0.0)
     """r_fa: added when a chunk holding the answer is in the final retrieved set."""
-    epsilon: float = 0.01
+    epsilon: float = Field(0.01, ge=0.0)
     """Floor of the clamp: penalties never push a trajectory with some retrieval credit to 0."""
     beta: ScheduleConfig = ScheduleConfig(start=4.0, end=2.0, end_step=1000)
     """F_beta's beta, annealed by the trainer (recall-heavy first, then more precision)."""
-    hard_cutoff_fraction: float = 1.0
+    hard_cutoff_fraction: float = Field(1.0, gt=0.0)
     """Past token_budget * this (context tokens at the call), only prune tools are allowed."""
-    per_budget_violation: float = 0.25
+    per_budget_violation: float = Field(0.25, ge=0.0)
     """Penalty per non-prune tool call past the hard cutoff (capped at 1)."""
 
 
@@ -163,20 +187,24 @@ class ToggleConfig(Section):
     """Kimi's Toggle, optional: every other block of `period_steps` steps, credit needs a short enough answer."""
 
     enabled: bool = False
-    period_steps: int = 100
+    """Apply the token budgets in every other block of steps."""
+    period_steps: int = Field(100, ge=1)
     """Blocks alternate: steps [0, m) free, [m, 2m) budgeted, ..."""
     budget_tokens: dict[str, int] = {}
     """Per task family policy-token budget; families not listed use default_budget_tokens."""
-    default_budget_tokens: int = 4096
+    default_budget_tokens: int = Field(4096, ge=1)
+    """The policy-token budget of a family budget_tokens does not list."""
 
 
 class JudgeConfig(Section):
     """A generative reward model reached through an OpenAI-compatible chat endpoint (serving's or any)."""
 
     enabled: bool = False
+    """Score each trajectory with the judge (the "judge" component); off: no judge calls."""
     base_url: str = "http://127.0.0.1:8000/v1"
     """OpenAI-compatible API root; /chat/completions is appended."""
     model: str = "judge"
+    """Model name sent in each request."""
     api_key: str | None = None
     """Sent as 'Authorization: Bearer ...' when set."""
     headers: dict[str, str] = {}
@@ -189,22 +217,23 @@ class JudgeConfig(Section):
         "tool_hygiene": "Were the agent's tool calls well-formed, purposeful and free of pointless repetition?",
     }
     """Name -> question. Several are averaged so hacking one rubric does not pay."""
-    min_rubrics: int = 2
+    min_rubrics: int = Field(2, ge=1)
     """Fewer successfully scored rubrics than this leaves the trajectory unjudged."""
-    timeout_s: float = 30.0
+    timeout_s: float = Field(30.0, gt=0.0)
     """Per request (connect, read, write, pool)."""
-    batch_timeout_s: float = 300.0
+    batch_timeout_s: float = Field(300.0, gt=0.0)
     """A whole judge_many call: requests still running then leave their trajectories unjudged."""
     max_retries: int = Field(1, ge=0, le=10)
     """Retries of one request, with exponential backoff and jitter (the openai client's): connection errors,
     timeouts, 408, 409, 429 and 5xx only; an unparsable reply is asked again only when temperature > 0."""
-    max_concurrency: int = 8
+    max_concurrency: int = Field(8, ge=1, le=1024)
     """Requests in flight at once within one batch."""
-    max_transcript_chars: int = 12000
+    max_transcript_chars: int = Field(12000, ge=1)
     """The rendered session is cut (keeping its end) to this many characters."""
-    cache_size: int = 100000
+    cache_size: int = Field(100000, ge=0)
     """Judgements kept in memory, keyed by a hash of model, rubric and transcript."""
-    temperature: float = 0.0
+    temperature: float = Field(0.0, ge=0.0, le=2.0)
+    """Sampling temperature of the judge's replies (0: the same transcript is judged the same way)."""
 
 
 class DriftThreshold(Section):
@@ -212,16 +241,16 @@ class DriftThreshold(Section):
 
     direction: Literal["up", "down", "both"] = "up"
     """Which moves are suspicious: "up" for hack rates, "down" for rewards, "both" for shape figures."""
-    max_abs: float | None = None
+    max_abs: float | None = Field(None, ge=0.0)
     """Flag when |candidate - champion| in that direction exceeds this."""
-    max_rel: float | None = None
+    max_rel: float | None = Field(None, ge=0.0)
     """Flag when the move exceeds this fraction of the champion's figure."""
 
 
 class MonitorsConfig(Section):
     """Hacking monitors per policy version and the drift report the promotion gate reads."""
 
-    min_trajectories: int = 0
+    min_trajectories: int = Field(0, ge=0)
     """A candidate with fewer trajectories than this gets an 'insufficient_data' flag."""
     thresholds: dict[str, DriftThreshold] = {
         "rate.broken_tool_calls": DriftThreshold(direction="up", max_abs=0.05),
@@ -243,13 +272,21 @@ class RewardsConfig(Section):
     version: str = "rewards-v1"
     """Stored on every trajectory; bump it when a component or its labelling parameters change."""
     tools: ToolNamesConfig = ToolNamesConfig()
+    """Which tool names mean edit, clarify, reply, search, prune, give up and act."""
     production: ProductionConfig = ProductionConfig()
+    """Real-time product signals: kept edits, dissatisfied follow-ups, latency."""
     penalties: PenaltyConfig = PenaltyConfig()
+    """Penalties for observed hacks: broken and repeated calls, clarifying, giving up, turns, prunes."""
     parl: ParlConfig = ParlConfig()
+    """PARL components of orchestrator sessions."""
     context1: Context1Config = Context1Config()
+    """Context-1 components of search sessions."""
     toggle: ToggleConfig = ToggleConfig()
+    """Kimi's Toggle token budgets (off by default)."""
     judge: JudgeConfig = JudgeConfig()
+    """The generative reward model (off by default)."""
     monitors: MonitorsConfig = MonitorsConfig()
+    """Hacking monitors and the drift thresholds the promotion gate reads."""
     weights: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
     """Mixing weight per component (values are signed: penalties are already negative). What a file or
     override sets is merged over DEFAULT_WEIGHTS, so changing one weight keeps the others. Components not

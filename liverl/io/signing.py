@@ -19,6 +19,8 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from liverl.io.file_digest import file_sha256
+
 
 class SignatureMismatch(ValueError):
     """A version's files, verdict or signature do not check: it must not be served."""
@@ -40,11 +42,7 @@ def folder_digest(folder: Path) -> str:
     folder = Path(folder)
     outer = hashlib.sha256()
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        inner = hashlib.sha256()
-        with path.open("rb") as handle:
-            for chunk in iter(lambda: handle.read(1 << 20), b""):
-                inner.update(chunk)
-        outer.update(path.relative_to(folder).as_posix().encode() + b"\0" + inner.hexdigest().encode() + b"\n")
+        outer.update(path.relative_to(folder).as_posix().encode() + b"\0" + file_sha256(path).encode() + b"\n")
     return outer.hexdigest()
 
 

@@ -73,6 +73,22 @@ def test_a_stage_config_refuses_the_demo_section():
     ("--ingest.redaction.max_field_chars", "0", "greater than or equal to 1"),
     ("--stack.s3_port", "60000", "less than or equal to"),
     ("--stack.start_timeout_s", "0", "greater than 0"),
+    ("--serving.http_port", "70000", "less than or equal to 65535"),
+    ("--serving.max_error_rate", "1.5", "less than or equal to 1"),
+    ("--serving.probation_min_requests", "0", "greater than or equal to 1"),
+    ("--serving.gpu_memory_utilization", "0", "greater than 0"),
+    ("--serving.record_linger_s", "-1", "greater than or equal to 0"),
+    ("--trainer.learning_rate", "0", "greater than 0"),
+    ("--trainer.loss.clip_low", "1.5", "less than or equal to 1"),
+    ("--trainer.loss.kimi_alpha", "0.5", "less than or equal to 0"),
+    ("--trainer.staleness.downweight", "2", "less than or equal to 1"),
+    ("--trainer.gate.max_reward_drop", "nan", "finite number"),
+    ("--trainer.advantages.baseline_momentum", "-0.1", "greater than or equal to 0"),
+    ("--rewards.penalties.per_broken_call", "-1", "greater than or equal to 0"),
+    ("--rewards.penalties.turn_penalty_end", "10", "swap them"),
+    ("--rewards.production.latency_limit_ms", "100", "must be above latency_target_ms"),
+    ("--rewards.parl.parallel_target", "0", "greater than or equal to 1"),
+    ("--rewards.judge.temperature", "3", "less than or equal to 2"),
 ])
 def test_a_wrong_value_is_refused_naming_its_field(flag, value, expected):
     with pytest.raises(ValidationError) as refused:
@@ -90,13 +106,15 @@ def test_the_same_bounds_hold_from_a_file_and_the_environment(tmp_path):
         load_config(environ={"LIVERL_PIPELINES__FOLLOW_INTERVAL_S": "-0.5"})
 
 
-BOUNDED_SECTIONS = ["kafka", "pipelines", "ingest", "stack", "mlflow", "table"]
+BOUNDED_SECTIONS = ["kafka", "pipelines", "ingest", "stack", "mlflow", "table", "serving", "trainer", "rewards"]
 
 
 def test_every_number_in_these_sections_has_a_lower_bound():
-    """A port, a size, a timeout or a rate below its floor is always a mistake: each says what it accepts."""
+    """A port, a size, a timeout or a rate below its floor is always a mistake: each says what it accepts. A number
+    any real value suits (a signed threshold) must at least be finite: NaN would silently turn its check off."""
     from annotated_types import Ge, Gt
     from pydantic import BaseModel
+    from pydantic.types import AllowInfNan
 
     def unbounded(model: type[BaseModel], where: str):
         for name, field in model.model_fields.items():
@@ -104,12 +122,27 @@ def test_every_number_in_these_sections_has_a_lower_bound():
             if isinstance(kind, type) and issubclass(kind, BaseModel):
                 yield from unbounded(kind, f"{where}.{name}")
             elif kind in (int, float, int | None, float | None) and \
-                    not any(isinstance(m, (Ge, Gt)) for m in field.metadata):
+                    not any(isinstance(m, (Ge, Gt)) or m == AllowInfNan(False) for m in field.metadata):
                 yield f"{where}.{name}"
 
     missing = [f for section in BOUNDED_SECTIONS
                for f in unbounded(LiverlConfig.model_fields[section].annotation, section)]
     assert not missing, f"numeric fields without a bound (Field(ge=..., le=...)): {missing}"
+
+
+def test_every_field_in_these_sections_says_what_it_is():
+    from pydantic import BaseModel
+
+    def undocumented(model: type[BaseModel], where: str):
+        for name, field in model.model_fields.items():
+            if not field.description:
+                yield f"{where}.{name}"
+            if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
+                yield from undocumented(field.annotation, f"{where}.{name}")
+
+    missing = [f for section in BOUNDED_SECTIONS
+               for f in undocumented(LiverlConfig.model_fields[section].annotation, section)]
+    assert not missing, f"fields without a docstring under them: {missing}"
 
 
 def test_numbers_reach_literal_fields_from_the_command_line_and_the_environment():

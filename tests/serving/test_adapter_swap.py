@@ -6,8 +6,6 @@ Every version changes the outputs, so a record's logprobs tell which weights and
 they are compared with peft's forward pass of the version the record names (and of another one).
 """
 
-import threading
-
 import grpc
 import pytest
 from mlflow import MlflowClient
@@ -17,6 +15,7 @@ from liverl.v1 import common_pb2, model_call_pb2, serving_pb2, serving_pb2_grpc
 from serving.router import underlying
 from tests.serving.conftest import (ServerThread, module_topics, read_topic, register_version, serving_config,
                                     set_alias, version_tags, wait_for)
+from tests.serving.generate_load import GenerateLoad
 from tests.serving.lora_adapters import build_adapter, build_base, reference_logprobs
 
 ADMIN = (("authorization", "Bearer admin-key"),)
@@ -79,28 +78,13 @@ def test_adapter_champions_swap_under_load_with_no_pause_and_exact_records(confi
             sampling=common_pb2.SamplingParams(temperature=1.0, max_tokens=100, seed=9)), metadata=ADMIN, timeout=120)
         assert next(in_flight).policy_version == base
 
-        responses, failures, stop = [], [], threading.Event()
-
-        def load(worker):
-            i = 0
-            while not stop.is_set():
-                try:
-                    responses.append(_generate(stub, f"s-load-{worker}", seed=i + 1))
-                except grpc.RpcError as error:
-                    failures.append(error)
-                i += 1
-
-        workers = [threading.Thread(target=load, args=(w,)) for w in range(3)]
-        for worker in workers:
-            worker.start()
-        for version in (first, second):
-            set_alias(config, names.ALIAS_CHAMPION, version)
-            wait_for(lambda: server.server.router.champion.version == version, what=f"the swap to {version}")
-            wait_for(lambda: sum(r.policy_version == version for r in responses) >= 4,
-                      what=f"requests served by {version}")
-        stop.set()
-        for worker in workers:
-            worker.join()
+        with GenerateLoad(lambda worker, i: _generate(stub, f"s-load-{worker}", seed=i + 1)) as load:
+            for version in (first, second):
+                set_alias(config, names.ALIAS_CHAMPION, version)
+                wait_for(lambda: server.server.router.champion.version == version, what=f"the swap to {version}")
+                wait_for(lambda: sum(r.policy_version == version for r in load.responses) >= 4,
+                         what=f"requests served by {version}")
+        responses, failures = load.responses, load.failures
         rest = list(in_flight)
         champion = server.server.router.champion
         assert underlying(champion.engine) is engine  # no second engine, no weight reload

@@ -4,8 +4,6 @@ Versions differ in their weights, so a record's logprobs tell which weights real
 tokens: every check below compares them with a plain forward pass of the version it claims.
 """
 
-import threading
-
 import grpc
 import pytest
 import torch
@@ -14,6 +12,7 @@ from liverl.contracts import names
 from liverl.v1 import common_pb2, model_call_pb2, serving_pb2, serving_pb2_grpc
 from tests.serving.conftest import (ServerThread, module_topics, read_topic, register_version, serving_config,
                                     set_alias, version_tags, wait_for)
+from tests.serving.generate_load import GenerateLoad
 
 ADMIN = (("authorization", "Bearer admin-key"),)
 
@@ -55,27 +54,12 @@ def test_alias_move_swaps_under_load_without_a_failed_request(config, tiny_polic
         first_chunk = next(in_flight)
         assert first_chunk.policy_version == "1"
 
-        responses, failures, stop = [], [], threading.Event()
-
-        def load(worker):
-            i = 0
-            while not stop.is_set():
-                try:
-                    responses.append(_generate(stub, f"s-load-{worker}", seed=i + 1))
-                except grpc.RpcError as error:
-                    failures.append(error)
-                i += 1
-
-        workers = [threading.Thread(target=load, args=(w,)) for w in range(3)]
-        for worker in workers:
-            worker.start()
-        set_alias(config, names.ALIAS_CHAMPION, register_version(config, second_policy_dir))
-        wait_for(lambda: server.server.router.champion.version == "2", what="the swap to version 2")
-        seen_after = len(responses)
-        wait_for(lambda: len(responses) >= seen_after + 5, what="requests after the swap")
-        stop.set()
-        for worker in workers:
-            worker.join()
+        with GenerateLoad(lambda worker, i: _generate(stub, f"s-load-{worker}", seed=i + 1)) as load:
+            set_alias(config, names.ALIAS_CHAMPION, register_version(config, second_policy_dir))
+            wait_for(lambda: server.server.router.champion.version == "2", what="the swap to version 2")
+            seen_after = len(load.responses)
+            wait_for(lambda: len(load.responses) >= seen_after + 5, what="requests after the swap")
+        responses, failures, workers = load.responses, load.failures, load.workers
         rest = list(in_flight)
         info = stub.ModelInfo(serving_pb2.ModelInfoRequest(), metadata=ADMIN, timeout=10)
 

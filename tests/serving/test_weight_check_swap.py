@@ -5,6 +5,7 @@ before probes existed is served with a warning and a count."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import grpc
@@ -63,3 +64,27 @@ def test_broken_swaps_are_refused_and_the_replica_keeps_its_weights(stack, tiny_
     for response in (after_wrong, after_truncated):  # the previous weights, exactly, after each refusal
         assert response.policy_version == "1"
         assert list(response.logprobs) == pytest.approx(reference(tiny_policy_dir, list(response.token_ids)), abs=1e-5)
+
+
+def test_a_rollback_in_place_is_checked_like_a_swap(stack, tiny_policy_dir, second_policy_dir, third_policy_dir,
+                                                    tmp_path):
+    """A rollback loads the previous version's kept folder: when that folder no longer holds the weights its probe
+    was measured on, the rollback is refused before any traffic and the current version serves on, exactly."""
+    config = serving_config(module_topics(stack, f"probe-back-{tmp_path.name}"), tmp_path,
+                            f"probe-back-{tmp_path.name}", min_swap_interval_s=3600.0)
+    register_version(config, with_probe(tiny_policy_dir, tmp_path / "first"), (names.ALIAS_CHAMPION,))
+    second = register_version(config, with_probe(second_policy_dir, tmp_path / "second"))
+
+    with ServerThread(config) as server, grpc.insecure_channel(server.grpc_target) as channel:
+        admin = serving_pb2_grpc.PolicyAdminStub(channel)
+        assert admin.ForceSwap(serving_pb2.SwapRequest(version=second), timeout=300).ok
+        kept = server.server.swapper.previous.policy_dir  # version 1's folder, kept on disk for a rollback
+        shutil.copyfile(third_policy_dir / "model.safetensors", kept / "model.safetensors")  # replaced under it
+        rolled = admin.Rollback(serving_pb2.RollbackRequest(reason="bad answers"), timeout=300)
+        after = generate(channel)
+        champion = server.server.router.champion.version
+
+    assert not rolled.ok and "does not reproduce its weight probe" in rolled.message, rolled.message
+    assert rolled.policy_version == second and champion == second
+    assert after.policy_version == second
+    assert list(after.logprobs) == pytest.approx(reference(second_policy_dir, list(after.token_ids)), abs=1e-5)

@@ -1,0 +1,108 @@
+"""Loading a registry version for serving: download it, check its signature, start an engine on it, and the smoke
+test every version passes on the engine that will serve it before it takes a request (a short greedy generation
+and the trainer's weight probe, serving/weight_check.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from typing import TYPE_CHECKING
+
+from liverl.config.serving import ServingConfig
+from liverl.io.signing import SignatureMismatch
+from serving.adapter_swap import AdapterSwaps, attach, is_adapter_version
+from serving.downloads import download_version
+from serving.engine import Engine, Sampling
+from serving.engine_factory import make_engine
+from serving.metrics import ServingMetrics
+from serving.router import Router, Slot
+from serving.signature_check import check_signed
+from serving.swap_result import SignatureRefused, SwapError
+from serving.weight_check import verify_weights
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from liverl.io.registry import ModelRegistry
+
+
+class VersionLoader:
+    def __init__(self, config: ServingConfig, router: Router, metrics: ServingMetrics, registry: ModelRegistry | None,
+                 adapters: AdapterSwaps, versions_dir: Path, say: Callable[[str], None]):
+        self.config = config
+        self.router = router
+        self.metrics = metrics
+        self.registry = registry  # None when serving a fixed folder
+        self.adapters = adapters
+        self.versions_dir = Path(versions_dir)
+        self.say = say
+        self.loaded: set[Slot] = set()  # every slot whose engine this loader started, so close() frees them all
+
+    async def fetch(self, version: str, policy_dir: Path | None = None) -> Slot:
+        """Download (unless a folder is given) and read the tokenizer: a slot with no engine yet."""
+        source = str(policy_dir) if policy_dir else ""
+        downloaded = policy_dir is None
+        try:
+            if downloaded:
+                policy_dir, source = await asyncio.to_thread(download_version, self.registry, version,
+                                                            self.versions_dir)
+                await asyncio.to_thread(check_signed, self.registry, version, policy_dir, self.config)
+            tokenizer = await asyncio.to_thread(_load_tokenizer, policy_dir)
+            slot = Slot(version, None, tokenizer, Path(policy_dir), source)
+            if is_adapter_version(slot.policy_dir):  # its weights folder becomes its base's
+                champion = self.router.champion
+                slot = await self.adapters.prepare(slot, champion)
+                if downloaded and (champion is None or slot.policy_dir != champion.policy_dir):  # a base fetched now
+                    await asyncio.to_thread(check_signed, self.registry, slot.adapter.base_version, slot.policy_dir,
+                                            self.config)
+        except SignatureMismatch as error:
+            self.metrics.signature_refusals.inc()
+            raise SignatureRefused(f"version {version} refused: {error}") from error
+        except Exception as error:
+            raise SwapError(f"version {version} failed to load: {error}") from error
+        return slot
+
+    async def load(self, version: str, policy_dir: Path | None = None, fetched: Slot | None = None) -> Slot:
+        """Fetch the version (unless given), start an engine of its own, smoke-test it. Raises SwapError."""
+        slot = fetched or await self.fetch(version, policy_dir)
+        try:
+            slot.engine = make_engine(self.config.engine, slot.policy_dir, self.config)
+            await slot.engine.start()
+            slot.engine = await attach(slot.engine, slot.adapter)
+        except Exception as error:
+            raise SwapError(f"version {version} failed to load: {error}") from error
+        try:
+            await self.smoke(slot)
+        except Exception as error:
+            await slot.engine.shutdown()
+            raise SwapError(f"version {version} failed its smoke generation: {error}") from error
+        self.loaded.add(slot)
+        return slot
+
+    async def smoke(self, slot: Slot, engine: Engine | None = None) -> None:
+        """A greedy generation must return finite logprobs, and the engine must reproduce the version's weight
+        probe; raises otherwise (the caller keeps the version away from traffic)."""
+        engine = engine or slot.engine
+        ids = list(slot.tokenizer(self.config.smoke_prompt, add_special_tokens=True)["input_ids"]) or [0]
+        sampling = Sampling(temperature=0.0, max_tokens=self.config.smoke_max_tokens)
+        tokens, logprobs = [], []
+        async for delta in engine.generate(ids, sampling, f"smoke-{slot.version}-{time.time_ns()}"):
+            tokens += delta.token_ids
+            logprobs += delta.logprobs
+        if not tokens or len(tokens) != len(logprobs):
+            raise SwapError(f"smoke generation returned {len(tokens)} tokens and {len(logprobs)} logprobs")
+        if not all(math.isfinite(lp) and lp <= 0.0 for lp in logprobs):
+            raise SwapError(f"smoke generation returned invalid logprobs {logprobs}")
+        # An adapter version's probe sits in its adapter folder (measured on base + adapter), not in its base's.
+        probed = slot.adapter.path if slot.adapter is not None else slot.policy_dir
+        await verify_weights(engine, probed, slot.version, self.config, self.metrics, self.say)
+
+
+def _load_tokenizer(policy_dir: Path) -> PreTrainedTokenizerBase:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(policy_dir)
