@@ -3,6 +3,8 @@
 Topic, table and registry *locations* are configurable (liverl.config); these are the fixed keys.
 """
 
+import re
+
 # Bumped when SessionEvent or ModelCall change incompatibly; consumers dead-letter newer versions.
 EVENT_SCHEMA_VERSION = 1
 
@@ -22,6 +24,16 @@ META_REQUEST_ID = "x-liverl-request-id"  # response header: the recorded ModelCa
 # Registry aliases: the trainer sets `candidate`, the promotion gate moves `champion`, serving follows one.
 ALIAS_CANDIDATE = "candidate"
 ALIAS_CHAMPION = "champion"
+TENANT_NAME = re.compile(r"[a-z0-9-]{1,40}")  # a tenant that may have an adapter (and an alias) of its own
+
+
+def tenant_champion_alias(tenant: str) -> str:
+    """The registry alias of a tenant's own champion adapter: the trainer's per-tenant gate moves it, serving
+    follows it for that tenant's requests. ValueError for a name outside lowercase letters, digits and '-'."""
+    if not isinstance(tenant, str) or TENANT_NAME.fullmatch(tenant) is None:
+        raise ValueError(f"tenant {tenant!r} cannot name a registry alias: use 1 to 40 lowercase letters, digits "
+                         "or '-'")
+    return f"{ALIAS_CHAMPION}-{tenant}"
 
 # Tags on every registered policy version (lineage). Values are strings; JSON where structured.
 TAG_TABLE_VERSIONS = "liverl.table_versions"  # JSON list of trajectory-table versions trained on
