@@ -55,6 +55,8 @@ class LoraSlots:
                     await self._load(adapter)
         except BaseException:
             self.release(adapter)
+            if adapter.lora_id not in self._busy and not self.engine.has_adapter(adapter):
+                self._recent.pop(adapter.lora_id, None)  # it never loaded: nothing to track
             raise
 
     def release(self, adapter: Adapter) -> None:
