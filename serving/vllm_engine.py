@@ -68,6 +68,8 @@ class VllmEngine:
         )
         # Construction blocks for the engine process's start (tens of seconds): keep the loop serving.
         self._llm = await asyncio.to_thread(AsyncLLM.from_engine_args, args)
+        if self._config.lora.enabled:  # else a base request batched with adapter ones runs under one (CPU)
+            await self._llm.collective_rpc("mask_unset_lora_rows")
 
     async def generate(self, prompt_token_ids: list[int], sampling: Sampling, request_id: str,
                        final_only: bool = False, adapter: Adapter | None = None) -> AsyncIterator[Delta]:
