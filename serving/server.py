@@ -96,6 +96,9 @@ class PolicyServer:
             self.tenant_adapters = TenantAdapters(c, self.router, self.registry, self.swapper.fetch,
                                                   self.swapper._smoke, self.swapper.adapters, self.say)
             self._tenant_watcher = asyncio.create_task(self.tenant_adapters.watch())
+        elif c.tenants.active:
+            self.say("serving tenants-ignored reason=policy_dir (per-tenant adapters follow registry aliases: unset "
+                     "serving.policy_dir to serve them)")
         self.say(f"serving ready grpc={c.host}:{self.grpc_port} http={c.host}:{self.http_port} "
                  f"version={self.router.champion.version} engine={c.engine} alias={c.alias} swap_mode={c.swap_mode}"
                  + (f" replica={self.swapper.fleet.replica}" if self.swapper.fleet is not None else ""))
