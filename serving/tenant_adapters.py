@@ -52,16 +52,27 @@ class TenantEngine(AdapterEngine):
     async def generate(self, prompt_token_ids: list[int], sampling: Sampling, request_id: str,
                        final_only: bool = False) -> AsyncIterator[Delta]:
         async with self.slots.use(self.adapter):
+            self._check_base()
             async for delta in self.engine.generate(prompt_token_ids, sampling, request_id, final_only,
                                                     adapter=self.adapter):
                 yield delta
 
     async def prompt_logprobs(self, prompt_token_ids: list[int], request_id: str) -> list[float]:
         async with self.slots.use(self.adapter):
+            self._check_base()
             return await self.engine.prompt_logprobs(prompt_token_ids, request_id, adapter=self.adapter)
 
     async def update_weights(self, policy_dir: Path, version: str) -> dict:
         raise RuntimeError("a tenant's adapter never updates the shared engine's weights")
+
+    def _check_base(self) -> None:
+        """Refuse to start on weights other than the base the adapter was loaded for. The router stops sending a
+        tenant here once the shared weights change; this catches a request it leased just before, which would
+        otherwise run on the new weights and be recorded as the tenant's version."""
+        if getattr(self.engine, "updating", False) or Path(self.engine.policy_dir) != Path(self.policy_dir):
+            raise RuntimeError(f"adapter {self.adapter.name} applies to base version {self.adapter.base_version}, "
+                               "whose weights this engine is replacing: retry the request (it will run on the "
+                               "shared policy until the tenant has an adapter of the new base)")
 
 
 @dataclass

@@ -124,3 +124,37 @@ def test_a_failed_load_fails_its_request_alone_and_a_reload_is_loaded_again(fold
     assert busy_after == 0
     assert loaded == ["tenant-0"]
     assert logprobs == pytest.approx(reference_logprobs(base, a.path, PROMPT, tokens), abs=1e-4)
+
+
+def test_a_tenant_request_never_starts_on_weights_other_than_its_adapters_base(folders, tmp_path):
+    """A tenant request leased just before a shared weight update must not run its adapter on the new weights
+    (it would be recorded as the tenant's version): it is refused during the update and after it."""
+    import shutil
+
+    from serving.tenant_adapters import TenantEngine
+
+    base, _ = folders
+    a, *_ = _adapters(folders)
+    other = shutil.copytree(base, tmp_path / "next-base")
+
+    async def scenario():
+        engine = HfEngine(base)
+        await engine.start()
+        tenant = TenantEngine(engine, a, LoraSlots(engine, capacity=2))
+        sampling = Sampling(temperature=1.0, max_tokens=2, seed=1)
+        try:
+            before = [d async for d in tenant.generate(PROMPT, sampling, "before")]
+            engine.updating = True  # what update_weights sets while the weights change
+            with pytest.raises(RuntimeError, match="whose weights this engine is replacing"):
+                [d async for d in tenant.generate(PROMPT, sampling, "during")]
+            engine.updating = False
+            await engine.update_weights(other, "9")
+            with pytest.raises(RuntimeError, match="whose weights this engine is replacing"):
+                [d async for d in tenant.generate(PROMPT, sampling, "after")]
+            return before, engine.updating, tenant.slots.busy(a)
+        finally:
+            await engine.shutdown()
+
+    before, updating, busy = asyncio.run(scenario())
+    assert before and before[-1].finish_reason
+    assert (updating, busy) == (False, 0)  # the flag is down again and no lease was left behind
