@@ -313,7 +313,7 @@ class Completions:
         """Lease the version that will serve this request and tokenize the prompt with its tokenizer
         (a long prompt on a worker thread: a megabyte prompt must not stall the loop that answers health checks)."""
         self.check_prompt(prompt, prompt_token_ids)
-        slot = self.router.acquire()
+        slot = self.router.acquire(caller.tenant_id or self.default_tenant)
         try:
             ids = list(prompt_token_ids or [])
             if not ids and len(prompt) <= INLINE_TOKENIZE_CHARS:

@@ -33,6 +33,7 @@ class HfEngine:
         self._version = ""
         self._peft = None  # the peft wrapper once an adapter is loaded (it injects LoRA layers into _model)
         self._adapters: set[str] = set()  # names of the adapters loaded
+        self.updating = False  # a weight update is under way: a tenant's adapter must not start on it now
         # One thread: the model is used by one request at a time (torch on CPU is not re-entrant here),
         # and a weight update queued there runs between two requests, never inside one.
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hf-engine")
@@ -56,10 +57,14 @@ class HfEngine:
         if self._model is None:
             raise RuntimeError("HfEngine.update_weights before start(): await engine.start() first")
         started = time.perf_counter()
-        state = await asyncio.to_thread(_read_weights, Path(policy_dir))  # off the model's thread: no pause
-        queued = time.perf_counter()
-        await asyncio.get_running_loop().run_in_executor(self._worker, self._load_state, state)
-        self.policy_dir, self._version = Path(policy_dir), version
+        self.updating = True
+        try:
+            state = await asyncio.to_thread(_read_weights, Path(policy_dir))  # off the model's thread: no pause
+            queued = time.perf_counter()
+            await asyncio.get_running_loop().run_in_executor(self._worker, self._load_state, state)
+            self.policy_dir, self._version = Path(policy_dir), version
+        finally:
+            self.updating = False
         done = time.perf_counter()
         return {"seconds": done - started, "pause_s": done - queued, "repacked_heads": 0}
 

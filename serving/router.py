@@ -13,6 +13,9 @@ is labelled with, and none fails for the update.
 A LoRA adapter version shares its base's engine: its slot carries the adapter, and its engine
 (AdapterEngine) runs every request under it. Switching between two adapters of one base is then a
 plain switch: requests in flight keep the adapter they started on, new ones take the new adapter.
+
+A tenant may have a champion adapter of its own (serving/tenant_adapters.py): its requests lease that slot
+while the adapter applies to the weights the champion's engine serves, and the shared champion otherwise.
 """
 
 from __future__ import annotations
@@ -106,12 +109,17 @@ class Router:
         self.canary: Slot | None = None
         self.canary_fraction = canary_fraction
         self._rng = rng or random.Random()
+        self.tenants: dict[str, Slot] = {}  # tenant -> its own champion adapter (serving/tenant_adapters.py)
 
-    def acquire(self) -> Slot:
-        """The slot for a new request, leased: call slot.release() when the request ends."""
+    def acquire(self, tenant: str = "") -> Slot:
+        """The slot for a new request of tenant, leased: call slot.release() when the request ends."""
         slot = self.champion
         if slot is None:
             raise RuntimeError("no policy version is loaded yet")
+        own = self.tenants.get(tenant) if self.tenants else None
+        if own is not None and fits_champion(own, slot):
+            own.acquire()
+            return own
         if self.canary is not None and self._rng.random() < self.canary_fraction:
             slot = self.canary
         slot.acquire()
@@ -131,6 +139,13 @@ class Router:
             raise ValueError("an in-place update needs a slot on the serving engine: build it with "
                              "Slot(version, champion.engine, ...)")
         return Hold(self, new, previous)
+
+
+def fits_champion(slot: Slot, champion: Slot) -> bool:
+    """Whether slot's adapter applies to the weights the champion's engine serves now (a tenant's adapter of an
+    older base falls back to the shared champion until the tenant's next version)."""
+    return (slot.adapter is not None and slot.adapter.base_version == champion.weights_version
+            and underlying(slot.engine) is underlying(champion.engine))
 
 
 class AdapterEngine:

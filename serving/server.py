@@ -32,6 +32,7 @@ from serving.swapper import HotSwapper
 if TYPE_CHECKING:
     from serving.recorder import Recorder
     from liverl.io.registry import ModelRegistry
+    from serving.tenant_adapters import TenantAdapters
 
 log = logging.getLogger("liverl.serving")
 
@@ -59,6 +60,8 @@ class PolicyServer:
         self._http = None
         self._http_task: asyncio.Task | None = None
         self._watcher: asyncio.Task | None = None
+        self.tenant_adapters: TenantAdapters | None = None
+        self._tenant_watcher: asyncio.Task | None = None
         self._metrics_server = None
 
     async def start(self) -> None:
@@ -89,6 +92,15 @@ class PolicyServer:
             self._metrics_server = self.metrics.serve(c.host, c.metrics_port)
         if self.registry is not None:
             self._watcher = asyncio.create_task(self.swapper.watch())
+        if self.registry is not None and c.tenants.active:
+            from serving.tenant_adapters import TenantAdapters
+
+            self.tenant_adapters = TenantAdapters(c, self.router, self.registry, self.swapper.loader.fetch,
+                                                  self.swapper.loader.smoke, self.swapper.adapters, self.say)
+            self._tenant_watcher = asyncio.create_task(self.tenant_adapters.watch())
+        elif c.tenants.active:
+            self.say("serving tenants-ignored reason=policy_dir (per-tenant adapters follow registry aliases: unset "
+                     "serving.policy_dir to serve them)")
         self.say(f"serving ready grpc={c.host}:{self.grpc_port} http={c.host}:{self.http_port} "
                  f"version={self.router.champion.version} engine={c.engine} alias={c.alias} swap_mode={c.swap_mode}"
                  + (f" replica={self.swapper.fleet.replica}" if self.swapper.fleet is not None else ""))
@@ -161,10 +173,11 @@ class PolicyServer:
 
     async def stop(self, grace_s: float = 10.0) -> None:
         """Stop taking requests, let those in flight finish (up to grace_s), flush records, free engines."""
-        if self._watcher is not None:
-            self._watcher.cancel()
-            with contextlib.suppress(BaseException):
-                await self._watcher
+        for watcher in (self._watcher, self._tenant_watcher):
+            if watcher is not None:
+                watcher.cancel()
+                with contextlib.suppress(BaseException):
+                    await watcher
         if self._health is not None:
             await self._health.enter_graceful_shutdown()
         if self._grpc is not None:
@@ -175,6 +188,8 @@ class PolicyServer:
                 await asyncio.wait_for(self._http_task, grace_s + 5)
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
+        if self.tenant_adapters is not None:
+            await self.tenant_adapters.close()
         if self.swapper is not None:
             await self.swapper.close()
         if self.recorder is not None:

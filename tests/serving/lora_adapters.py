@@ -12,6 +12,7 @@ from pathlib import Path
 WORDS = ["fix", "the", "file", "parser", "edit", "search", "done"]
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 RANK = 8
+MARGIN = 0.5  # logits: far above float noise between vLLM and peft (1e-5), so greedy decoding picks the target
 
 
 def build_base(out_dir: Path, seed: int = 0) -> Path:
@@ -27,8 +28,6 @@ def build_adapter(base_dir: Path, out_dir: Path, base_version: str, seed: int, r
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from liverl.contracts.adapter import AdapterManifest
-
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
     peft_model = get_peft_model(model, LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=TARGETS,
@@ -38,6 +37,40 @@ def build_adapter(base_dir: Path, out_dir: Path, base_version: str, seed: int, r
             for name, parameter in peft_model.named_parameters():
                 if "lora_B" in name:
                     parameter.mul_(scale)
+    return _save(peft_model, base_dir, out_dir, base_version, rank)
+
+
+def train_adapter(base_dir: Path, out_dir: Path, base_version: str, prompt_ids: list[int], target_id: int,
+                  seed: int = 0, rank: int = RANK, steps: int = 200) -> Path:
+    """An adapter of base_dir trained (Adam, from peft's zero-init) until greedy decoding of prompt_ids answers
+    target_id, its logit MARGIN above the next, so a served answer shows whose adapter ran. AssertionError if not.
+    (The tiny base's normed, tied head caps how sure it can get: about 5 % for a word, still the clear argmax.)"""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+    peft_model = get_peft_model(model, LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=TARGETS))
+    optimizer = torch.optim.Adam([p for p in peft_model.parameters() if p.requires_grad], lr=1e-2)
+    inputs, target = torch.tensor([prompt_ids]), torch.tensor([target_id])
+    for _ in range(steps):
+        logits = peft_model(inputs).logits[:, -1]
+        top = logits[0].topk(2)
+        if top.indices[0] == target_id and top.values[0] - top.values[1] > MARGIN:
+            break
+        loss = torch.nn.functional.cross_entropy(logits, target)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    else:
+        raise AssertionError(f"adapter for token {target_id} did not learn it in {steps} steps")
+    return _save(peft_model, base_dir, out_dir, base_version, rank)
+
+
+def _save(peft_model, base_dir: Path, out_dir: Path, base_version: str, rank: int) -> Path:
+    from liverl.contracts.adapter import AdapterManifest
+
     out = Path(out_dir)
     peft_model.save_pretrained(out)
     for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):

@@ -1,0 +1,179 @@
+"""Per-tenant champion adapters on the light engine and the real registry: each tenant's key runs on the adapter its
+alias names, a tenant without one gets the shared policy, a tenant's new adapter is rolled (and rolled back, by
+its probation or an admin) without touching another tenant's route, and an adapter that does not load never serves.
+
+Every adapter changes the outputs, so a response's logprobs tell which adapter produced its tokens: they are
+compared with peft's forward pass of base + the adapter the record names.
+"""
+
+import shutil
+
+import grpc
+import pytest
+from mlflow import MlflowClient
+
+from liverl.contracts import names
+from liverl.v1 import common_pb2, model_call_pb2, serving_pb2, serving_pb2_grpc
+from tests.serving.conftest import (ServerThread, module_topics, read_topic, register_version, serving_config,
+                                    set_alias, version_tags, wait_for)
+from tests.serving.lora_adapters import build_adapter, build_base, reference_logprobs
+
+PROMPT = [2, 64, 65, 66]  # <bos> fix the file
+KEYS = {"acme-key": {"tenant": "acme"}, "globex-key": {"tenant": "globex"}, "initech-key": {"tenant": "initech"}}
+
+
+@pytest.fixture(scope="module")
+def policies(tmp_path_factory):
+    """A Llama base (registered first: version "1") and adapters of it."""
+    tmp = tmp_path_factory.mktemp("tenant-lora")
+    base = build_base(tmp / "base", seed=0)
+    return {"base": base, **{name: build_adapter(base, tmp / name, base_version="1", seed=seed)
+                             for name, seed in (("a1", 21), ("a2", 22), ("a3", 23))}}
+
+
+@pytest.fixture
+def config(stack, tmp_path, request):
+    name = f"tenant-{request.node.name[:30]}-{tmp_path.name}"
+    config = serving_config(module_topics(stack, name), tmp_path, name, api_keys=KEYS, admin_api_keys=["admin-key"],
+                            rate_limit_per_s=1e6, rate_limit_burst=1_000_000)
+    config.serving.tenants.watch = ["acme", "globex"]
+    return config
+
+
+def _register_adapter(config, folder, base_version: str, aliases=()) -> str:
+    version = register_version(config, folder)
+    uri = config.mlflow.tracking_uri
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    model = config.mlflow.registered_model
+    client.set_model_version_tag(model, version, names.TAG_WEIGHTS_KIND, names.WEIGHTS_ADAPTER)
+    client.set_model_version_tag(model, version, names.TAG_BASE_VERSION, base_version)
+    for alias in aliases:
+        client.set_registered_model_alias(model, alias, version)
+    return version
+
+
+def _generate(stub, key, seed=1):
+    request = serving_pb2.GenerateRequest(prompt_token_ids=PROMPT, session_id=f"s-{key}",
+                                          sampling=common_pb2.SamplingParams(temperature=1.0, max_tokens=4, seed=seed))
+    return stub.Generate(request, metadata=(("authorization", f"Bearer {key}"),), timeout=60)
+
+
+def _served(server, tenant: str) -> str:
+    slot = server.server.router.tenants.get(tenant)
+    return slot.version if slot is not None else ""
+
+
+def _matches(policies, folder, response) -> bool:
+    expected = reference_logprobs(policies["base"], folder, PROMPT, list(response.token_ids))
+    return list(response.logprobs) == pytest.approx(expected, abs=1e-4)
+
+
+def test_each_tenant_runs_on_its_own_adapter_and_a_roll_moves_only_its_own(config, policies):
+    base = register_version(config, policies["base"], (names.ALIAS_CHAMPION,))
+    acme_1 = _register_adapter(config, policies["a1"], base, (names.tenant_champion_alias("acme"),))
+    globex_1 = _register_adapter(config, policies["a2"], base, (names.tenant_champion_alias("globex"),))
+    acme_2 = _register_adapter(config, policies["a3"], base)
+    folders = {base: None, acme_1: policies["a1"], globex_1: policies["a2"], acme_2: policies["a3"]}
+    with ServerThread(config) as server, grpc.insecure_channel(server.grpc_target) as channel:
+        stub = serving_pb2_grpc.PolicyServiceStub(channel)
+        wait_for(lambda: (_served(server, "acme"), _served(server, "globex")) == (acme_1, globex_1),
+                 what="both tenants' adapters")
+        globex_slot = server.server.router.tenants["globex"]
+        first = {key: _generate(stub, key, seed=i + 1) for i, key in enumerate(KEYS)}
+        set_alias(config, names.tenant_champion_alias("acme"), acme_2)
+        rolled = server.call(server.server.tenant_adapters.check_once())
+        second = {key: _generate(stub, key, seed=i + 11) for i, key in enumerate(KEYS)}
+        assert server.server.router.tenants["globex"] is globex_slot  # the other tenant's route untouched
+    assert [r.ok for r in rolled] == [True] and rolled[0].tenant == "acme"
+    assert {k: r.policy_version for k, r in first.items()} == {"acme-key": acme_1, "globex-key": globex_1,
+                                                               "initech-key": base}
+    assert {k: r.policy_version for k, r in second.items()} == {"acme-key": acme_2, "globex-key": globex_1,
+                                                                "initech-key": base}
+    responses = [*first.values(), *second.values()]
+    for response in responses:
+        assert _matches(policies, folders[response.policy_version], response)
+    assert not _matches(policies, policies["a2"], first["acme-key"])  # not the other tenant's adapter
+
+    calls = {c.request_id: c for c in (model_call_pb2.ModelCall.FromString(r.value) for r in
+                                       read_topic(config, config.kafka.model_calls_topic, expect=len(responses)))}
+    for response in responses:
+        call = calls[response.request_id]
+        assert call.policy_version == response.policy_version
+        assert (call.base_version, bool(call.adapter_name)) == (("", False) if call.policy_version == base
+                                                                else (base, True))
+    assert calls[first["acme-key"].request_id].tenant_id == "acme"
+    assert calls[first["acme-key"].request_id].adapter_name != calls[first["globex-key"].request_id].adapter_name
+    assert any(line.startswith(f"serving tenant-swap tenant=acme version={acme_2} previous={acme_1}")
+               for line in server.lines), server.lines
+
+
+def test_probation_breach_rolls_that_tenant_back_alone(config, policies):
+    config.serving.probation_min_requests = 1
+    config.serving.max_p99_latency_s = 1e-6  # every request breaches it: the tenant's new adapter must go
+    config.serving.probation_s = 60.0
+    base = register_version(config, policies["base"], (names.ALIAS_CHAMPION,))
+    acme_1 = _register_adapter(config, policies["a1"], base)
+    globex_1 = _register_adapter(config, policies["a2"], base, (names.tenant_champion_alias("globex"),))
+    with ServerThread(config) as server, grpc.insecure_channel(server.grpc_target) as channel:
+        stub = serving_pb2_grpc.PolicyServiceStub(channel)
+        tenants = server.server.tenant_adapters
+        wait_for(lambda: _served(server, "globex") == globex_1, what="globex's adapter")
+        tenants.states["globex"].probation.cancel()  # globex passed its probation; acme's is the one judged
+        set_alias(config, names.tenant_champion_alias("acme"), acme_1)
+        wait_for(lambda: _served(server, "acme") == acme_1, what="acme's adapter")
+        on_new = _generate(stub, "acme-key")
+        wait_for(lambda: "acme" not in server.server.router.tenants, what="acme's rollback to the shared policy")
+        after = _generate(stub, "acme-key", seed=2)
+        other = _generate(stub, "globex-key", seed=3)
+        rolls = server.call(tenants.check_once())  # the alias still names the refused version
+    assert on_new.policy_version == acme_1
+    assert (after.policy_version, other.policy_version) == (base, globex_1)
+    assert rolls == []
+    assert any(line.startswith(f"serving tenant-rollback tenant=acme version=shared from={acme_1} reason=latency")
+               for line in server.lines), server.lines
+    tag = version_tags(config, acme_1)[names.TAG_SERVING_ROLLBACK]
+    assert '"reason": "latency"' in tag and '"tenant": "acme"' in tag
+    assert names.TAG_SERVING_ROLLBACK not in version_tags(config, globex_1)
+
+
+def test_admin_rollback_returns_to_the_previous_adapter_and_a_broken_one_never_serves(config, policies, tmp_path):
+    broken = tmp_path / "broken-adapter"
+    shutil.copytree(policies["a3"], broken)
+    (broken / "adapter_model.safetensors").write_bytes(b"not a safetensors file")
+    config.serving.min_swap_interval_s = 3600.0  # the watcher must not undo the admin's choices
+    base = register_version(config, policies["base"], (names.ALIAS_CHAMPION,))
+    acme_1 = _register_adapter(config, policies["a1"], base, (names.tenant_champion_alias("acme"),))
+    acme_2 = _register_adapter(config, policies["a2"], base)
+    bad = _register_adapter(config, broken, base)
+    with ServerThread(config) as server, grpc.insecure_channel(server.grpc_target) as channel:
+        stub = serving_pb2_grpc.PolicyServiceStub(channel)
+        tenants = server.server.tenant_adapters
+        wait_for(lambda: _served(server, "acme") == acme_1, what="acme's first adapter")
+        refused = server.call(tenants.roll("acme", bad))
+        after_bad = _generate(stub, "acme-key")
+        assert server.call(tenants.roll("acme", acme_2)).ok
+        on_second = _generate(stub, "acme-key", seed=2)
+        rolled = server.call(tenants.rollback("acme", "admin"))
+        back = _generate(stub, "acme-key", seed=3)
+        loaded = [a.version for a in tenants.slots.loaded()]
+    assert not refused.ok and refused.version == acme_1 and "refused" in refused.message, refused.message
+    assert "tenant-smoke-failed" in version_tags(config, bad)[names.TAG_SERVING_ROLLBACK]
+    assert (after_bad.policy_version, on_second.policy_version, back.policy_version) == (acme_1, acme_2, acme_1)
+    assert rolled.ok and rolled.version == acme_1
+    assert _matches(policies, policies["a1"], back) and _matches(policies, policies["a2"], on_second)
+    assert bad not in loaded
+
+
+def test_an_adapter_of_another_base_waits_and_the_tenant_keeps_the_shared_policy(config, policies):
+    base = register_version(config, policies["base"], (names.ALIAS_CHAMPION,))
+    other = _register_adapter(config, policies["a1"], "77", (names.tenant_champion_alias("acme"),))
+    with ServerThread(config) as server, grpc.insecure_channel(server.grpc_target) as channel:
+        stub = serving_pb2_grpc.PolicyServiceStub(channel)
+        wait_for(lambda: any("tenant-swap-waiting tenant=acme" in line for line in server.lines),
+                 what="the base mismatch said")
+        response = _generate(stub, "acme-key")
+        rolls = server.call(server.server.tenant_adapters.check_once())
+    assert response.policy_version == base
+    assert [r.ok for r in rolls] == [False] and "base '77'" in rolls[0].message
+    assert sum("tenant-swap-waiting tenant=acme" in line for line in server.lines) == 1  # said once
+    assert names.TAG_SERVING_ROLLBACK not in version_tags(config, other)  # not refused: its base may come
