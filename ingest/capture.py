@@ -26,6 +26,7 @@ from ingest.metrics import CaptureMetrics
 from ingest.refused import log_unexpected
 from ingest.routing import Forwarded, PeerForwarder, ReplicaRing
 from ingest.sessions import SessionRegistry
+from ingest.subjects import CaptureSubjects
 from ingest.validation import Limits, Rejected, SessionEvent, validate
 from liverl.contracts import names
 from liverl.contracts.keys import session_key  # the Kafka key: (tenant, session)
@@ -42,8 +43,10 @@ DEADLINE_EXCEEDED = "deadline_exceeded"  # the one rejection that means "not loo
 class CaptureCore:
     def __init__(self, config: LiverlConfig, delivery: KafkaDelivery, sessions: SessionRegistry,
                  metrics: CaptureMetrics, clock: Callable[[], float] = time.time,
-                 ring: ReplicaRing | None = None, peers: PeerForwarder | None = None):
+                 ring: ReplicaRing | None = None, peers: PeerForwarder | None = None,
+                 subjects: CaptureSubjects | None = None):
         ingest = config.ingest
+        self.subjects = subjects or capture_subjects(config)
         self.ring = ring
         self.peers = peers
         self.forward_timeout_s = ingest.replica_forward_timeout_s
@@ -123,6 +126,10 @@ class CaptureCore:
                     response.dropped_opt_out += 1
                     continue
                 validate(event, tenant, now_ms, self.limits)
+                if not self.subjects.pseudonymise(tenant, event):  # its user was erased (`liverl forget`)
+                    response.dropped_opt_out += 1
+                    self.metrics.dropped.labels("forgotten").inc()
+                    continue
                 identity = (tenant, event.event_id)
                 if identity in stored or identity in self.recent:
                     duplicates += 1  # stored before: acknowledged again, never stored twice
@@ -142,6 +149,7 @@ class CaptureCore:
                 found = None if clean else redactor.redact_message(event)
                 if found:  # usually empty: Counter's += costs more than the check
                     redacted.update(found)
+                self.subjects.link(tenant, event.user_id, event.session_id)
                 records.append(self._event_record(event))
             except Exception as error:  # noqa: BLE001 - one event's failure must never fail its batch
                 stored.discard((tenant, event.event_id))
@@ -260,8 +268,8 @@ class CaptureCore:
         users = self.opt_out_users.get(tenant)
         if not users:
             return False
-        user = event.user_id or self.sessions.user_of(tenant, event.session_id)
-        if user in users:
+        user = event.user_id or self.sessions.user_of(tenant, event.session_id)  # the state holds pseudonyms
+        if user in users or user in {self.subjects.pseudonyms.user(tenant, u) for u in users}:
             self.metrics.dropped.labels("opt_out").inc()
             return True
         return False
@@ -300,6 +308,14 @@ class CaptureCore:
         redacted message and where), so its batch still goes through."""
         log_unexpected(log, "capture failed on one event", error, self._scrub)
         return _internal_rejection(error)
+
+
+def capture_subjects(config: LiverlConfig) -> CaptureSubjects:
+    from liverl.privacy import key_store
+    from liverl.privacy.pseudonyms import Pseudonyms
+
+    store = key_store(config)
+    return CaptureSubjects(store, Pseudonyms(store, config.privacy.key_cache_size), config.privacy.key_cache_size)
 
 
 def _internal_rejection(error: Exception) -> Rejected:
