@@ -185,3 +185,26 @@ class SessionRegistry:
     def _put(self, key: tuple[str, str], state: SessionState) -> None:
         self._cache[key] = state
         self._dirty[key] = state
+
+
+def purge_sessions(path: Path, tenant: str, names: set[str] | None = None, user: str | None = None) -> int:
+    """Erase a subject from a capture state file (`liverl forget`): the tenant's sessions stored under one of
+    `names` (their keyed pseudonyms) or of `user` (a user pseudonym); every session of the tenant when both are
+    None. The file is then rebuilt so the rows leave no bytes behind. Returns how many sessions went. A running
+    service forgets them from its cache when it next prunes; their records are unreadable already (keys gone)."""
+    if not path.exists():
+        return 0
+    db = sqlite3.connect(path, timeout=60, isolation_level=None)
+    try:
+        if names is None and user is None:
+            deleted = db.execute("DELETE FROM sessions WHERE tenant=?", (tenant,)).rowcount
+        else:
+            marks = ",".join("?" * len(names or ()))
+            deleted = db.execute(f"DELETE FROM sessions WHERE tenant=? AND (session_id IN ({marks or 'NULL'}) "
+                                 "OR user_id=?)", (tenant, *(names or ()), user or "\0")).rowcount
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        db.execute("VACUUM")
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return deleted
+    finally:
+        db.close()

@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("trainer.cli", "train on the trajectory table and register checkpoints"),
     "import": ("ingest.import_cli", "publish existing agent traces (OpenAI logs, SWE-agent .traj, OTLP GenAI spans) as sessions"),
     "topics": ("infra.commands.topics", "print a topic's records as JSON lines, decoded and filtered by tenant/session"),
+    "forget": ("infra.commands.forget", "erase a tenant, user or session from every store (keys, table, traces, state)"),
     "demo": ("demo.cli", "run the whole loop on the embedded stack with a demo agent product"),
 }
 

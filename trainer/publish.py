@@ -170,6 +170,10 @@ class Publisher:
                             "not promoted, the next candidate tries again")
         try:
             judged_against = body.get("champion")
+            if names.TAG_ERASURE_EXCLUDED in self.registry.tags(version):
+                return _Refusal(f"version {version} was trained on the data of a subject `liverl forget` erased "
+                                f"(erasure {self.registry.tags(version)[names.TAG_ERASURE_EXCLUDED]}) and is "
+                                "excluded from promotion; train a new version on the table as it is now")
             now = self.registry.alias_version(names.ALIAS_CHAMPION)
             if now != judged_against:
                 return _Refusal(f"judged against v{judged_against}, but the champion is now v{now} (another trainer "
