@@ -80,7 +80,7 @@ def sdk_session(config, server, user: str, marker: str, tokens: list[int]) -> st
         sampling=common_pb2.SamplingParams(temperature=1.0, top_p=1.0, max_tokens=8))
     sealer = sealer_for(config)
     writer = KafkaWriter(config.kafka, Spool(config.stack.data_dir / "serving" / "spool"), 10.0,
-                         seal=sealer.seal_all).start()
+                         seal=sealer.seal_all if sealer else None).start()
     writer.write([Record(config.kafka.model_calls_topic, session_key("acme", session.session_id),
                          call.SerializeToString(), ((names.HEADER_TENANT, b"acme"),), now)])
     writer.close()
