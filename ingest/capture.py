@@ -108,6 +108,8 @@ class CaptureCore:
         accepted: list[tuple[int, object, SessionEvent]] = []  # (index, raw item, event) that passed the checks
         duplicates = 0
         redacted: Counter = Counter()
+        links: list[tuple[str, str]] = []  # (user, session subject) pairs new to the key store's index
+        forgotten = self.subjects.forgotten(tenant)
 
         def refuse(index: int, item, event: SessionEvent | None, rejected: Rejected) -> None:
             response.rejected.add(index=index, event_id=event.event_id if event else "",
@@ -126,7 +128,7 @@ class CaptureCore:
                     response.dropped_opt_out += 1
                     continue
                 validate(event, tenant, now_ms, self.limits)
-                if not self.subjects.pseudonymise(tenant, event):  # its user was erased (`liverl forget`)
+                if not self.subjects.pseudonymise(tenant, event, forgotten):  # its user was erased (`liverl forget`)
                     response.dropped_opt_out += 1
                     self.metrics.dropped.labels("forgotten").inc()
                     continue
@@ -149,12 +151,13 @@ class CaptureCore:
                 found = None if clean else redactor.redact_message(event)
                 if found:  # usually empty: Counter's += costs more than the check
                     redacted.update(found)
-                self.subjects.link(tenant, event.user_id, event.session_id)
+                self.subjects.link(tenant, event.user_id, event.session_id, links)
                 records.append(self._event_record(event))
             except Exception as error:  # noqa: BLE001 - one event's failure must never fail its batch
                 stored.discard((tenant, event.event_id))
                 refuse(index, item, event, error if isinstance(error, Rejected) else self._internal(error))
         self.sessions.commit()
+        self.subjects.write(tenant, links, {event.session_id for _, _, event in accepted}, forgotten)
         self.delivery.deliver(records + dead)
         self.recent.add(stored)
         if duplicates:
@@ -315,7 +318,8 @@ def capture_subjects(config: LiverlConfig) -> CaptureSubjects:
     from liverl.privacy.pseudonyms import Pseudonyms
 
     store = key_store(config)
-    return CaptureSubjects(store, Pseudonyms(store, config.privacy.key_cache_size), config.privacy.key_cache_size)
+    return CaptureSubjects(store, Pseudonyms(store, config.privacy.key_cache_size), config.privacy.key_cache_size,
+                           make_keys=config.privacy.encrypt_payloads)
 
 
 def _internal_rejection(error: Exception) -> Rejected:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from cachetools import LRUCache
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from liverl.contracts import names
@@ -35,31 +34,65 @@ class Sealer:
     def __init__(self, store: SubjectKeyStore, pseudonyms: Pseudonyms | None = None, cache_size: int = 65_536):
         self.store = store
         self.pseudonyms = pseudonyms or Pseudonyms(store, cache_size)
-        self._ciphers: LRUCache = LRUCache(cache_size)
+        self._cache_size = cache_size
+        self._ciphers: dict[tuple[str, str], AESGCM] = {}  # (tenant, subject) -> its cipher; cleared when full
         self.dropped_forgotten = 0
 
     def seal_all(self, records: Sequence[Record]) -> list[Record]:
-        """The records sealed; those of forgotten subjects are dropped (counted in dropped_forgotten)."""
+        """The records sealed; those of forgotten subjects are dropped (counted in dropped_forgotten). The keys
+        the records need that this process does not hold yet are fetched (or made) together, per tenant: one
+        durable write for a whole capture request."""
+        sealers = self._sealers({record.key for record in records})
         sealed = []
         for record in records:
-            try:
-                sealed.append(self.seal(record))
-            except SubjectForgotten:
+            found = sealers[record.key]
+            if found is None:
                 self.dropped_forgotten += 1
+            elif any(name == names.HEADER_SEALED for name, _ in record.headers):
+                sealed.append(record)  # sealed before (a spooled record written again)
+            else:
+                sealed.append(_sealed(record, *found))
         return sealed
 
     def seal(self, record: Record) -> Record:
-        if any(name == names.HEADER_SEALED for name, _ in record.headers):
-            return record  # sealed before (a spooled record written again)
-        tenant, session = split_key(record.key)
-        subject = self.pseudonyms.session(tenant, session)
-        cipher = self._ciphers.get((tenant, subject))
-        if cipher is None:
-            cipher = self._ciphers[(tenant, subject)] = AESGCM(self.store.create(tenant, subject))
-        nonce = os.urandom(NONCE_BYTES)
-        value = VERSION + nonce + cipher.encrypt(nonce, record.value, associated_data(record.topic, record.key, subject))
-        return Record(record.topic, record.key, value, (*record.headers, (names.HEADER_SEALED, subject.encode())),
-                      record.event_time_ms)
+        """One record sealed; SubjectForgotten when its subject was erased."""
+        (found,) = self._sealers({record.key}).values()
+        if found is None:
+            raise SubjectForgotten(f"the session of record key {record.key!r} was forgotten")
+        return _sealed(record, *found)
+
+    def _sealers(self, keys: set[bytes]) -> dict[bytes, tuple[str, AESGCM] | None]:
+        """Kafka key -> (subject, cipher), or None for a forgotten subject."""
+        found: dict[bytes, tuple[str, AESGCM] | None] = {}
+        missing: dict[str, dict[str, list[bytes]]] = {}  # tenant -> subject -> keys
+        for key in keys:
+            tenant, session = split_key(key)
+            subject = self.pseudonyms.session(tenant, session)
+            cipher = self._ciphers.get((tenant, subject))
+            if cipher is not None:
+                found[key] = (subject, cipher)
+            else:
+                missing.setdefault(tenant, {}).setdefault(subject, []).append(key)
+        for tenant, subjects in missing.items():
+            forgotten = self.store.forgotten(tenant)
+            live = [subject for subject in subjects if subject not in forgotten]
+            made = self.store.create_many(tenant, live) if live else {}
+            if len(self._ciphers) + len(made) > self._cache_size:
+                self._ciphers.clear()
+            for subject, record_keys in subjects.items():
+                cipher = None
+                if subject in made:
+                    cipher = self._ciphers[(tenant, subject)] = AESGCM(made[subject])
+                for key in record_keys:
+                    found[key] = None if cipher is None else (subject, cipher)
+        return found
+
+
+def _sealed(record: Record, subject: str, cipher: AESGCM) -> Record:
+    nonce = os.urandom(NONCE_BYTES)
+    value = VERSION + nonce + cipher.encrypt(nonce, record.value, associated_data(record.topic, record.key, subject))
+    return Record(record.topic, record.key, value, (*record.headers, (names.HEADER_SEALED, subject.encode())),
+                  record.event_time_ms)
 
 
 class Opener:
@@ -67,7 +100,8 @@ class Opener:
 
     def __init__(self, store: SubjectKeyStore, cache_size: int = 65_536):
         self.store = store
-        self._ciphers: LRUCache = LRUCache(cache_size)
+        self._cache_size = cache_size
+        self._ciphers: dict[tuple[str, str], AESGCM] = {}
 
     def open(self, topic: str, key: bytes | None, headers: Sequence[tuple[str, bytes]], value: bytes | None) -> bytes:
         """The plain value; Forgotten when its subject's key is gone; ValueError when it does not open."""
@@ -82,6 +116,8 @@ class Opener:
             if secret is None:
                 raise Forgotten(f"the key of subject {subject_id} (tenant {tenant!r}) is gone: the record was "
                                 "erased by `liverl forget` (or the key store is not the one that sealed it)")
+            if len(self._ciphers) >= self._cache_size:
+                self._ciphers.clear()
             cipher = self._ciphers[(tenant, subject_id)] = AESGCM(secret)
         value = value or b""
         if value[:1] != VERSION or len(value) < 1 + NONCE_BYTES + 16:
