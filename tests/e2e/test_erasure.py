@@ -4,8 +4,9 @@ marker is left anywhere under the data directory (Kafka's log segments on the br
 and their history, the MLflow database and artifacts, spools, the capture state, logs, the key store), while
 another user's data is intact and still read by the trainer's table reader.
 
-The headerless OpenAI call (serving) is not driven here: its ModelCalls hold token ids only and are sealed by
-the same writer as the import's (tests/serving cover its recording).
+A headerless OpenAI call through serving joins them: serving records its ModelCall (token ids only, so no marker
+string is stored of it) and the user's feedback on the reply links its session to the user, so its row and records
+are erased with the user's.
 """
 
 from __future__ import annotations
@@ -143,6 +144,27 @@ def import_log(config, tmp_path: Path, tokenizer_dir: Path, user: str, marker: s
     return "conv-import-dave"
 
 
+def headerless_call(config, tiny_policy_dir, tmp_path: Path, capture_server, user: str, text: str) -> str:
+    """One OpenAI chat call with no liverl header through serving (hf engine), then the user's thumbs-up on the
+    reply through the SDK; returns the session id serving recorded it under (the reply's id)."""
+    from openai import OpenAI
+
+    from ingest.sdk import CaptureClient, FeedbackKind
+    from tests.serving.conftest import ServerThread, serving_config
+
+    served = serving_config(config, tmp_path, "liverl-policy", policy_dir=tiny_policy_dir,
+                            api_keys={"acme-key": {"tenant": "acme"}}, default_max_tokens=4)
+    with ServerThread(served) as serving:
+        llm = OpenAI(base_url=f"{serving.http_base}/v1", api_key="acme-key")
+        reply = llm.chat.completions.create(model="liverl-policy", messages=[{"role": "user", "content": text}])
+        assert serving.server.recorder.flush(30)
+    client = CaptureClient(capture_server.grpc_address, "acme-token", None)
+    client.feedback(reply, FeedbackKind.THUMBS_UP, user_id=user)
+    assert client.flush(timeout_s=30), client.stats()
+    client.close()
+    return reply.id
+
+
 def files_holding(root: Path, needle: str) -> list[str]:
     """Every file under root whose raw bytes hold needle (as UTF-8, or as JSON escapes it as is)."""
     found = []
@@ -205,10 +227,11 @@ def test_forget_leaves_no_readable_copy_and_keeps_everyone_else(loop, tmp_path, 
     erin_session = sdk_session(config, server, ERIN, ERIN_MARKER, [1, 2])
     otlp_conversation(server, OTLP_CONVERSATION, DAVE_MARKERS["otlp"])
     import_log(config, tmp_path, tiny_policy_dir, DAVE, DAVE_MARKERS["import"])
+    zero_code = headerless_call(config, tiny_policy_dir, tmp_path, server, DAVE, "fix edit file")
     distill_until_settled(config)
 
     rows = DeltaTable(config.table.trajectories_uri).to_pyarrow_table(columns=["session_id"]).to_pylist()
-    assert {erin_session, OTLP_CONVERSATION, "conv-import-dave"} <= {r["session_id"] for r in rows}, rows
+    assert {erin_session, OTLP_CONVERSATION, "conv-import-dave", zero_code} <= {r["session_id"] for r in rows}, rows
     before = {name: files_holding(data_dir, marker) for name, marker in DAVE_MARKERS.items()}
     assert all(before.values()), before  # the markers were stored (as the redacted traces show them)
     print(f"marker copies before forget: {before}")
@@ -225,7 +248,7 @@ def test_forget_leaves_no_readable_copy_and_keeps_everyone_else(loop, tmp_path, 
 
     left = {name: files_holding(data_dir, marker) for name, marker in DAVE_MARKERS.items()}
     assert left == {name: [] for name in DAVE_MARKERS}, left
-    assert by_user["keys_destroyed"] == 2 and by_user["table_rows"] >= 2 and by_user["traces"] >= 2
+    assert by_user["keys_destroyed"] == 3 and by_user["table_rows"] >= 3 and by_user["traces"] >= 3
     assert by_session["keys_destroyed"] == 1 and by_session["table_rows"] >= 1
     logged = audit_log.read(config.privacy.audit_log)
     assert [entry["scope"] for entry in logged] == ["user", "session"]
