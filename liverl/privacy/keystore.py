@@ -27,6 +27,7 @@ import os
 import re
 import secrets
 import shutil
+import threading
 from collections.abc import Iterable
 from contextlib import contextmanager
 from pathlib import Path
@@ -76,6 +77,7 @@ class FileKeyStore:
         self._keys: dict[str, dict[str, bytes]] = {}  # tenant -> subject -> key, as far as keys.log was read
         self._read_to: dict[str, tuple[int, int]] = {}  # tenant -> (keys.log inode, bytes read)
         self._tombstones: dict[str, tuple[tuple[int, int], frozenset[str]]] = {}  # tenant -> (file stat, ids)
+        self._reading = threading.RLock()  # one thread at a time reads keys.log into the index (gRPC threads)
 
     # --- keys ------------------------------------------------------------------------------------
 
@@ -96,7 +98,7 @@ class FileKeyStore:
         self._refuse_forgotten(tenant, wanted)
         known = self._keys.setdefault(tenant, {})
         if not wanted <= known.keys() or linked:
-            with self._locked(tenant):
+            with self._reading, self._locked(tenant):
                 self._refresh(tenant)  # another process may have made some (it may also start a new dict)
                 self._refuse_forgotten(tenant, wanted)  # forgotten meanwhile: never a new key
                 known = self._keys[tenant]
@@ -186,6 +188,10 @@ class FileKeyStore:
 
     def _refresh(self, tenant: str) -> None:
         """Read what keys.log gained since the last read (all of it when it was rewritten)."""
+        with self._reading:
+            self._read_new(tenant)
+
+    def _read_new(self, tenant: str) -> None:
         path = self._folder(tenant, make=False) / "keys.log"
         try:
             descriptor = os.open(path, os.O_RDONLY)

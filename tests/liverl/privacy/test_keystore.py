@@ -70,3 +70,19 @@ def test_forgetting_a_tenant_destroys_all_its_keys(tmp_path):
 def test_ids_that_are_not_pseudonyms_are_refused(tmp_path):
     with pytest.raises(ValueError, match="not a subject or user pseudonym"):
         FileKeyStore(tmp_path).create("acme", "../../etc/passwd")
+
+
+def test_forgetting_leaves_no_copy_of_the_key_in_the_store(tmp_path):
+    store = FileKeyStore(tmp_path)
+    pseudonyms = Pseudonyms(store)
+    doomed, kept = pseudonyms.session("acme", "conv-1"), pseudonyms.session("acme", "conv-2")
+    user = pseudonyms.user("acme", "dave")
+    keys = store.create_many("acme", [doomed, kept], links=[(user, doomed)])
+    reader = FileKeyStore(tmp_path)  # another process's view, read before the erasure
+    assert reader.key("acme", doomed) == keys[doomed]
+    store.forget("acme", store.subjects_of("acme", user), user)
+    stored = b"".join(p.read_bytes() for p in tmp_path.rglob("*") if p.is_file())
+    assert keys[doomed].hex().encode() not in stored and keys[kept].hex().encode() in stored
+    assert FileKeyStore(tmp_path).key("acme", doomed) is None and reader.key("acme", kept) == keys[kept]
+    assert user.encode() in stored  # as a tombstone only
+    assert store.subjects_of("acme", user) == []
