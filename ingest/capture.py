@@ -24,6 +24,7 @@ from ingest.metrics import CaptureMetrics
 from ingest.refused import log_unexpected
 from ingest.routing import Forwarded, PeerForwarder, ReplicaRing
 from ingest.sessions import SessionRegistry
+from ingest.subjects import CaptureSubjects
 from ingest.validation import Limits, Rejected, SessionEvent, validate
 from liverl.access.opt_out import OptOut
 from liverl.config import LiverlConfig
@@ -40,8 +41,10 @@ DEADLINE_EXCEEDED = "deadline_exceeded"  # the one rejection that means "not loo
 class CaptureCore:
     def __init__(self, config: LiverlConfig, delivery: KafkaDelivery, sessions: SessionRegistry,
                  metrics: CaptureMetrics, clock: Callable[[], float] = time.time,
-                 ring: ReplicaRing | None = None, peers: PeerForwarder | None = None):
+                 ring: ReplicaRing | None = None, peers: PeerForwarder | None = None,
+                 subjects: CaptureSubjects | None = None):
         ingest = config.ingest
+        self.subjects = subjects or capture_subjects(config)
         self.ring = ring
         self.peers = peers
         self.forward_timeout_s = ingest.replica_forward_timeout_s
@@ -102,6 +105,8 @@ class CaptureCore:
         accepted: list[tuple[int, object, SessionEvent]] = []  # (index, raw item, event) that passed the checks
         duplicates = 0
         redacted: Counter = Counter()
+        links: list[tuple[str, str]] = []  # (user, session subject) pairs new to the key store's index
+        forgotten = self.subjects.forgotten(tenant)
 
         def refuse(index: int, item, event: SessionEvent | None, rejected: Rejected) -> None:
             response.rejected.add(index=index, event_id=event.event_id if event else "",
@@ -120,6 +125,10 @@ class CaptureCore:
                     response.dropped_opt_out += 1
                     continue
                 validate(event, tenant, now_ms, self.limits)
+                if not self.subjects.pseudonymise(tenant, event, forgotten):  # its user was erased (`liverl forget`)
+                    response.dropped_opt_out += 1
+                    self.metrics.dropped.labels("forgotten").inc()
+                    continue
                 identity = (tenant, event.event_id)
                 if identity in stored or identity in self.recent:
                     duplicates += 1  # stored before: acknowledged again, never stored twice
@@ -139,11 +148,13 @@ class CaptureCore:
                 found = None if clean else redactor.redact_message(event)
                 if found:  # usually empty: Counter's += costs more than the check
                     redacted.update(found)
+                self.subjects.link(tenant, event.user_id, event.session_id, links)
                 records.append(self._event_record(event))
             except Exception as error:  # noqa: BLE001 - one event's failure must never fail its batch
                 stored.discard((tenant, event.event_id))
                 refuse(index, item, event, error if isinstance(error, Rejected) else self._internal(error))
         self.sessions.commit()
+        self.subjects.write(tenant, links, {event.session_id for _, _, event in accepted}, forgotten)
         self.delivery.deliver(records + dead)
         self.recent.add(stored)
         if duplicates:
@@ -258,9 +269,11 @@ class CaptureCore:
 
     def opted_out(self, tenant: str, user_id: str, session_id: str) -> bool:
         """The user (named, else the one the session started with) of this tenant opted out."""
-        if not self.opt_out.users.get(tenant):
+        users = self.opt_out.users.get(tenant)
+        if not users:
             return False
-        return self.opt_out.user(tenant, user_id or self.sessions.user_of(tenant, session_id))
+        user = user_id or self.sessions.user_of(tenant, session_id)  # the session state holds keyed pseudonyms
+        return self.opt_out.user(tenant, user) or user in {self.subjects.pseudonyms.user(tenant, u) for u in users}
 
     def _event_record(self, event: SessionEvent) -> Record:
         return kafka_records.session_record(self.topics.session_events_topic, kafka_records.SESSION_EVENT,
@@ -296,6 +309,15 @@ class CaptureCore:
         redacted message and where), so its batch still goes through."""
         log_unexpected(log, "capture failed on one event", error, self._scrub)
         return _internal_rejection(error)
+
+
+def capture_subjects(config: LiverlConfig) -> CaptureSubjects:
+    from liverl.privacy import key_store
+    from liverl.privacy.pseudonyms import Pseudonyms
+
+    store = key_store(config)
+    return CaptureSubjects(store, Pseudonyms(store, config.privacy.key_cache_size), config.privacy.key_cache_size,
+                           make_keys=config.privacy.encrypt_payloads)
 
 
 def _internal_rejection(error: Exception) -> Rejected:

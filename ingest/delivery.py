@@ -41,8 +41,10 @@ class _CaptureListener(WriterListener):
 class KafkaDelivery(KafkaWriter):
     """The capture service's KafkaWriter: `deliver()` returns once every record is in Kafka or fsync'd."""
 
-    def __init__(self, kafka: KafkaConfig, spool: Spool, metrics: CaptureMetrics, ack_timeout_s: float = 5.0):
-        super().__init__(kafka, spool, ack_timeout_s, _CaptureListener(metrics), name="ingest-spool")
+    def __init__(self, kafka: KafkaConfig, spool: Spool, metrics: CaptureMetrics, ack_timeout_s: float = 5.0,
+                 seal=None):
+        """seal: see KafkaWriter (the records sealed with their subjects' keys before Kafka or the spool)."""
+        super().__init__(kafka, spool, ack_timeout_s, _CaptureListener(metrics), name="ingest-spool", seal=seal)
         self.metrics = metrics
         # Registered here rather than in CaptureMetrics, which belongs to the service's own metrics set.
         corrupt = Counter("liverl_ingest_spool_corrupt_frames", "Corrupt spool frames quarantined (and skipped).",

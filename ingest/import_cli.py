@@ -21,8 +21,9 @@ def add_arguments(parser) -> None:
                         help="the policy's Hugging Face folder whose tokenizer rebuilds token ids "
                              "(default: serving.policy_dir)")
     parser.add_argument("--user", default="",
-                        help="end user of every session whose source names none (OpenAI `user`, OTLP user.id); "
-                             "sessions of users in ingest.opt_out_users are dropped")
+                        help="end user of every session whose source names none (OpenAI `user`, OTLP user.id): "
+                             "stored as the tenant's keyed pseudonym, so `liverl forget --user` finds these "
+                             "sessions; sessions of users in ingest.opt_out_users are dropped")
     parser.add_argument("--task-family", help="task family of every imported session (default: per format)")
     parser.add_argument("--spool-dir", metavar="DIR",
                         help="spool for records Kafka did not take in time (default: <stack.data_dir>/import/spool)")
@@ -55,9 +56,15 @@ def run(config, args) -> int:
         from ingest.importers.publish import Publisher, records_of
 
         spool_dir = Path(args.spool_dir) if args.spool_dir else config.stack.data_dir / "import" / "spool"
-        with Publisher(config.kafka, spool_dir) as publisher:
+        from ingest.importers.subject import ImportSubject
+        from liverl.privacy import sealer_for
+
+        subject = ImportSubject.of(config, tenant, args.user)
+        sealer = sealer_for(config, subject.pseudonyms)
+        with Publisher(config.kafka, spool_dir, seal=sealer.seal_all if sealer else None) as publisher:
             summary = import_files(args.format, paths, builder,
-                                   lambda _, built: publisher.write(records_of(built, tenant, config.kafka)),
+                                   lambda _, built: publisher.write(records_of(subject.owned(built), tenant,
+                                                                               config.kafka)),
                                    **chosen)
         spooled = publisher.spooled()
     for line in summary.lines():

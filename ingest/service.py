@@ -17,7 +17,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from ingest.auth import TokenAuth
-from ingest.capture import CaptureCore
+from ingest.capture import CaptureCore, capture_subjects
 from ingest.delivery import KafkaDelivery
 from ingest.grpc_api import SERVICE_NAME, CaptureHandler
 from ingest.metrics import CaptureMetrics
@@ -25,6 +25,7 @@ from ingest.routing import PeerForwarder, ReplicaRing
 from ingest.sessions import SessionRegistry
 from liverl.io.spool import Spool
 from liverl.config import LiverlConfig
+from liverl.privacy import sealer_for
 
 log = logging.getLogger("liverl.ingest.service")
 GRPC_THREADS = 16  # half of them at most wait on other replicas (ingest/routing.py)
@@ -56,12 +57,16 @@ class CaptureServer:
         self.peers = PeerForwarder(ingest.tenant_tokens, ingest.replica_token, ingest.tls_cert_file,
                                    max_waiting=GRPC_THREADS // 2)
         self.spool = Spool(folder / "kafka", max_bytes=ingest.max_spool_bytes)
+        subjects = capture_subjects(config)  # keyed pseudonyms: the session state holds no raw id
         self.sessions = SessionRegistry(folder / "sessions.sqlite", int(ingest.late_event_horizon_s * 1000),
                                         ingest.enforce_sessions, now_ms=int(time.time() * 1000),
                                         start_grace_ms=int(ingest.session_start_grace_s * 1000),
-                                        scope=self.ring.scope)
-        self.delivery = KafkaDelivery(config.kafka, self.spool, self.metrics, ingest.kafka_ack_timeout_s)
-        self.core = CaptureCore(config, self.delivery, self.sessions, self.metrics, ring=self.ring, peers=self.peers)
+                                        scope=self.ring.scope, pseudonym=subjects.pseudonyms.session)
+        sealer = sealer_for(config, subjects.pseudonyms)
+        self.delivery = KafkaDelivery(config.kafka, self.spool, self.metrics, ingest.kafka_ack_timeout_s,
+                                      seal=sealer.seal_all if sealer else None)
+        self.core = CaptureCore(config, self.delivery, self.sessions, self.metrics, ring=self.ring, peers=self.peers,
+                                subjects=subjects)
         self.grpc_port = 0
         self.http_port = 0
         self.metrics_port = 0

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,9 +49,12 @@ class SessionState:
 
 class SessionRegistry:
     def __init__(self, path: Path, late_horizon_ms: int, enforce: bool = True, now_ms: int = 0,
-                 start_grace_ms: int = 0, scope: str = ""):
+                 start_grace_ms: int = 0, scope: str = "", pseudonym: Callable[[str, str], str] | None = None):
         """scope: what this state is the authority for (the replica ring); when it changes, sessions may
-        have moved here from another replica, so the state counts as new from now_ms."""
+        have moved here from another replica, so the state counts as new from now_ms. pseudonym: (tenant,
+        session id) -> the name the state stores the session under (a keyed pseudonym, so the file holds no
+        raw session id; user ids arrive pseudonymised already); None: the id itself."""
+        self._name = pseudonym or (lambda _tenant, session_id: session_id)
         path.parent.mkdir(parents=True, exist_ok=True)
         self.late_horizon_ms = late_horizon_ms
         self.start_grace_ms = start_grace_ms
@@ -78,7 +82,7 @@ class SessionRegistry:
     def admit(self, event: SessionEvent, now_ms: int) -> None:
         """Raise Rejected if the session rules refuse the event; otherwise record what it changes."""
         kind = event.WhichOneof("body")
-        key = (event.tenant_id, event.session_id)
+        key = (event.tenant_id, self._name(event.tenant_id, event.session_id))
         with self._lock:
             state = self._get(key)
             if kind == "session_start":
@@ -113,7 +117,7 @@ class SessionRegistry:
 
     def user_of(self, tenant_id: str, session_id: str) -> str:
         with self._lock:
-            state = self._get((tenant_id, session_id))
+            state = self._get((tenant_id, self._name(tenant_id, session_id)))
         return state.user_id if state else ""
 
     def commit(self) -> None:
@@ -181,3 +185,26 @@ class SessionRegistry:
     def _put(self, key: tuple[str, str], state: SessionState) -> None:
         self._cache[key] = state
         self._dirty[key] = state
+
+
+def purge_sessions(path: Path, tenant: str, names: set[str] | None = None, user: str | None = None) -> int:
+    """Erase a subject from a capture state file (`liverl forget`): the tenant's sessions stored under one of
+    `names` (their keyed pseudonyms) or of `user` (a user pseudonym); every session of the tenant when both are
+    None. The file is then rebuilt so the rows leave no bytes behind. Returns how many sessions went. A running
+    service forgets them from its cache when it next prunes; their records are unreadable already (keys gone)."""
+    if not path.exists():
+        return 0
+    db = sqlite3.connect(path, timeout=60, isolation_level=None)
+    try:
+        if names is None and user is None:
+            deleted = db.execute("DELETE FROM sessions WHERE tenant=?", (tenant,)).rowcount
+        else:
+            marks = ",".join("?" * len(names or ()))
+            deleted = db.execute(f"DELETE FROM sessions WHERE tenant=? AND (session_id IN ({marks or 'NULL'}) "
+                                 "OR user_id=?)", (tenant, *(names or ()), user or "\0")).rowcount
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        db.execute("VACUUM")
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return deleted
+    finally:
+        db.close()

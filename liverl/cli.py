@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tenants": ("trainer.tenants_cli", "list each tenant's champion adapter and the history of its versions"),
     "import": ("ingest.import_cli", "publish existing agent traces (OpenAI logs, SWE-agent .traj, OTLP GenAI spans) as sessions"),
     "topics": ("infra.commands.topics", "print a topic's records as JSON lines, decoded and filtered by tenant/session"),
+    "forget": ("infra.commands.forget", "erase a tenant, user or session from every store (keys, table, traces, state)"),
     "demo": ("demo.cli", "run the whole loop on the embedded stack with a demo agent product"),
 }
 

@@ -33,8 +33,10 @@ class DistillBatch(beam.PTransform):
     def __init__(self, ranges: list[OffsetRange], carried_state: str | None,
                  events_topic: str, calls_topic: str, client_kwargs: dict, read_timeout_s: float,
                  timing: sessionize.Timing, rewards: RewardsConfig, batch_id: str, on_retention_gap: str = SKIP,
-                 trace_sample_rate: float = 0.0):
+                 trace_sample_rate: float = 0.0, keys_dir: str | None = None):
+        """keys_dir: the subject key store that opens sealed record values (privacy.keys_dir)."""
         super().__init__()
+        self._keys_dir = keys_dir
         self._trace_sample_rate = trace_sample_rate  # sessions whose events are staged for MLflow traces
         self._on_retention_gap = on_retention_gap
         self._ranges, self._carried_state = ranges, carried_state
@@ -52,13 +54,14 @@ class DistillBatch(beam.PTransform):
                    | "AsRawRecords" >> beam.Map(RawRecord.from_row))
         parsed = ((read.records, carried)
                   | "AllRecords" >> beam.Flatten()
-                  | "ParseRecords" >> beam.ParDo(parse.ParseRecord(*self._topics)).with_outputs(
+                  | "ParseRecords" >> beam.ParDo(parse.ParseRecord(*self._topics, self._keys_dir)).with_outputs(
                       parse.DEAD, main="records"))
         closed = (self._read_state(pbegin, "closed", "ClosedSessions")
                   | "AsClosedPairs" >> beam.Map(closed_pair))
         decided = ({"records": parsed.records, "closed": closed}
                    | "GroupBySession" >> beam.CoGroupByKey()
-                   | "DecideReadiness" >> beam.ParDo(sessionize.DecideSession(self._timing, *self._topics)).with_outputs(
+                   | "DecideReadiness" >> beam.ParDo(sessionize.DecideSession(
+                       self._timing, *self._topics, self._keys_dir)).with_outputs(
                        sessionize.PENDING, sessionize.CLOSED, sessionize.DEAD, main="ready"))
         built = decided.ready | "BuildTrajectories" >> beam.ParDo(trajectories.BuildTrajectories(
             self._rewards, self._batch_id, self._timing.as_of_ms)).with_outputs(trajectories.DEAD, main="rows")

@@ -12,6 +12,7 @@ import apache_beam as beam
 from google.protobuf.message import DecodeError
 
 from liverl.contracts import names
+from liverl.privacy.sealing import Forgotten, Opener
 from liverl.v1.model_call_pb2 import ModelCall
 from liverl.v1.session_event_pb2 import SessionEvent
 from pipelines import dead_letters
@@ -36,8 +37,11 @@ class Parsed(NamedTuple):
         return self.message.tenant_id, self.message.session_id
 
 
-def parse_record(record: RawRecord, events_topic: str, calls_topic: str) -> Parsed | dict:
-    """The parsed record, or a dead-letter row saying what is wrong with it."""
+def parse_record(record: RawRecord, events_topic: str, calls_topic: str, opener: Opener | None = None
+                 ) -> Parsed | dict | None:
+    """The parsed record, or a dead-letter row saying what is wrong with it; None when its subject was erased
+    (`liverl forget`: its key is gone, so it can never be read, and it is not a fault to record).
+    opener: opens sealed values (liverl.privacy.sealing); None: values are taken as they are."""
     if record.topic == events_topic:
         kind, message_type = EVENT, SessionEvent
     elif record.topic == calls_topic:
@@ -49,7 +53,10 @@ def parse_record(record: RawRecord, events_topic: str, calls_topic: str) -> Pars
     try:
         if header_version is not None and int(header_version) > names.EVENT_SCHEMA_VERSION:
             return _unsupported(record, int(header_version))
-        message = message_type.FromString(record.value or b"")
+        value = record.value if opener is None else opener.open(record.topic, record.key, record.headers, record.value)
+        message = message_type.FromString(value or b"")
+    except Forgotten:
+        return None
     except (DecodeError, ValueError) as error:
         return dead_letters.record_dead_letter(
             dead_letters.MALFORMED_EVENT, f"not a {message_type.__name__}: {error}", record, _tenant(record),
@@ -91,6 +98,17 @@ def _text(value: bytes | None) -> str | None:
         return None
 
 
+def opener(keys_dir: str | None) -> Opener | None:
+    """The Opener of the key store in keys_dir (made on the worker: keys never travel with the pipeline)."""
+    if keys_dir is None:
+        return None
+    from pathlib import Path
+
+    from liverl.privacy.keystore import FileKeyStore
+
+    return Opener(FileKeyStore(Path(keys_dir)))
+
+
 class ParseRecord(beam.DoFn):
     """Main output: ((tenant_id, session_id), the record as a plain tuple). Tagged output DEAD: dead-letter rows.
 
@@ -98,14 +116,21 @@ class ParseRecord(beam.DoFn):
     after grouping: protobuf parsing is far cheaper than pickling messages through GroupByKey.
     """
 
-    def __init__(self, events_topic: str, calls_topic: str):
+    def __init__(self, events_topic: str, calls_topic: str, keys_dir: str | None = None):
         self._events_topic = events_topic
         self._calls_topic = calls_topic
+        self._keys_dir = keys_dir
+        self._opener = None
         self.malformed = beam.metrics.Metrics.counter("distill", "dead_records")
+        self.erased = beam.metrics.Metrics.counter("distill", "erased_records")
 
     def process(self, record: RawRecord):
-        parsed = parse_record(record, self._events_topic, self._calls_topic)
-        if isinstance(parsed, Parsed):
+        if self._opener is None:
+            self._opener = opener(self._keys_dir)
+        parsed = parse_record(record, self._events_topic, self._calls_topic, self._opener)
+        if parsed is None:
+            self.erased.inc()
+        elif isinstance(parsed, Parsed):
             yield parsed.session_key, tuple(record)
         else:
             self.malformed.inc()

@@ -20,7 +20,7 @@ import apache_beam as beam
 
 from liverl.rewards.session import SessionRecord
 from pipelines import dead_letters
-from pipelines.parse import EVENT, Parsed, parse_record
+from pipelines.parse import EVENT, Parsed, opener, parse_record
 from pipelines.records import RawRecord
 
 READY = "ready"
@@ -139,16 +139,21 @@ class DecideSession(beam.DoFn):
     """((tenant_id, session_id), {"records": [record tuples], "closed": [ms]}) -> READY SessionRecord; tagged
     PENDING raw-record rows, CLOSED closed-session rows and DEAD dead-letter rows."""
 
-    def __init__(self, timing: Timing, events_topic: str, calls_topic: str):
+    def __init__(self, timing: Timing, events_topic: str, calls_topic: str, keys_dir: str | None = None):
         self._timing = timing
         self._topics = (events_topic, calls_topic)
+        self._keys_dir = keys_dir
+        self._opener = None
         self.counters = {name: beam.metrics.Metrics.counter("distill", name)
                          for name in ("sessions_ready", "sessions_pending", "sessions_dead", "duplicates",
                                       "late_events")}
 
     def process(self, element):
         key, grouped = element
-        parsed = [parse_record(RawRecord(*fields), *self._topics) for fields in grouped["records"]]
+        if self._opener is None:
+            self._opener = opener(self._keys_dir)
+        parsed = [parse_record(RawRecord(*fields), *self._topics, self._opener) for fields in grouped["records"]]
+        parsed = [item for item in parsed if item is not None]  # None: erased since it was read
         decision = decide(tuple(key), parsed, list(grouped["closed"]), self._timing)
         self.counters["duplicates"].inc(decision.duplicates)
         self.counters["late_events"].inc(decision.late_events)

@@ -72,7 +72,8 @@ class Recorder:
     def __init__(self, kafka_config: KafkaConfig, spool_dir: Path, metrics: ServingMetrics,
                  queue_size: int = _DEFAULTS["record_queue_size"].default,
                  spool_max_bytes: int = _DEFAULTS["spool_max_bytes"].default,
-                 linger_s: float = _DEFAULTS["record_linger_s"].default):
+                 linger_s: float = _DEFAULTS["record_linger_s"].default, seal=None):
+        """seal: see KafkaWriter (each record sealed with its session's key before Kafka or the spool)."""
         self._kafka = kafka_config
         self._metrics = metrics
         self._handoff: BatchHandoff[Record | _Pending] = BatchHandoff(queue_size, linger_s)
@@ -82,7 +83,8 @@ class Recorder:
         self.spool = Spool(spool_dir, spool_max_bytes, on_corrupt=lambda _frame: corrupt.inc())
         corrupt.inc(self.spool.stats().corrupt_frames)  # found while the spool was opened
         self._listener = _RecordingListener(metrics)
-        self.writer = KafkaWriter(kafka_config, self.spool, ACK_TIMEOUT_S, self._listener, name="modelcall-recorder")
+        self.writer = KafkaWriter(kafka_config, self.spool, ACK_TIMEOUT_S, self._listener, name="modelcall-recorder",
+                                  seal=seal)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="modelcall-recorder", daemon=True)
 

@@ -76,3 +76,12 @@ def tiny_policy_dir(tmp_path_factory) -> Path:
     from demo.policy.tiny_policy import build_policy
 
     return build_policy(tmp_path_factory.mktemp("policy") / "base", ["edit", "search", "ask", "fix", "file", "done"])
+
+
+def opened(config: LiverlConfig, records: list) -> list:
+    """Kafka records (kafka-python's) with their sealed values opened by the config's key store, as the
+    pipelines read them (liverl.privacy.sealing); plain values pass through."""
+    from liverl.privacy import opener_for
+
+    opener = opener_for(config)
+    return [r._replace(value=opener.open(r.topic, r.key, r.headers, r.value)) for r in records]

@@ -197,6 +197,10 @@ class Publisher:
                             "not promoted, the next candidate tries again")
         try:
             judged_against = body["alias_champion"] if "alias_champion" in body else body.get("champion")
+            if names.TAG_ERASURE_EXCLUDED in self.registry.tags(version):
+                return _Refusal(f"version {version} was trained on the data of a subject `liverl forget` erased "
+                                f"(erasure {self.registry.tags(version)[names.TAG_ERASURE_EXCLUDED]}) and is "
+                                "excluded from promotion; train a new version on the table as it is now")
             now = self.registry.alias_version(self.champion_alias)
             if now != judged_against:
                 return _Refusal(f"judged against v{judged_against}, but {self.champion_alias} is now v{now} (another "

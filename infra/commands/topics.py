@@ -42,7 +42,9 @@ def run(config, args) -> int:
     logging.getLogger("kafka").setLevel(logging.CRITICAL)
     topic = resolve_topic(config.kafka, args.topic)
     decode = decoder_for(config.kafka, topic)
-    for line in read_lines(config.kafka, topic, decode, args, config.ingest.redaction):
+    from liverl.privacy import opener_for
+
+    for line in read_lines(config.kafka, topic, decode, args, config.ingest.redaction, opener_for(config)):
         print(line, flush=True)
     return 0
 
@@ -81,12 +83,20 @@ def decode_json(value: bytes) -> Decoded:
     return envelope, envelope.get("tenant_id"), envelope.get("session_id")
 
 
-def as_line(record, decode: Callable[[bytes], Decoded]) -> tuple[dict, str | None, str | None]:
-    """The record as a JSON-ready dict, with the tenant and session it belongs to (None: unknown)."""
+def as_line(record, decode: Callable[[bytes], Decoded], opener=None) -> tuple[dict, str | None, str | None]:
+    """The record as a JSON-ready dict, with the tenant and session it belongs to (None: unknown). opener:
+    opens values sealed with their subject's key (liverl.privacy.sealing; what they hold is redacted)."""
+    from liverl.privacy.sealing import Forgotten
+
     headers = {name: _text(value) for name, value in record.headers or ()}
     key = _text(record.key) if record.key is not None else None
     try:
-        value, tenant, session = decode(record.value or b"")
+        plain = record.value if opener is None else opener.open(record.topic, record.key, record.headers or (),
+                                                                 record.value)
+        value, tenant, session = decode(plain or b"")
+    except Forgotten:
+        value = {"erased": "its subject was forgotten (`liverl forget`): the key that sealed it is gone"}
+        tenant, session = headers.get("liverl-tenant"), None
     except Exception as error:  # noqa: BLE001 - one undecodable record is shown, never fatal
         value = {"undecodable": f"{type(error).__name__}: {error}",
                  "value_b64": base64.b64encode(record.value or b"").decode()}
@@ -115,9 +125,11 @@ def stored_session_ids(session: str, redaction=None) -> set[str]:
     return {session, Redactor(redaction).redact_id(session)}
 
 
-def read_lines(kafka, topic: str, decode: Callable[[bytes], Decoded], args, redaction=None) -> Iterator[str]:
+def read_lines(kafka, topic: str, decode: Callable[[bytes], Decoded], args, redaction=None,
+               opener=None) -> Iterator[str]:
     """JSON lines of the topic's records that pass the tenant and session filters, in each partition's order.
-    redaction: the RedactionConfig whose pseudonyms --session also matches (None: the defaults)."""
+    redaction: the RedactionConfig whose pseudonyms --session also matches (None: the defaults); opener: see
+    as_line."""
     from kafka import KafkaConsumer, TopicPartition
 
     sessions = stored_session_ids(args.session, redaction) if args.session else set()
@@ -142,7 +154,7 @@ def read_lines(kafka, topic: str, decode: Callable[[bytes], Decoded], args, reda
                 for record in records:
                     if not args.follow and record.offset >= ends[tp]:
                         continue
-                    line, tenant, session = as_line(record, decode)
+                    line, tenant, session = as_line(record, decode, opener)
                     if (args.tenant and tenant != args.tenant) or (sessions and session not in sessions):
                         continue
                     yield json.dumps(line, ensure_ascii=False)

@@ -43,13 +43,16 @@ def records_of(built: BuiltSession, tenant: str, kafka: KafkaConfig) -> list[Rec
 class Publisher:
     """A KafkaWriter over the import spool; use as a context manager."""
 
-    def __init__(self, kafka: KafkaConfig, spool_dir: Path):
+    def __init__(self, kafka: KafkaConfig, spool_dir: Path, seal=None):
+        """seal: see KafkaWriter (records sealed with their sessions' keys; forgotten sessions dropped)."""
         self.kafka = kafka
         self.spool_dir = spool_dir
+        self.seal = seal
         self.writer: KafkaWriter | None = None
 
     def __enter__(self) -> "Publisher":
-        self.writer = KafkaWriter(self.kafka, Spool(self.spool_dir), ACK_TIMEOUT_S, name="import").start()
+        self.writer = KafkaWriter(self.kafka, Spool(self.spool_dir), ACK_TIMEOUT_S, name="import",
+                                  seal=self.seal).start()
         return self
 
     def write(self, records: list[Record]) -> None:

@@ -6,6 +6,7 @@ from liverl.config.ingest import IngestConfig
 from liverl.config.kafka import KafkaConfig
 from liverl.config.mlflow import MlflowConfig
 from liverl.config.pipelines import PipelinesConfig
+from liverl.config.privacy import PrivacyConfig
 from liverl.config.rewards import RewardsConfig
 from liverl.config.section import Section
 from liverl.config.serving import ServingConfig
@@ -26,6 +27,7 @@ class LiverlConfig(Section):
     pipelines: PipelinesConfig = PipelinesConfig()
     trainer: TrainerConfig = TrainerConfig()
     rewards: RewardsConfig = RewardsConfig()
+    privacy: PrivacyConfig = PrivacyConfig()
 
     @model_validator(mode="after")
     def _fill_embedded_defaults(self) -> "LiverlConfig":
@@ -45,4 +47,8 @@ class LiverlConfig(Section):
             self.trainer.signing_key_file = data / "keys" / "signing.pem"
         if self.serving.verify_key_file is None:
             self.serving.verify_key_file = data / "keys" / "verify.pem"
+        if self.privacy.keys_dir is None:
+            self.privacy.keys_dir = data / "keys" / "subjects"
+        if self.privacy.audit_log is None:
+            self.privacy.audit_log = data / "audit" / "erasures.jsonl"
         return self

@@ -12,6 +12,8 @@ EVENT_SCHEMA_VERSION = 1
 HEADER_SCHEMA_VERSION = "liverl-schema-version"
 HEADER_TENANT = "liverl-tenant"
 HEADER_KIND = "liverl-kind"  # "session-event" | "model-call" | "dead-letter"
+# The value is sealed (liverl.privacy.sealing) with the key of the subject this header names (a pseudonym).
+HEADER_SEALED = "liverl-sealed"
 
 # gRPC metadata keys / HTTP headers (lower case, as gRPC requires).
 META_SESSION_ID = "x-liverl-session-id"
@@ -70,6 +72,9 @@ TAG_TRAINER_STEP = "liverl.trainer_step"
 TAG_GATE_DECISION = "liverl.gate.decision"  # "pass" | "fail"
 TAG_GATE_REPORT = "liverl.gate.report"  # JSON figures behind the decision
 TAG_SERVING_ROLLBACK = "liverl.serving.rollback"  # set by serving when it rolled a version back
+# Set by `liverl forget --exclude-versions` on versions trained on an erased subject's data (the value: the
+# erasure's id); the trainer's gate never promotes such a version.
+TAG_ERASURE_EXCLUDED = "liverl.erasure.excluded"
 
 # Delta Lake commit metadata written by the pipelines with each batch.
 COMMIT_BATCH_ID = "liverl.batch_id"

@@ -19,6 +19,7 @@ import logging
 import struct
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from liverl.config.kafka import KafkaConfig
@@ -180,8 +181,12 @@ class KafkaWriter:
     """An idempotent librdkafka producer in front of a durable spool; thread-safe."""
 
     def __init__(self, kafka: KafkaConfig, spool: Spool, ack_timeout_s: float = 5.0,
-                 listener: WriterListener | None = None, name: str = "kafka-writer"):
+                 listener: WriterListener | None = None, name: str = "kafka-writer",
+                 seal: Callable[[list[Record]], list[Record]] | None = None):
+        """seal: applied to every record before it is sent or spooled (liverl.privacy.sealing.Sealer.seal_all:
+        values sealed with their subject's key, records of forgotten subjects dropped); None: as given."""
         self.kafka = kafka
+        self.seal = seal
         self.spool = spool
         self.ack_timeout_s = ack_timeout_s
         self.listener = listener or WriterListener()
@@ -204,6 +209,8 @@ class KafkaWriter:
     def write(self, records: list[Record]) -> None:
         """Return only once every record is acknowledged by Kafka or durable in the spool; raises SpoolFull
         (nothing of what was not acknowledged is kept then) when the spool has no room."""
+        if self.seal is not None:
+            records = self.seal(records)
         if not records:
             return
         with self._lock:
@@ -226,6 +233,8 @@ class KafkaWriter:
         """Append to the spool without trying Kafka or waiting for a write in flight (for a caller that
         cannot wait, e.g. an overflowing request path); later writes queue behind them. Raises SpoolFull
         when the spool has no room."""
+        if self.seal is not None:
+            records = self.seal(records)
         if not records:
             return
         self._spool_mode = True

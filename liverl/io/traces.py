@@ -122,6 +122,15 @@ class TraceStore:
         self.tracking.answer(f"finishing trace {trace_id}", lambda: self.client.start_trace(info))
         return trace_id, True
 
+    def delete(self, experiment_id: str, trace_ids: list[str]) -> int:
+        """Delete these traces of the experiment (spans, tags and assessments with them); returns how many."""
+        deleted = 0
+        for start in range(0, len(trace_ids), 100):
+            chunk = trace_ids[start:start + 100]
+            deleted += self.tracking.answer(f"deleting {len(chunk)} traces",
+                                            lambda: self.client.delete_traces(experiment_id, trace_ids=chunk)) or 0
+        return deleted
+
     def search(self, experiment_id: str, filter_string: str, max_results: int = 1000,
                include_spans: bool = False) -> list:
         """Every trace of the experiment matching filter_string (MLflow's search syntax), all pages."""

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from liverl.config import LiverlConfig
+from tests.conftest import opened
 
 
 def capture_config(base: LiverlConfig, spool_dir: Path, **ingest) -> LiverlConfig:
@@ -58,7 +59,7 @@ def read_topic(config: LiverlConfig, topic: str, want: int, timeout_s: float = 3
                 for batch in consumer.poll(timeout_ms=300).values():
                     records.extend(batch)
                 break
-        return records
+        return opened(config, records)
     finally:
         consumer.close()
 

@@ -22,7 +22,8 @@ def start_capture(config, bootstrap: str, log: Path):
             "--kafka.dead_letters_topic", kafka.dead_letters_topic,
             "--ingest.grpc_port", str(ingest.grpc_port), "--ingest.http_port", str(ingest.http_port),
             "--ingest.metrics_port", "0", "--ingest.spool_dir", str(ingest.spool_dir),
-            "--ingest.kafka_ack_timeout_s", "1", "--ingest.tenant_tokens", '{"acme": "acme-token"}']
+            "--ingest.kafka_ack_timeout_s", "1", "--ingest.tenant_tokens", '{"acme": "acme-token"}',
+            "--privacy.keys_dir", str(config.privacy.keys_dir)]  # the key store the test's reader opens with
     offset = log.stat().st_size if log.exists() else 0
     process = processes.start("capture", argv, log, cwd=Path(__file__).resolve().parents[2])
     processes.wait_until(lambda: "capture ready grpc=" in log.read_text()[offset:], 60, "liverl capture",

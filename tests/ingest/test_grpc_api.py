@@ -152,7 +152,10 @@ def test_opted_out_tenants_and_users_are_dropped_at_the_edge(fresh_topics, tmp_p
         assert globex.stats()["dropped_opt_out"] == 2 and globex.stats()["sent"] == 0
         acme.close(), globex.close()
         events = events_of(read_topic(config, config.kafka.session_events_topic, want=2))
-        assert {e.user_id for e in events} == {"public-user"}
+        from liverl.privacy import key_store
+        from liverl.privacy.pseudonyms import Pseudonyms
+
+        assert {e.user_id for e in events} == {Pseudonyms(key_store(config)).user("acme", "public-user")}
         assert server.metrics.registry.get_sample_value("liverl_ingest_events_dropped_total",
                                                         {"reason": "opt_out"}) == 4
     finally:

@@ -41,7 +41,9 @@ def test_a_full_spool_stops_acknowledging_instead_of_losing(tmp_path):
     from ingest.service import CaptureServer
 
     base = load_config(overrides=["--kafka.bootstrap_servers", f"127.0.0.1:{free_port()}"], environ={})
-    config = capture_config(base, tmp_path / "spool", max_spool_bytes=2000, kafka_ack_timeout_s=0.5)
+    # room for a batch or two of sealed records (each carries its nonce, tag and the liverl-sealed header)
+    config = capture_config(base, tmp_path / "spool", max_spool_bytes=3000, kafka_ack_timeout_s=0.5)
+    config.privacy.keys_dir = tmp_path / "keys"
     server = CaptureServer(config).start()
     try:
         client = CaptureClient(server.grpc_address, "acme-token", tmp_path / "sdk", batch_size=5)

@@ -11,7 +11,7 @@ import pytest
 
 from liverl.contracts import names
 from liverl.config import LiverlConfig
-from tests.conftest import with_topics
+from tests.conftest import opened, with_topics
 
 WORDS = ["edit", "search", "ask", "fix", "file", "done"]
 
@@ -174,9 +174,9 @@ def read_topic(config: LiverlConfig, topic: str, expect: int, timeout_s: float =
         while len(records) < expect and time.monotonic() < deadline:
             for batch in consumer.poll(timeout_ms=500).values():
                 records.extend(batch)
-            if until is not None and until(records):
+            if until is not None and until(opened(config, records)):
                 break
-        return records
+        return opened(config, records)
     finally:
         consumer.close()
 

@@ -6,6 +6,7 @@ from demo.product.local_policy import LocalPolicy
 from demo.product.memory_recorder import MemoryRecorder
 from demo.product.traffic import run_traffic
 from liverl.v1 import common_pb2
+from tests.conftest import opened
 
 
 def test_local_policy_traffic_over_every_family(demo_base_policy):
@@ -62,7 +63,7 @@ def read_session_events(config, want: int, timeout_s: float = 30.0) -> list:
         events, deadline = {}, time.monotonic() + timeout_s
         while time.monotonic() < deadline and len(events) < want:
             for batch in consumer.poll(timeout_ms=500).values():
-                for record in batch:
+                for record in opened(config, batch):
                     event = session_event_pb2.SessionEvent.FromString(record.value)
                     events[event.event_id] = event  # the capture path may redeliver: dedupe on event id
         return list(events.values())

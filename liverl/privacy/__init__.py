@@ -1,0 +1,32 @@
+"""Privacy at rest: the subject key store, keyed pseudonyms, sealing of record values, and erasure.
+
+Built from the config by the stages that write (capture, serving, import) and read (the pipelines,
+`liverl topics`) records; `liverl forget` erases a subject everywhere (liverl.privacy.erasure).
+"""
+
+from __future__ import annotations
+
+
+def key_store(config):
+    """The configured subject key store (the embedded file store under privacy.keys_dir)."""
+    from liverl.privacy.keystore import FileKeyStore
+
+    return FileKeyStore(config.privacy.keys_dir)
+
+
+def sealer_for(config, pseudonyms=None):
+    """A Sealer for the config's key store, or None when privacy.encrypt_payloads is off. pseudonyms: the
+    process's liverl.privacy.pseudonyms.Pseudonyms to share (one is made otherwise)."""
+    if not config.privacy.encrypt_payloads:
+        return None
+    from liverl.privacy.sealing import Sealer
+
+    store = pseudonyms.store if pseudonyms is not None else key_store(config)
+    return Sealer(store, pseudonyms, cache_size=config.privacy.key_cache_size)
+
+
+def opener_for(config):
+    """An Opener for the config's key store (readers open sealed values whatever encrypt_payloads says)."""
+    from liverl.privacy.sealing import Opener
+
+    return Opener(key_store(config), cache_size=config.privacy.key_cache_size)

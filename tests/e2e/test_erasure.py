@@ -1,0 +1,271 @@
+"""Erasure, proven black-box on the real stack: one user's marker strings go in through the SDK, OTLP and
+`liverl import`, are distilled into the table and traced in MLflow; `liverl forget` runs; then no byte of any
+marker is left anywhere under the data directory (Kafka's log segments on the broker's disk, the Delta files
+and their history, the MLflow database and artifacts, spools, the capture state, logs, the key store), while
+another user's data is intact and still read by the trainer's table reader.
+
+A headerless OpenAI call through serving joins them: serving records its ModelCall (token ids only, so no marker
+string is stored of it) and the user's feedback on the reply links its session to the user, so its row and records
+are erased with the user's.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import stack_config
+from tests.ingest.conftest import events_of
+
+pytestmark = pytest.mark.slow
+
+DAVE, ERIN = "dave@example.com", "erin-22"
+DAVE_MARKERS = {"sdk": "pangolin-sdk-5521", "otlp": "pangolin-otlp-5522", "import": "pangolin-import-5523"}
+ERIN_MARKER = "wombat-erin-8831"
+OTLP_CONVERSATION = "conv-dave-otlp"
+
+
+@pytest.fixture(scope="module")
+def loop(tmp_path_factory, tiny_policy_dir):
+    """The embedded stack on disk storage, a capture service, and a distiller with audit traces, all under one
+    data directory."""
+    from infra.embedded.stack import down, up
+    from ingest.service import CaptureServer
+    from liverl.io.processes import free_port
+
+    data_dir = tmp_path_factory.mktemp("erasure")
+    config = stack_config(data_dir, storage="disk")
+    config.ingest.grpc_port, config.ingest.http_port, config.ingest.metrics_port = free_port(), free_port(), 0
+    config.ingest.tenant_tokens = {"acme": "acme-token"}
+    config.ingest.otlp_tokenizer_dir = tiny_policy_dir
+    config.pipelines.reward_horizon_s = 0.0
+    config.pipelines.idle_timeout_s = 1.0
+    config.pipelines.read_timeout_s = 20.0
+    config.pipelines.audit = True
+    config.pipelines.trace_sample_rate = 1.0
+    up(config, say=lambda *_: None)
+    server = CaptureServer(config).start()
+    try:
+        yield config, server
+    finally:
+        server.stop()
+        down(config, say=lambda *_: None)
+
+
+def sdk_session(config, server, user: str, marker: str, tokens: list[int]) -> str:
+    """A session through the SDK with one model call, sealed and sent as serving's recorder sends it."""
+    from ingest.sdk import CaptureClient
+    from liverl.contracts import names
+    from liverl.contracts.keys import session_key
+    from liverl.io.kafka_writer import KafkaWriter, Record
+    from liverl.io.spool import Spool
+    from liverl.privacy import sealer_for
+    from liverl.v1 import common_pb2, model_call_pb2
+
+    client = CaptureClient(server.grpc_address, "acme-token", None)
+    session = client.start_session(task_family="coding", task_id="t-1", user_id=user,
+                                   session_id=f"s-{uuid.uuid4().hex[:8]}")
+    session.user_message(f"please fix {marker} in parser.py")
+    now = int(time.time() * 1000)
+    call = model_call_pb2.ModelCall(
+        event_id=f"c-{session.session_id}", request_id=f"r-{session.session_id}", session_id=session.session_id,
+        tenant_id="acme", schema_version=names.EVENT_SCHEMA_VERSION, agent_role=common_pb2.AGENT_ROLE_SINGLE,
+        agent_id="main", policy_version="1", model_name="liverl-policy", prompt_token_ids=tokens,
+        completion_token_ids=[3, 4], completion_logprobs=[-0.5, -0.5], request_time_ms=now,
+        first_token_time_ms=now + 5, finish_time_ms=now + 10, finish_reason="stop", api="openai-chat",
+        sampling=common_pb2.SamplingParams(temperature=1.0, top_p=1.0, max_tokens=8))
+    sealer = sealer_for(config)
+    writer = KafkaWriter(config.kafka, Spool(config.stack.data_dir / "serving" / "spool"), 10.0,
+                         seal=sealer.seal_all if sealer else None).start()
+    writer.write([Record(config.kafka.model_calls_topic, session_key("acme", session.session_id),
+                         call.SerializeToString(), ((names.HEADER_TENANT, b"acme"),), now)])
+    writer.close()
+    session.tool_result(session.tool_call("edit", json.dumps({"note": marker}), request_id=call.request_id), "ok")
+    session.outcome(success=True, score=1.0, detail=f"fixed {marker}")
+    session.end("completed")
+    assert client.flush(timeout_s=30), client.stats()
+    client.close()
+    return session.session_id
+
+
+def otlp_conversation(server, conversation: str, marker: str) -> None:
+    now = time.time()
+
+    def attribute(key: str, value) -> dict:
+        return {"key": key, "value": {"doubleValue": value} if isinstance(value, float) else {"stringValue": value}}
+
+    def span(span_id: str, start_s: float, attributes: dict) -> dict:
+        return {"traceId": "cd" * 16, "spanId": span_id, "name": attributes["gen_ai.operation.name"],
+                "startTimeUnixNano": str(int(start_s * 1e9)), "endTimeUnixNano": str(int((start_s + 0.5) * 1e9)),
+                "attributes": [attribute(k, v) for k, v in {**attributes,
+                                                             "gen_ai.conversation.id": conversation}.items()]}
+
+    messages = [{"role": "user", "parts": [{"type": "text", "content": f"look up {marker} please"}]}]
+    answer = [{"role": "assistant", "parts": [{"type": "text", "content": f"found {marker}"}], "finish_reason": "stop"}]
+    document = {"resourceSpans": [{"resource": {"attributes": [attribute("service.name", "agent")]},
+                                   "scopeSpans": [{"scope": {"name": "genai"}, "spans": [
+                                       span("0a" * 8, now - 3, {"gen_ai.operation.name": "chat",
+                                                                "gen_ai.request.model": "m",
+                                                                "gen_ai.request.temperature": 0.7,
+                                                                "gen_ai.input.messages": json.dumps(messages),
+                                                                "gen_ai.output.messages": json.dumps(answer)})]}]}]}
+    reply = httpx.post(f"http://{server.http_address}/v1/traces", json=document,
+                       headers={"authorization": "Bearer acme-token"})
+    assert reply.status_code == 200, reply.text
+
+
+def import_log(config, tmp_path: Path, tokenizer_dir: Path, user: str, marker: str) -> str:
+    import argparse
+    import contextlib
+    import io
+
+    from ingest import import_cli
+
+    log = tmp_path / "chat.jsonl"
+    line = {"request": {"model": "m", "messages": [{"role": "user", "content": f"summarise {marker} for me"}],
+                        "metadata": {"session_id": "conv-import-dave", "task_family": "coding"}},
+            "response": {"id": "chatcmpl-9", "created": int(time.time()) - 60, "model": "m",
+                         "choices": [{"message": {"role": "assistant", "content": f"{marker} summarised"},
+                                      "finish_reason": "stop"}]}}
+    log.write_text(json.dumps(line) + "\n")
+    parser = argparse.ArgumentParser()
+    import_cli.add_arguments(parser)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = import_cli.run(config, parser.parse_args(
+            ["--format", "openai-chat", "--tenant", "acme", "--user", user, "--tokenizer", str(tokenizer_dir),
+             str(log)]))
+    assert code == 0 and "imported 1 sessions" in out.getvalue(), out.getvalue()
+    return "conv-import-dave"
+
+
+def headerless_call(config, tiny_policy_dir, tmp_path: Path, capture_server, user: str, text: str) -> str:
+    """One OpenAI chat call with no liverl header through serving (hf engine), then the user's thumbs-up on the
+    reply through the SDK; returns the session id serving recorded it under (the reply's id)."""
+    from openai import OpenAI
+
+    from ingest.sdk import CaptureClient, FeedbackKind
+    from tests.serving.conftest import ServerThread, serving_config
+
+    served = serving_config(config, tmp_path, "liverl-policy", policy_dir=tiny_policy_dir,
+                            api_keys={"acme-key": {"tenant": "acme"}}, default_max_tokens=4)
+    with ServerThread(served) as serving:
+        llm = OpenAI(base_url=f"{serving.http_base}/v1", api_key="acme-key")
+        reply = llm.chat.completions.create(model="liverl-policy", messages=[{"role": "user", "content": text}])
+        assert serving.server.recorder.flush(30)
+    client = CaptureClient(capture_server.grpc_address, "acme-token", None)
+    client.feedback(reply, FeedbackKind.THUMBS_UP, user_id=user)
+    assert client.flush(timeout_s=30), client.stats()
+    client.close()
+    return reply.id
+
+
+def files_holding(root: Path, needle: str) -> list[str]:
+    """Every file under root whose raw bytes hold needle (as UTF-8, or as JSON escapes it as is)."""
+    found = []
+    for path in root.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            try:
+                if needle.encode() in path.read_bytes():
+                    found.append(str(path.relative_to(root)))
+            except OSError:
+                continue
+    return sorted(found)
+
+
+def read_topic(config, topic: str, want: int) -> list:
+    """Every record of the topic, opened where its key still exists (erased ones are left out)."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    from liverl.privacy import opener_for
+    from liverl.privacy.sealing import Forgotten
+
+    opener = opener_for(config)
+    consumer = KafkaConsumer(**config.kafka.client_kwargs(), enable_auto_commit=False, group_id=None)
+    try:
+        consumer.assign([TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or []])
+        consumer.seek_to_beginning()
+        records = []
+        for _ in range(10):
+            polled = [r for batch in consumer.poll(timeout_ms=500).values() for r in batch]
+            records += polled
+            if not polled and len(records) >= want:
+                break
+    finally:
+        consumer.close()
+    opened = []
+    for record in records:
+        try:
+            opened.append(record._replace(value=opener.open(record.topic, record.key, record.headers, record.value)))
+        except Forgotten:
+            continue
+    return opened
+
+
+def distill_until_settled(config) -> None:
+    from pipelines.distill import distill_once
+
+    for _ in range(3):  # sessions closed by idleness need a batch clock past their timeout
+        distill_once(config, now_ms=int(time.time() * 1000) + 3_600_000)
+
+
+def test_forget_leaves_no_readable_copy_and_keeps_everyone_else(loop, tmp_path, tiny_policy_dir):
+    from deltalake import DeltaTable
+
+    from infra.commands.forget import forget
+    from liverl.io.table_history import TableHistory
+    from liverl.privacy import audit_log
+
+    config, server = loop
+    data_dir = config.stack.data_dir
+    sdk_session(config, server, DAVE, DAVE_MARKERS["sdk"], [1, 2])
+    erin_session = sdk_session(config, server, ERIN, ERIN_MARKER, [1, 2])
+    otlp_conversation(server, OTLP_CONVERSATION, DAVE_MARKERS["otlp"])
+    import_log(config, tmp_path, tiny_policy_dir, DAVE, DAVE_MARKERS["import"])
+    zero_code = headerless_call(config, tiny_policy_dir, tmp_path, server, DAVE, "fix edit file")
+    distill_until_settled(config)
+
+    rows = DeltaTable(config.table.trajectories_uri).to_pyarrow_table(columns=["session_id"]).to_pylist()
+    assert {erin_session, OTLP_CONVERSATION, "conv-import-dave", zero_code} <= {r["session_id"] for r in rows}, rows
+    before = {name: files_holding(data_dir, marker) for name, marker in DAVE_MARKERS.items()}
+    assert all(before.values()), before  # the markers were stored (as the redacted traces show them)
+    print(f"marker copies before forget: {before}")
+    # The grep reads Kafka's segments: the broker's disk holds the records' headers in clear, values sealed.
+    assert files_holding(data_dir / "broker-s3", "liverl-sealed")
+    assert files_holding(data_dir / "broker-s3", "acme/" + erin_session)
+    assert files_holding(data_dir / "mlflow", ERIN_MARKER)
+
+    started = time.perf_counter()
+    by_user = forget(config, "acme", user=DAVE, exclude_versions=True, operator="test")
+    by_session = forget(config, "acme", session=OTLP_CONVERSATION, operator="test")  # OTLP names no user
+    seconds = time.perf_counter() - started
+    print(f"time to forget: {seconds:.2f} s (user: {by_user['seconds']} s, session: {by_session['seconds']} s)")
+
+    left = {name: files_holding(data_dir, marker) for name, marker in DAVE_MARKERS.items()}
+    assert left == {name: [] for name in DAVE_MARKERS}, left
+    assert by_user["keys_destroyed"] == 3 and by_user["table_rows"] >= 3 and by_user["traces"] >= 3
+    assert by_session["keys_destroyed"] == 1 and by_session["table_rows"] >= 1
+    logged = audit_log.read(config.privacy.audit_log)
+    assert [entry["scope"] for entry in logged] == ["user", "session"]
+    assert DAVE not in config.privacy.audit_log.read_text()
+
+    kept = TableHistory(config.table.trajectories_uri).rows_up_to()  # the trainer's reader
+    assert {r["session_id"] for r in kept} == {erin_session} and all(r["token_ids"] for r in kept)
+    assert files_holding(data_dir / "mlflow", ERIN_MARKER)  # erin's trace is still there
+    erin_events = [e for e in events_of(read_topic(config, config.kafka.session_events_topic, want=1))
+                   if e.session_id == erin_session]  # and her records still open
+    assert any(ERIN_MARKER in e.user_message.text for e in erin_events)
+
+    # Nothing of dave comes back: importing his file again and sending his OTLP conversation again store nothing.
+    (tmp_path / "again").mkdir()
+    import_log(config, tmp_path / "again", tiny_policy_dir, DAVE, DAVE_MARKERS["import"])
+    otlp_conversation(server, OTLP_CONVERSATION, DAVE_MARKERS["otlp"])
+    distill_until_settled(config)
+    assert files_holding(data_dir, DAVE_MARKERS["otlp"]) == []
+    assert files_holding(data_dir, DAVE_MARKERS["import"]) == []
+    assert {r["session_id"] for r in TableHistory(config.table.trajectories_uri).rows_up_to()} == {erin_session}

@@ -1,0 +1,56 @@
+"""Sealed record values: unreadable without their subject's key, bound to their record, gone with the key."""
+
+from __future__ import annotations
+
+import pytest
+
+from liverl.config import LiverlConfig
+from liverl.contracts import names
+from liverl.io.kafka_writer import KafkaWriter, Record
+from liverl.io.spool import Spool
+from liverl.privacy.keystore import FileKeyStore
+from liverl.privacy.sealing import Forgotten, Opener, Sealer
+
+MARKER = b"zebra-marker-4711 dave@example.com"
+
+
+def record(session: str = "conv-1", value: bytes = MARKER, topic: str = "events") -> Record:
+    return Record(topic, f"acme/{session}".encode(), value, ((names.HEADER_TENANT, b"acme"),), 5)
+
+
+def test_a_sealed_value_opens_only_with_its_key_and_its_record(tmp_path):
+    store = FileKeyStore(tmp_path)
+    sealed = Sealer(store).seal(record())
+    assert MARKER not in sealed.value and sealed.key == b"acme/conv-1" and sealed.event_time_ms == 5
+    subject = dict(sealed.headers)[names.HEADER_SEALED].decode()
+    assert subject.startswith("s-") and "conv" not in subject
+    opener = Opener(store)
+    assert opener.open(sealed.topic, sealed.key, sealed.headers, sealed.value) == MARKER
+    with pytest.raises(ValueError, match="altered or moved"):
+        opener.open("calls", sealed.key, sealed.headers, sealed.value)  # another topic: another identity
+    assert opener.open("events", b"acme/x", (), b"plain") == b"plain"  # unsealed values pass through
+
+
+def test_forgetting_the_subject_makes_every_copy_unreadable_and_drops_new_records(tmp_path):
+    store = FileKeyStore(tmp_path)
+    sealer = Sealer(store)
+    sealed = sealer.seal(record())
+    kept = sealer.seal(record("conv-2"))
+    subject = dict(sealed.headers)[names.HEADER_SEALED].decode()
+    store.forget("acme", [subject])
+    with pytest.raises(Forgotten):
+        Opener(store).open(sealed.topic, sealed.key, sealed.headers, sealed.value)
+    assert Opener(store).open(kept.topic, kept.key, kept.headers, kept.value) == MARKER
+    assert Sealer(store).seal_all([record(), record("conv-2")])[0].key == b"acme/conv-2"  # conv-1: dropped
+
+
+def test_the_writer_spools_only_sealed_values(tmp_path):
+    config = LiverlConfig()
+    config.kafka.bootstrap_servers = "127.0.0.1:9"  # never contacted: park() goes straight to the spool
+    store = FileKeyStore(tmp_path / "keys")
+    spool = Spool(tmp_path / "spool")
+    writer = KafkaWriter(config.kafka, spool, 0.1, seal=Sealer(store).seal_all)
+    writer.park([record(), record("conv-2")])
+    raw = b"".join(p.read_bytes() for p in (tmp_path / "spool").rglob("*") if p.is_file())
+    assert raw and MARKER not in raw and b"dave@example.com" not in raw
+    spool.close()
