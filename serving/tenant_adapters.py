@@ -28,6 +28,7 @@ from liverl.config.serving import ServingConfig
 from liverl.contracts import names
 from serving.adapter_swap import AdapterSwaps
 from serving.engine import Adapter, Delta, Engine, Sampling
+from serving.fleet import tag_rolled_back
 from serving.lora_slots import LoraSlots
 from serving.router import AdapterEngine, Router, Slot, underlying
 
@@ -282,7 +283,7 @@ class TenantAdapters:
 
     async def _tag(self, version: str, reason: str, detail: dict) -> None:
         try:
-            await asyncio.to_thread(self.registry.tag_rollback, version, reason, detail)
+            await asyncio.to_thread(tag_rolled_back, self.registry, version, reason, detail)
         except Exception as error:  # the decision stands; the tag is best effort
             log.warning("could not tag version %s after %s: %s", version, reason, error)
 

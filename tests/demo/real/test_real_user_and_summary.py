@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from demo.heldout import HeldoutComparison, _policy_folder
+from demo.heldout import HeldoutComparison, _version_folder
 from demo.product.real.user import UNSOLVED_FOLLOW_UP, react
 from demo.product.tasks.base import OutcomeReport
 
@@ -49,12 +49,12 @@ def test_heldout_lines_show_both_policies_with_intervals_and_nll():
     assert lines[1] == "general-text NLL (nats/token) base 2.5000  |  v7 2.6000"
 
 
-def test_policy_folder_is_found_below_a_download(tmp_path):
+def test_version_folder_is_found_below_a_download(tmp_path):
     (tmp_path / "policy").mkdir()
     (tmp_path / "policy" / "config.json").write_text("{}")
-    assert _policy_folder(tmp_path) == tmp_path / "policy"
-    with pytest.raises(FileNotFoundError, match="no HF policy folder"):
-        _policy_folder(tmp_path / "policy" / "empty") if (tmp_path / "policy" / "empty").mkdir() is None else None
+    assert _version_folder(tmp_path) == tmp_path / "policy"
+    with pytest.raises(FileNotFoundError, match="no HF policy or adapter folder"):
+        _version_folder(tmp_path / "policy" / "empty") if (tmp_path / "policy" / "empty").mkdir() is None else None
 
 
 def test_heldout_off_says_so_and_plays_nothing(tmp_path):
