@@ -58,9 +58,26 @@ async def _serve(config: LiverlConfig) -> int:
         raise start.exception()
     if not start.done():  # a signal while still loading the first version
         start.cancel()
+        failure = None
     else:
-        await stopped
+        failure = await _until_stopped_or_failed(stopped, server, config.serving.watch_interval_s)
+    if failure:  # exit non-zero so that a supervisor starts a fresh server; records in flight are flushed first
+        say(f"serving engine-dead reason={failure!r}")
+        await server.mark_not_serving()
     say("serving stopping")
     await server.stop()
     say("serving stopped")
-    return 0
+    return 1 if failure else 0
+
+
+async def _until_stopped_or_failed(stopped, server, interval_s: float) -> str | None:
+    """Wait for the stop signal; return early, with the reason, once the engine can no longer serve."""
+    import asyncio
+
+    while not stopped.done():
+        failure = server.engine_failure()
+        if failure:
+            stopped.cancel()
+            return failure
+        await asyncio.wait({stopped}, timeout=max(interval_s, 0.5))
+    return None

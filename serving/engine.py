@@ -72,6 +72,9 @@ class Engine(Protocol):
     def has_adapter(self, adapter: Adapter) -> bool:
         """Whether the adapter is loaded now (a weight update drops vLLM's)."""
 
+    def failure(self) -> str | None:
+        """Why the engine can no longer serve (its process died), or None while it can."""
+
     async def shutdown(self) -> None:
         """Free the engine (its process, its memory). Called once no request uses it any more."""
 

@@ -237,6 +237,9 @@ class HfEngine:
                 inputs = torch.tensor([[token]])
         emit(Delta([], [], "length"))  # max_tokens == 0
 
+    def failure(self) -> str | None:
+        return None  # it runs in this process: if it is gone, so is the server
+
     async def shutdown(self) -> None:
         self._worker.shutdown(wait=False, cancel_futures=True)
         self._model = None

@@ -41,8 +41,10 @@ def build_fastapi_app(http_context: HttpContext) -> FastAPI:
 
 
 @router.get("/health")
-async def health(ctx: HttpContext = Depends(context)) -> dict:
-    return {"status": "ok", "policy_version": ctx.info().policy_version}
+async def health(ctx: HttpContext = Depends(context)) -> FastJSONResponse:
+    failure = ctx.engine_failure()
+    body = {"status": "engine_dead" if failure else "ok", "policy_version": ctx.info().policy_version}
+    return FastJSONResponse({**body, "detail": failure} if failure else body, status_code=503 if failure else 200)
 
 
 @router.get("/v1/models")

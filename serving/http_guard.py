@@ -47,6 +47,7 @@ class HttpContext:
     limiter: RateLimiter
     max_request_bytes: int
     body_timeout_s: float
+    engine_failure: Callable[[], str | None]  # why the engine can no longer serve, or None
 
 
 @dataclass

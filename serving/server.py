@@ -26,7 +26,7 @@ from serving.auth import Keys, refuse_open_exposure
 from serving.generation import Completions, Limits
 from serving.metrics import ServingMetrics
 from serving.rate_limit import RateLimiter
-from serving.router import Router
+from serving.router import Router, underlying
 from serving.swapper import HotSwapper
 
 if TYPE_CHECKING:
@@ -147,7 +147,7 @@ class PolicyServer:
 
         c = self.config.serving
         app = build_http_app(HttpContext(self.completions, self.model_info, self.swapper, self.keys, self.limiter,
-                                         c.max_request_bytes, c.body_timeout_s))
+                                         c.max_request_bytes, c.body_timeout_s, self.engine_failure))
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((c.host, c.http_port))
@@ -173,6 +173,25 @@ class PolicyServer:
             alias=c.alias if c.policy_dir is None else "", source_uri=champion.source_uri if champion else "",
             loaded_at_ms=champion.loaded_at_ms if champion else 0, max_model_len=c.max_model_len, engine=c.engine,
             canary_version=canary.version if canary else "")
+
+    def engine_failure(self) -> str | None:
+        """Why the engine serving the champion (or the canary) can no longer serve; None while it can."""
+        for slot in (self.router.champion, self.router.canary):
+            failure = underlying(slot.engine).failure() if slot is not None else None
+            if failure:
+                return failure
+        return None
+
+    async def mark_not_serving(self) -> None:
+        """Health checks answer NOT_SERVING from now on (gRPC) and 503 (HTTP /health), so balancers stop
+        routing here while the process stops."""
+        from grpc_health.v1 import health_pb2
+
+        from serving.grpc_api import POLICY_SERVICE
+
+        if self._health is not None:
+            for service in ("", POLICY_SERVICE):
+                await self._health.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
 
     async def stop(self, grace_s: float = 10.0) -> None:
         """Stop taking requests, let those in flight finish (up to grace_s), flush records, free engines."""

@@ -172,6 +172,12 @@ class VllmEngine:
         """The version vLLM has recorded for the weights it serves now (set by update_weights)."""
         return await self._require_started().get_weight_version()
 
+    def failure(self) -> str | None:
+        llm = self._llm
+        if llm is not None and llm.errored:
+            return "vLLM's engine core process died (its traceback is in this log above)"
+        return None
+
     def _require_started(self):
         if self._llm is None:
             raise RuntimeError("VllmEngine used before start(): await engine.start() first")

@@ -7,6 +7,7 @@ import sys
 import time
 
 import grpc
+import pytest
 import httpx
 
 from liverl.contracts import names
@@ -52,6 +53,41 @@ def test_serve_prints_ready_serves_and_stops_on_sigterm(fresh_topics, tiny_polic
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0
         assert "serving stopped" in log.read_text()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+@pytest.mark.slow
+def test_serve_exits_nonzero_when_its_vllm_engine_dies(tmp_path):
+    """A dead vLLM engine core (here: killed) fails every request; the server says so on /health and exits 1 so
+    that a supervisor starts a fresh one, instead of answering 500 forever."""
+    import psutil
+
+    from tests.serving.lora_adapters import build_base
+
+    argv = [sys.executable, "-m", "liverl.cli", "serve", "--policy-dir", str(build_base(tmp_path / "base")),
+            "--serving.engine", "vllm", "--serving.max_model_len", "128", "--serving.gpu_memory_utilization", "0.08",
+            "--serving.grpc_port", "0", "--serving.http_port", "0", "--serving.metrics_port", "0",
+            "--serving.record", "false", "--serving.watch_interval_s", "0.5", "--stack.data_dir", str(tmp_path / "d")]
+    log = tmp_path / "serve.log"
+    with log.open("wb") as sink:
+        process = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        ready = None
+        deadline = time.monotonic() + 300
+        while ready is None and time.monotonic() < deadline and process.poll() is None:
+            ready = re.search(r"serving ready grpc=(\S+) http=(\S+)", log.read_text())
+            time.sleep(0.2)
+        assert ready, log.read_text()[-3000:]
+        assert httpx.get(f"http://{ready.group(2)}/health", timeout=10).status_code == 200
+        cores = [p for p in psutil.Process(process.pid).children(recursive=True) if "EngineCore" in p.name()]
+        assert cores, [p.name() for p in psutil.Process(process.pid).children(recursive=True)]
+        for core in cores:
+            core.kill()
+        assert process.wait(timeout=120) == 1
+        assert "serving engine-dead" in log.read_text() and "serving stopped" in log.read_text()
     finally:
         if process.poll() is None:
             process.kill()
