@@ -17,7 +17,7 @@ from liverl.contracts import names
 from liverl.io.lineage import KafkaOffsets, decode
 from liverl.io.registry import ModelRegistry, ModelVersion
 
-_TENANT_ALIAS = re.compile(rf"(?:{names.ALIAS_CHAMPION}|{names.ALIAS_CANDIDATE})-({names.TENANT_NAME_PATTERN.pattern})")
+_TENANT_ALIAS = re.compile(rf"(?:{names.ALIAS_CHAMPION}|{names.ALIAS_CANDIDATE})-({names.TENANT_NAME.pattern})")
 
 
 @dataclass(frozen=True)

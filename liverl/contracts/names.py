@@ -27,28 +27,17 @@ META_REQUEST_ID = "x-liverl-request-id"  # response header: the recorded ModelCa
 # Registry aliases: the trainer sets `candidate`, the promotion gate moves `champion`, serving follows one.
 ALIAS_CANDIDATE = "candidate"
 ALIAS_CHAMPION = "champion"
-TENANT_NAME = re.compile(r"[a-z0-9-]{1,40}")  # a tenant that may have an adapter (and an alias) of its own
-
-
-def tenant_champion_alias(tenant: str) -> str:
-    """The registry alias of a tenant's own champion adapter: the trainer's per-tenant gate moves it, serving
-    follows it for that tenant's requests. ValueError for a name outside lowercase letters, digits and '-'."""
-    if not isinstance(tenant, str) or TENANT_NAME.fullmatch(tenant) is None:
-        raise ValueError(f"tenant {tenant!r} cannot name a registry alias: use 1 to 40 lowercase letters, digits "
-                         "or '-'")
-    return f"{ALIAS_CHAMPION}-{tenant}"
-
 # A tenant with an adapter of its own has its own pair of aliases (the trainer sets and its gate moves them; serving
 # follows each tenant's champion); tenants without one share `candidate` / `champion`, the shared policy.
-TENANT_NAME_PATTERN = re.compile(r"[a-z0-9-]{1,40}")  # usable in an alias, a path and a peft adapter name
+TENANT_NAME = re.compile(r"[a-z0-9-]{1,40}")  # usable in an alias, a path and a peft adapter name
 TAG_TENANT = "liverl.tenant"  # on a tenant adapter's versions: the tenant it was trained for (absent: shared)
 
 
 def check_tenant_name(tenant: str) -> str:
     """The tenant, when its name can be used in an alias: 1 to 40 lowercase letters, digits and '-'."""
-    if not isinstance(tenant, str) or TENANT_NAME_PATTERN.fullmatch(tenant) is None:
+    if not isinstance(tenant, str) or TENANT_NAME.fullmatch(tenant) is None:
         raise ValueError(f"tenant {tenant!r} cannot name a per-tenant alias: use 1 to 40 lowercase letters, digits "
-                         "and '-'")
+                         "or '-'")
     return tenant
 
 
