@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow  # real DeepSpeed + MLflow
 
 def test_ten_refusals_in_a_row_then_a_promotion(stack, tiny_policy_dir, trajectories, tmp_path):
     config = trainer_config(stack, tmp_path, steps_per_version=1)
-    config.trainer.gate.max_kl = -1.0  # no candidate can pass: force refusals
+    config.trainer.gate.max_nll_increase = -10.0  # no candidate can pass: force refusals
     base = register_base(config, tiny_policy_dir, say=lambda *_: None)
     uri = config.table.trajectories_uri
     commit_batch(uri, trajectories.batch("a", 80), "batch-a", 0)  # all served by the champion, v1
@@ -34,7 +34,7 @@ def test_ten_refusals_in_a_row_then_a_promotion(stack, tiny_policy_dir, trajecto
     run = registry.client.get_run(next(mv for mv in registry.versions() if mv.version != base).run_id)
     assert "gate_refusals_in_a_row" in run.data.metrics
 
-    config.trainer.gate.max_kl = 0.5  # the gate is sound again
+    config.trainer.gate.max_nll_increase = 0.5  # the gate is sound again
     commit_batch(uri, trajectories.batch("b", 8), "batch-b", 1)
     assert trainer.run(follow=False) >= 1
     print("\n".join(lines))
