@@ -16,6 +16,7 @@ from demo.interrupt import DemoInterrupt, interrupt_handling
 from demo.freshness import Freshness, first_served_at, freshness
 from demo.lineage import VersionLineage, committed_at, read_lineage
 from demo.services import StageProcess, run_stage, start_stage
+from demo.stage_watch import StageWatch
 from demo.stop_after import StopAfterVersions
 from demo.stage_env import config_environment
 from demo.verdict import Verdict, judge_rise
@@ -69,8 +70,9 @@ def _run_demo(config: DemoLiverlConfig, say, interrupt: DemoInterrupt) -> DemoRe
         count = demo.run.stop_after_versions
         until = f", or until {count} trained versions served" if count else ""
         say(f"[5/6] traffic for {demo.duration_s:.0f} s{until} ({demo.run.concurrency} concurrent sessions)")
-        with interrupt.traffic() as stop:
+        with interrupt.traffic() as stop, StageWatch(stages, stop, say) as watch:
             traffic = _run_traffic(config, say, started, stop)
+        watch.raise_if_died()
         say("[6/6] summary")
         return _summarise(config, traffic, say, stages)
     finally:
