@@ -15,6 +15,22 @@ from liverl.v1 import serving_pb2, serving_pb2_grpc
 from tests.serving.conftest import register_version
 
 
+def _start(argv: list[str], log) -> subprocess.Popen:
+    with log.open("wb") as sink:
+        return subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _wait_ready(process: subprocess.Popen, log, timeout_s: float) -> re.Match:
+    """The ready line's match (grpc, http, version), once serving printed it; fails with the log if it never does."""
+    ready = None
+    deadline = time.monotonic() + timeout_s
+    while ready is None and time.monotonic() < deadline and process.poll() is None:
+        ready = re.search(r"serving ready grpc=(\S+) http=(\S+) version=(\S+)", log.read_text())
+        time.sleep(0.2)
+    assert ready, log.read_text()[-3000:]
+    return ready
+
+
 def test_serve_prints_ready_serves_and_stops_on_sigterm(fresh_topics, tiny_policy_dir, tmp_path):
     config = fresh_topics
     model = f"cli-{tmp_path.name}"
@@ -33,15 +49,9 @@ def test_serve_prints_ready_serves_and_stops_on_sigterm(fresh_topics, tiny_polic
             "--kafka.model_calls_topic", config.kafka.model_calls_topic,
             "--kafka.dead_letters_topic", config.kafka.dead_letters_topic]
     log = tmp_path / "serve.log"
-    with log.open("wb") as sink:
-        process = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+    process = _start(argv, log)
     try:
-        ready = None
-        deadline = time.monotonic() + 180
-        while ready is None and time.monotonic() < deadline and process.poll() is None:
-            ready = re.search(r"serving ready grpc=(\S+) http=(\S+) version=(\S+)", log.read_text())
-            time.sleep(0.2)
-        assert ready, log.read_text()[-3000:]
+        ready = _wait_ready(process, log, 180)
         assert ready.group(3) == "1"
         with grpc.insecure_channel(ready.group(1)) as channel:
             stub = serving_pb2_grpc.PolicyServiceStub(channel)
@@ -72,15 +82,9 @@ def test_serve_exits_nonzero_when_its_vllm_engine_dies(tmp_path):
             "--serving.grpc_port", "0", "--serving.http_port", "0", "--serving.metrics_port", "0",
             "--serving.record", "false", "--serving.watch_interval_s", "0.5", "--stack.data_dir", str(tmp_path / "d")]
     log = tmp_path / "serve.log"
-    with log.open("wb") as sink:
-        process = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+    process = _start(argv, log)
     try:
-        ready = None
-        deadline = time.monotonic() + 300
-        while ready is None and time.monotonic() < deadline and process.poll() is None:
-            ready = re.search(r"serving ready grpc=(\S+) http=(\S+)", log.read_text())
-            time.sleep(0.2)
-        assert ready, log.read_text()[-3000:]
+        ready = _wait_ready(process, log, 300)
         assert httpx.get(f"http://{ready.group(2)}/health", timeout=10).status_code == 200
         cores = [p for p in psutil.Process(process.pid).children(recursive=True) if "EngineCore" in p.name()]
         assert cores, [p.name() for p in psutil.Process(process.pid).children(recursive=True)]
