@@ -11,13 +11,13 @@ family and the general-text NLL of both.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from demo.config import DemoLiverlConfig
 from liverl.contracts.adapter import is_adapter_folder, read_manifest
+from liverl.io import processes
 
 
 @dataclass(frozen=True)
@@ -67,10 +67,14 @@ def evaluate_folder(config: DemoLiverlConfig, folder: Path, frozen: Path, out: P
             "--tasks", str(real.heldout_tasks), "--seed", str(config.demo.seed), "--engine", real.heldout_engine,
             "--json", str(out)] + (["--adapter", str(adapter)] if adapter is not None else [])
     log = out.with_suffix(".log")
-    with log.open("wb") as sink:
-        done = subprocess.run(argv, stdout=sink, stderr=subprocess.STDOUT, timeout=real.heldout_timeout_s)
-    if done.returncode != 0 or not out.is_file():
-        raise RuntimeError(f"the held-out evaluation of {folder} failed (exit {done.returncode}); see {log}")
+    log.unlink(missing_ok=True)
+    process = processes.start("held-out evaluation", argv, log)
+    try:
+        code = process.wait(timeout=real.heldout_timeout_s)
+    finally:
+        processes.stop(process.pid)  # its group: the vLLM engine it started must not outlive it (a timeout)
+    if code != 0 or not out.is_file():
+        raise RuntimeError(f"the held-out evaluation of {folder} failed (exit {code}); see {log}")
     return json.loads(out.read_text())
 
 

@@ -85,9 +85,10 @@ def alive(pid: int) -> bool:
 
 
 def stop(pid: int, timeout_s: float = 15.0) -> bool:
-    """Stop the process group led by pid (SIGTERM, then SIGKILL). True when something was stopped."""
+    """Stop the process group led by pid (SIGTERM, then SIGKILL). True when something was stopped. Also when the
+    leader is gone: what it left in its group (a vLLM engine core outlives a killed server) is killed."""
     if not alive(pid):
-        return False
+        return _kill_leftovers(pid)
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(pid, sig)
@@ -101,6 +102,15 @@ def stop(pid: int, timeout_s: float = 15.0) -> bool:
             if not alive(pid):
                 return True
             time.sleep(0.1)
+    return True
+
+
+def _kill_leftovers(group: int) -> bool:
+    """SIGKILL whatever is left in a process group whose leader has exited; False when nothing was."""
+    try:
+        os.killpg(group, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        return False
     return True
 
 

@@ -11,6 +11,7 @@ import pytest
 import httpx
 
 from liverl.contracts import names
+from liverl.io.processes import stop
 from liverl.v1 import serving_pb2, serving_pb2_grpc
 from tests.serving.conftest import register_version
 
@@ -64,9 +65,7 @@ def test_serve_prints_ready_serves_and_stops_on_sigterm(fresh_topics, tiny_polic
         assert process.wait(timeout=60) == 0
         assert "serving stopped" in log.read_text()
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+        stop(process.pid)  # its whole group: a vLLM engine core outlives a killed server
 
 
 @pytest.mark.slow
@@ -93,6 +92,4 @@ def test_serve_exits_nonzero_when_its_vllm_engine_dies(tmp_path):
         assert process.wait(timeout=120) == 1
         assert "serving engine-dead" in log.read_text() and "serving stopped" in log.read_text()
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+        stop(process.pid)  # its whole group: a vLLM engine core outlives a killed server
