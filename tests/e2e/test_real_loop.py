@@ -48,6 +48,7 @@ def demo_result(tmp_path_factory):
     config.demo.seed = 11
     permissive_gate(config)
     config.trainer.gate.max_general_nll_increase = 10.0  # reported and recorded; judged in tests/trainer
+    config.trainer.gate.min_holdout = 2  # the fewest the gate can judge: the first candidate with 2 can be served
     config.demo.run.keep_stack = True  # the registry and the topics are read after the run
     lines: list[str] = []
     try:
