@@ -65,6 +65,9 @@ class InstantEngine:
         await engine_latency()
         yield Delta(list(range(5, 5 + TOKENS)), [-0.5] * TOKENS, "length")
 
+    def failure(self) -> None:
+        return None
+
     async def shutdown(self) -> None:
         pass
 
