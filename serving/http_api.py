@@ -42,9 +42,11 @@ def build_fastapi_app(http_context: HttpContext) -> FastAPI:
 
 @router.get("/health")
 async def health(ctx: HttpContext = Depends(context)) -> FastJSONResponse:
+    body = {"status": "ok", "policy_version": ctx.info().policy_version}
     failure = ctx.engine_failure()
-    body = {"status": "engine_dead" if failure else "ok", "policy_version": ctx.info().policy_version}
-    return FastJSONResponse({**body, "detail": failure} if failure else body, status_code=503 if failure else 200)
+    if failure:
+        body |= {"status": "engine_dead", "detail": failure}
+    return FastJSONResponse(body, status_code=503 if failure else 200)
 
 
 @router.get("/v1/models")

@@ -129,15 +129,21 @@ class PolicyServer:
     async def _start_grpc(self) -> None:
         from grpc_health.v1 import health_pb2
 
-        from serving.grpc_api import POLICY_SERVICE, build_grpc_server
+        from serving.grpc_api import build_grpc_server
 
         c = self.config.serving
         self._grpc, self.grpc_port, self._health = build_grpc_server(
             c.host, c.grpc_port, self.completions, self.model_info, self.swapper, self.keys, self.limiter,
             c.max_request_bytes, tls=_tls_pair(c))
         await self._grpc.start()
+        await self._set_health(health_pb2.HealthCheckResponse.SERVING)
+
+    async def _set_health(self, status: int) -> None:
+        """The gRPC health status of the server and of the policy service."""
+        from serving.grpc_api import POLICY_SERVICE
+
         for service in ("", POLICY_SERVICE):
-            await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
+            await self._health.set(service, status)
 
     async def _start_http(self) -> None:
         import uvicorn
@@ -187,11 +193,8 @@ class PolicyServer:
         routing here while the process stops."""
         from grpc_health.v1 import health_pb2
 
-        from serving.grpc_api import POLICY_SERVICE
-
         if self._health is not None:
-            for service in ("", POLICY_SERVICE):
-                await self._health.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
+            await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
 
     async def stop(self, grace_s: float = 10.0) -> None:
         """Stop taking requests, let those in flight finish (up to grace_s), flush records, free engines."""

@@ -11,14 +11,9 @@ import pytest
 import httpx
 
 from liverl.contracts import names
-from liverl.io.processes import stop
+from liverl.io.processes import start, stop
 from liverl.v1 import serving_pb2, serving_pb2_grpc
 from tests.serving.conftest import register_version
-
-
-def _start(argv: list[str], log) -> subprocess.Popen:
-    with log.open("wb") as sink:
-        return subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def _wait_ready(process: subprocess.Popen, log, timeout_s: float) -> re.Match:
@@ -50,7 +45,7 @@ def test_serve_prints_ready_serves_and_stops_on_sigterm(fresh_topics, tiny_polic
             "--kafka.model_calls_topic", config.kafka.model_calls_topic,
             "--kafka.dead_letters_topic", config.kafka.dead_letters_topic]
     log = tmp_path / "serve.log"
-    process = _start(argv, log)
+    process = start("serve", argv, log)
     try:
         ready = _wait_ready(process, log, 180)
         assert ready.group(3) == "1"
@@ -81,7 +76,7 @@ def test_serve_exits_nonzero_when_its_vllm_engine_dies(tmp_path):
             "--serving.grpc_port", "0", "--serving.http_port", "0", "--serving.metrics_port", "0",
             "--serving.record", "false", "--serving.watch_interval_s", "0.5", "--stack.data_dir", str(tmp_path / "d")]
     log = tmp_path / "serve.log"
-    process = _start(argv, log)
+    process = start("serve", argv, log)
     try:
         ready = _wait_ready(process, log, 600)  # a ceiling: vLLM starts in about a minute on a quiet machine
         assert httpx.get(f"http://{ready.group(2)}/health", timeout=10).status_code == 200
