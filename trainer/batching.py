@@ -176,11 +176,14 @@ def collate_rows(rows: list[list[Sample]]) -> MicroBatch:
     )
 
 
-def score_batch(model, batch: MicroBatch, chunk_tokens: int = DEFAULT_CHUNK_TOKENS) -> ScoredTokens:
-    """The batch's tokens scored under the processing each was sampled with (trainer/scoring.py); tokens whose
-    window cut their context (MicroBatch.context_cut) are unscorable too."""
+def score_batch(model, batch: MicroBatch, chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+                all_tokens: bool = False) -> ScoredTokens:
+    """The batch's loss-masked tokens (every token with all_tokens) scored under the processing each was sampled
+    with (trainer/scoring.py); the others get logp 0. Tokens whose window cut their context
+    (MicroBatch.context_cut) are unscorable too."""
     scored = score_tokens(model, batch.token_ids, batch.attention_mask, batch.sampling, batch.position_ids,
-                          chunk_tokens, sequence_ids=batch.sequence_ids)
+                          chunk_tokens, sequence_ids=batch.sequence_ids,
+                          wanted=None if all_tokens else batch.loss_mask > 0)
     if batch.context_cut is None:
         return scored
     return ScoredTokens(scored.logp, scored.unscorable | batch.context_cut)

@@ -264,7 +264,7 @@ def _score(candidate: torch.nn.Module, champion: torch.nn.Module, evidence: Gate
             unscorable = scored["candidate"].unscorable | scored["champion"].unscorable
             mask = torch.where(unscorable, torch.zeros_like(mask), mask)
         position_kl = chunked_kl(candidate, champion, batch.token_ids, batch.attention_mask, batch.position_ids,
-                                 loss_config.scoring_chunk_tokens)  # (B, T)
+                                 loss_config.scoring_chunk_tokens, wanted=batch.loss_mask > 0)  # (B, T)
         judged = loss_config.model_copy(update={"kl_to_reference": 0.0})  # the reference term is training's only
         tokens.index_add_(0, owner, mask.sum(1).double())
         kl.index_add_(0, owner, (position_kl * mask).sum(1).double())

@@ -41,10 +41,11 @@ under eager and sdpa attention), and each sequence's first token is not predicte
 
 Public functions:
     score_tokens(model, token_ids, attention_mask, sampling=None, position_ids=None, chunk_tokens=512,
-                 sequence_ids=None, ties="unscorable")
-        -> ScoredTokens(logp (B, T), unscorable (B, T) bool); column 0, sequence starts and padding are 0 / False.
+                 sequence_ids=None, ties="unscorable", wanted=None)
+        -> ScoredTokens(logp (B, T), unscorable (B, T) bool); column 0, sequence starts and padding are 0 / False;
+        with wanted (B, T) bool, so are the tokens not wanted (a training step wants its loss-masked tokens only).
     chunked_kl(candidate, champion, token_ids, attention_mask, position_ids=None, chunk_tokens=512,
-               sequence_ids=None)
+               sequence_ids=None, wanted=None)
         -> (B, T) float: KL(candidate || champion) of the full temperature-1 next-token distributions that
         predict token t (column 0 and padding 0); for the promotion gate, call under torch.no_grad().
     block_causal_mask(sequence_ids (B, T), dtype) -> (B, 1, T, T) additive mask.
@@ -165,11 +166,12 @@ def _top_p(logits: torch.Tensor, p: torch.Tensor) -> tuple[torch.Tensor, torch.T
 def score_tokens(
     model, token_ids: torch.Tensor, attention_mask: torch.Tensor, sampling: TokenSampling | None = None,
     position_ids: torch.Tensor | None = None, chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
-    sequence_ids: torch.Tensor | None = None, ties: TieRule = "unscorable",
+    sequence_ids: torch.Tensor | None = None, ties: TieRule = "unscorable", wanted: torch.Tensor | None = None,
 ) -> ScoredTokens:
-    """Score every real token t >= 1 of a right-padded (B, T) batch; sampling None: temperature 1, untruncated."""
+    """Score every real token t >= 1 of a right-padded (B, T) batch; sampling None: temperature 1, untruncated.
+    wanted: (B, T) bool, score only these tokens (the others get logp 0, scorable)."""
     rows, width = token_ids.shape
-    predicted = _predicted(attention_mask, sequence_ids)  # (B, T-1) positions whose token is predicted
+    predicted = _restricted(_predicted(attention_mask, sequence_ids), wanted)  # (B, T-1) positions to predict
     targets = token_ids[:, 1:][predicted]  # (N,)
     if sampling is None:
         temperature = torch.ones(targets.shape, device=token_ids.device)
@@ -196,11 +198,12 @@ def score_tokens(
 def chunked_kl(
     candidate, champion, token_ids: torch.Tensor, attention_mask: torch.Tensor,
     position_ids: torch.Tensor | None = None, chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
-    sequence_ids: torch.Tensor | None = None,
+    sequence_ids: torch.Tensor | None = None, wanted: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """(B, T) KL(candidate || champion) of the full temperature-1 distributions predicting each token t >= 1."""
+    """(B, T) KL(candidate || champion) of the full temperature-1 distributions predicting each token t >= 1
+    (only the `wanted` ones when given; 0 elsewhere)."""
     rows, width = token_ids.shape
-    predicted = _predicted(attention_mask, sequence_ids)
+    predicted = _restricted(_predicted(attention_mask, sequence_ids), wanted)
     pieces = []
     layout = (token_ids, attention_mask, position_ids, sequence_ids, predicted, chunk_tokens)
     blocks = zip(_blocks(candidate, *layout), _blocks(champion, *layout))
@@ -277,6 +280,20 @@ def _dtype(module) -> torch.dtype:
 
 def _identity(x: torch.Tensor) -> torch.Tensor:
     return x
+
+
+def _restricted(predicted: torch.Tensor, wanted: torch.Tensor | None) -> torch.Tensor:
+    """The predicted positions (B, T-1) that are wanted. Projecting a position to the vocabulary (and sorting it
+    for top-p) is most of a step's cost, and a step needs only its policy-sampled tokens: a prompt is often 4 times
+    longer than its completion. One position stays when none is wanted, so a zero-weight micro-batch's loss still
+    reaches the weights (DeepSpeed's backward and accumulation need a graph)."""
+    if wanted is None:
+        return predicted
+    restricted = predicted & wanted[:, 1:].bool()
+    if bool(restricted.any()) or not bool(predicted.any()):
+        return restricted
+    first = predicted.flatten().nonzero()[0]
+    return restricted.flatten().index_fill(0, first, True).view_as(predicted)
 
 
 def _base_and_head(module):

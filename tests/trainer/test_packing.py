@@ -98,8 +98,8 @@ def test_packed_scores_equal_scoring_every_window_alone(tmp_path, arch, attentio
     samples = _windows(model.config.vocab_size)
     rows = [[samples[0], samples[1], samples[2]], [samples[3], samples[4], samples[5]]]
     with torch.no_grad():
-        packed = score_batch(model, collate_rows(rows))
-        alone = [score_batch(model, collate([sample])) for sample in samples]
+        packed = score_batch(model, collate_rows(rows), all_tokens=True)
+        alone = [score_batch(model, collate([sample]), all_tokens=True) for sample in samples]
     worst = 0.0
     for r, row in enumerate(rows):
         start = 0
@@ -121,8 +121,8 @@ def test_a_window_does_not_see_the_window_packed_before_it(tmp_path, arch):
     samples = _windows(model.config.vocab_size)
     target = samples[2]
     with torch.no_grad():
-        after_a = score_batch(model, collate_rows([[samples[0], target]])).logp[0, 9:]
-        after_b = score_batch(model, collate_rows([[samples[5], target]])).logp[0, 10:]
+        after_a = score_batch(model, collate_rows([[samples[0], target]]), all_tokens=True).logp[0, 9:]
+        after_b = score_batch(model, collate_rows([[samples[5], target]]), all_tokens=True).logp[0, 10:]
         assert torch.allclose(after_a, after_b, atol=1e-5)
         # What position ids alone give under sdpa/eager: the window attends to its neighbour's tokens.
         leaky = collate_rows([[samples[0], target]])

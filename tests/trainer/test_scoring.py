@@ -130,6 +130,27 @@ def test_scoring_gradients_flow_through_the_checkpointed_chunks(model):
     assert torch.allclose(grad_chunked, grad_whole, atol=1e-5) and grad_whole.abs().sum() > 0
 
 
+def test_scoring_only_the_wanted_tokens_gives_their_scores_and_gradient_exactly(model):
+    """A step scores its loss-masked tokens only (the vocabulary projection is most of its cost): their logprobs,
+    flags and gradient are those of scoring every token, and the tokens not wanted get 0."""
+    token_ids, attention, sampling = _batch()
+    wanted = torch.zeros_like(attention, dtype=torch.bool)
+    wanted[0, 5:], wanted[2, 3:7] = True, True
+    weight = model.transformer.wte.weight
+    every = score_tokens(model, token_ids, attention, sampling)
+    some = score_tokens(model, token_ids, attention, sampling, wanted=wanted)
+    assert torch.allclose(some.logp[wanted], every.logp[wanted], atol=1e-6)
+    assert torch.equal(some.unscorable[wanted], every.unscorable[wanted])
+    assert some.logp[~wanted].abs().sum() == 0 and not some.unscorable[~wanted].any()
+    (grad_some,) = torch.autograd.grad((some.logp * wanted).sum(), weight)
+    (grad_every,) = torch.autograd.grad((every.logp * wanted).sum(), weight)
+    assert torch.allclose(grad_some, grad_every, atol=1e-6) and grad_every.abs().sum() > 0
+    # Nothing wanted (a zero-weight filler micro-batch): the result still reaches the weights, with zero gradient.
+    none = score_tokens(model, token_ids, attention, sampling, wanted=torch.zeros_like(wanted))
+    (grad_none,) = torch.autograd.grad((none.logp * 0).sum(), weight)
+    assert grad_none.abs().sum() == 0
+
+
 def test_chunked_kl_equals_the_full_vocabulary_kl(model, tiny_policy_dir):
     from demo.policy.tiny_policy import build_policy
     from transformers import AutoModelForCausalLM
