@@ -122,7 +122,7 @@ def _commit_times(table_uri: str) -> list[tuple[float, int]]:
 
     total, points = 0, []
     for commit in TableHistory(table_uri).commits_after(-1):
-        total += commit.added_rows
+        total += commit.added_rows or 0
         points.append((commit.timestamp_ms / 1000, total))
     return points
 

@@ -55,9 +55,9 @@ class RowStream:
         """Rows committed and not consumed yet (a commit whose writer recorded no row count counts as plenty)."""
         last = self._queued[-1].version if self._queued else self.version
         self._queued += self.follower.commits_after(last)
-        unknown = any(c.batch_id is not None and c.added_rows == 0 for c in self._queued)
+        unknown = any(c.batch_id is not None and c.added_rows is None for c in self._queued)
         current = 0 if self.done else len(self.rows) - self.cursor
-        return 1 << 30 if unknown else current + sum(c.added_rows * self.passes for c in self._queued)
+        return 1 << 30 if unknown else current + sum((c.added_rows or 0) * self.passes for c in self._queued)
 
     def advance(self) -> None:
         self.cursor += 1

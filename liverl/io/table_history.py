@@ -22,7 +22,7 @@ class TableCommit:
     batch_id: str | None  # None for commits that add no batch (optimize, vacuum, schema changes)
     kafka_offsets: KafkaOffsets = field(default_factory=dict)
     timestamp_ms: int = 0
-    added_rows: int = 0  # from Delta's operation metrics (0 when the writer recorded none)
+    added_rows: int | None = 0  # from Delta's operation metrics; None when the writer recorded none
 
 
 class TableHistory:
@@ -89,5 +89,12 @@ def _commit(entry: dict) -> TableCommit:
         kafka_offsets=decode_offsets(entry.get(names.COMMIT_KAFKA_OFFSETS),
                                      f"commit metadata {names.COMMIT_KAFKA_OFFSETS} of table version {version}"),
         timestamp_ms=int(entry.get("timestamp") or 0),
-        added_rows=int((entry.get("operationMetrics") or {}).get("num_added_rows") or 0),
+        added_rows=_added_rows(entry.get("operationMetrics") or {}),
     )
+
+
+def _added_rows(metrics: dict) -> int | None:
+    """The rows a commit added, or None when its writer recorded no count: the pipelines commit progress (Kafka
+    offsets) with 0 rows while sessions are still open, which is a count of 0, not an unknown one."""
+    count = metrics.get("num_added_rows")
+    return None if count is None else int(count)

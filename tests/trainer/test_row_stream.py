@@ -87,3 +87,14 @@ def test_pending_rows_counts_what_is_committed_and_not_consumed(tmp_path):
         seen.append(item[1]["trajectory_id"])
         stream.advance()
     assert seen == ["b", "c", "d", "e"] and stream.pending_rows() == 0
+
+
+def test_a_progress_commit_with_no_rows_counts_as_none_pending(tmp_path):
+    """The pipelines commit their Kafka offsets with 0 rows while sessions are still open; those commits must not
+    read as "unknown, plenty": that started a step on every one of them, with 1 or 2 trajectories."""
+    uri = str(tmp_path / "table")
+    stream = RowStream(TableHistory(uri), Position(-1, 0, True))
+    commit_batch(uri, [_row("a")], "batch-0", 0)
+    commit_batch(uri, [], "batch-1", 1)
+    commit_batch(uri, [], "batch-2", 2)
+    assert stream.pending_rows() == 1
