@@ -50,6 +50,10 @@ def run(config: LiverlConfig, args: argparse.Namespace) -> int:
         return 0
     import signal
 
+    if config.trainer.torch_threads is not None:
+        import torch
+
+        torch.set_num_threads(config.trainer.torch_threads)
     if config.trainer.tenants.adapters:  # a policy per tenant
         from trainer.tenant_loop import TenantTrainer as Trainer
     else:

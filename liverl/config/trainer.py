@@ -261,6 +261,10 @@ class TrainerConfig(Section):
     """AdamW learning rate (a torch optimizer: no DeepSpeed op build)."""
     weight_decay: float = Field(0.0, ge=0.0, le=1.0)
     """AdamW weight decay."""
+    torch_threads: int | None = Field(None, ge=1, le=1024)
+    """Threads torch computes a step with (None: torch's default, one per core). Beside a vLLM CPU engine, which
+    binds its worker to all cores but one, 1 keeps the trainer off the engine's core: two threads, one of them
+    waiting on that busy core, made a LoRA step of the real model 1.25x slower (docs/measurements.md)."""
     min_step_rows: int = Field(1, ge=1, le=100_000)
     """A step waits until this many new table rows are there (held-out and skipped ones count), or until
     max_step_wait_s passed since it began to wait: live traffic arrives a few sessions per commit, and a step on
