@@ -2,7 +2,7 @@
 
 The base and the served version play the same held-out real tasks with the same seeds
 (demo/product/tasks_real/evaluate.py, its own process, so its engine's memory goes when it ends), the helpers
-answered by the base in both. A LoRA version plays on the base's engine under its adapter, in the same process
+answered by the base in both. A LoRA version plays merged into a copy of the base, in the same process
 as the base, and the comparison adds the paired difference (served minus base) with its 95 % interval; a
 full-weights version plays in a process of its own. The summary prints success with 95 % Wilson intervals per
 family and the general-text NLL of both.
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from demo.config import DemoLiverlConfig
+from demo.product.tasks_real.engines import all_cores_environment
 from liverl.contracts.adapter import is_adapter_folder, read_manifest
 from liverl.io import processes
 
@@ -68,7 +69,8 @@ def evaluate_folder(config: DemoLiverlConfig, folder: Path, frozen: Path, out: P
             "--json", str(out)] + (["--adapter", str(adapter)] if adapter is not None else [])
     log = out.with_suffix(".log")
     log.unlink(missing_ok=True)
-    process = processes.start("held-out evaluation", argv, log)
+    # The demo's stages have stopped: the evaluation's engine computes on every core.
+    process = processes.start("held-out evaluation", argv, log, env=all_cores_environment())
     try:
         code = process.wait(timeout=real.heldout_timeout_s)
     finally:

@@ -1,20 +1,28 @@
-"""The engines that play real tasks: vLLM's offline engine (batched, optionally under LoRA adapters) or HF.
+"""The engines that play real tasks: vLLM's offline engine (batched) or HF (optionally under a peft adapter).
 
-A `Generate` takes a round's requests and their seeds and returns the completion texts in order. With vLLM,
-one engine started on a base folder with LoRA enabled plays the base (no adapter) and any number of adapter
-versions of that base (`VllmGenerate.under(adapter_folder)`): the held-out comparison of base and trained
-adapter then costs one engine start, and the orchestrator's frozen helpers are the same engine's base.
+A `Generate` takes a round's requests and their seeds and returns the completion texts in order. vLLM plays a
+trained adapter merged into a copy of its base (evaluate.merged_folder): on CPU its LoRA ops made the adapter's
+play 2.3x slower than the base's, and the merged weights are the same function.
 """
 
 from __future__ import annotations
 
-import itertools
+import os
 from collections.abc import Callable
 from pathlib import Path
 
 from demo.product.tasks_real.base import ChatRequest
 
 TEMPERATURE, TOP_P = 0.7, 0.9
+
+
+def all_cores_environment() -> dict[str, str]:
+    """Environment for an evaluation that has the machine to itself: vLLM's CPU worker computes on every core this
+    process may use. By default it binds to all but one core and leaves that one to its scheduler, right beside
+    other stages, but half the machine idle on 2 cores (30 held-out tasks: 19 s on both cores, 26 s on one)."""
+    cpus = ",".join(str(cpu) for cpu in sorted(os.sched_getaffinity(0)))
+    return {"VLLM_CPU_OMP_THREADS_BIND": cpus, "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+
 
 # (requests, seeds) -> completion texts, in order
 Generate = Callable[[list[ChatRequest], list[int]], list[str]]
@@ -23,29 +31,14 @@ Generate = Callable[[list[ChatRequest], list[int]], list[str]]
 class VllmGenerate:
     """vLLM's offline engine over a HF folder; renders each chat with the folder's template."""
 
-    def __init__(self, folder: Path, dtype: str = "float32", max_lora_rank: int = 0) -> None:
+    def __init__(self, folder: Path, dtype: str = "float32") -> None:
         from vllm import LLM
 
-        lora = {"enable_lora": True, "max_lora_rank": max_lora_rank, "max_loras": 2} if max_lora_rank else {}
         # No chunked prefill: vllm-cpu 0.32 fails a seeded request whose prefill is split across steps ("CPU
         # Generator does not use offset") and kills the engine; whole prompts per step avoid the split.
         self.llm = LLM(model=str(folder), dtype=dtype, gpu_memory_utilization=0.2, max_model_len=1024,
-                       enforce_eager=True, seed=0, disable_log_stats=True, enable_chunked_prefill=False, **lora)
+                       enforce_eager=True, seed=0, disable_log_stats=True, enable_chunked_prefill=False)
         self.tokenizer = self.llm.get_tokenizer()
-        self._lora_ids = itertools.count(1)
-        self._lora_request = None
-
-    def under(self, adapter: Path) -> VllmGenerate:
-        """The same engine, generating under a peft adapter folder (a new LoRA id: nothing cached is shared)."""
-        from vllm.lora.request import LoRARequest
-
-        if not self.llm.llm_engine.vllm_config.lora_config:
-            raise ValueError("this engine was started without LoRA: pass max_lora_rank to play an adapter")
-        view = object.__new__(VllmGenerate)
-        view.llm, view.tokenizer, view._lora_ids = self.llm, self.tokenizer, self._lora_ids
-        lora_id = next(self._lora_ids)
-        view._lora_request = LoRARequest(f"heldout-{lora_id}", lora_id, str(adapter))
-        return view
 
     def __call__(self, requests: list[ChatRequest], seeds: list[int]) -> list[str]:
         from vllm import SamplingParams
@@ -54,7 +47,7 @@ class VllmGenerate:
                    for r in requests]
         params = [SamplingParams(temperature=TEMPERATURE, top_p=TOP_P, max_tokens=r.max_tokens, seed=s)
                   for r, s in zip(requests, seeds, strict=True)]
-        outputs = self.llm.generate(prompts, params, use_tqdm=False, lora_request=self._lora_request)
+        outputs = self.llm.generate(prompts, params, use_tqdm=False)
         return [output.outputs[0].text for output in outputs]
 
 
