@@ -129,7 +129,8 @@ def _turn(key: str, number: int, event, redact: Redact) -> SpanRecord:
 def _model_call(call, parent: str, index: int, row: dict, events: list, previous_call_ms: int, redact: Redact,
                 decode: Decode | None) -> SpanRecord:
     prompt, completion = list(call.prompt_token_ids), list(call.completion_token_ids)
-    new_context = _new_context(prompt, completion, *_span_bounds(row, index))
+    start, end = _span_bounds(row, index)
+    new_context = _new_context(prompt, completion, start, end)
     produced = [e for e in events if e.WhichOneof("body") in ("tool_call", "summary")
                 and getattr(e, e.WhichOneof("body")).request_id == call.request_id]
     outputs: dict = {"completion_tokens": len(completion)}
