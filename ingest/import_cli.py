@@ -59,12 +59,12 @@ def run(config, args) -> int:
         from ingest.importers.subject import ImportSubject
         from liverl.privacy import sealer_for
 
-        subject = ImportSubject.of(config, tenant, args.user)
+        subject = ImportSubject.of(config, tenant)
         sealer = sealer_for(config, subject.pseudonyms)
         with Publisher(config.kafka, spool_dir, seal=sealer.seal_all if sealer else None) as publisher:
             summary = import_files(args.format, paths, builder,
-                                   lambda _, built: publisher.write(records_of(subject.owned(built), tenant,
-                                                                               config.kafka)),
+                                   lambda session, built: publisher.write(records_of(
+                                       subject.owned(built, session.user_id), tenant, config.kafka)),
                                    **chosen)
         spooled = publisher.spooled()
     for line in summary.lines():

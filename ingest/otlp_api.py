@@ -9,8 +9,9 @@ Spans are mapped by ingest/importers/otlp.py (chat spans -> ModelCalls, execute_
 calls and results; the session is gen_ai.conversation.id, else the trace) and built like `liverl import`
 builds them: redacted, re-tokenized with the policy's tokenizer, origin "import:otlp", no behaviour
 logprobs (these calls were not sampled by serving). The events then pass the same checks as every other
-capture (validation, dedupe, session rules, redaction, dead letters); the spans of an opted-out user (user.id,
-or the user the session was started with) are dropped and counted, model calls included; a session whose start
+capture (validation, dedupe, session rules, redaction, dead letters); the spans of an opted-out or forgotten user
+(user.id, or the user the session was started with) are dropped and counted, model calls included; the user is
+stored as its keyed pseudonym, linked to the session for `liverl forget --user`; a session whose start
 is refused has its model calls dead-lettered with it. Spans keep arriving while a conversation goes on, so no
 session_end is written: the pipelines close the session when it goes idle. The answer is OTLP's
 ExportTraceServiceResponse, with partialSuccess counting the spans that were dead-lettered.
@@ -104,7 +105,7 @@ class OtlpTraces:
         if core.opt_out.tenant(tenant):
             core.metrics.dropped.labels("opt_out").inc(spans)
             return 0, ""
-        sessions = self._without_opted_out(tenant, sessions)
+        sessions = self._as_subjects(tenant, self._without_opted_out(tenant, sessions))
         builder = SessionBuilder(tenant, otlp.FORMAT, self.tokenizer(), core.redactor_for(tenant), now_ms)
         dead = [core.dead_letter(b.reason, b.message, tenant, b.source.encode(), None, now_ms) for b in bad]
         refused, first_reason = len(bad), (f"{bad[0].reason}: {bad[0].message}" if bad else "")
@@ -150,6 +151,23 @@ class OtlpTraces:
         for session in sessions:
             if self.core.opted_out(tenant, session.user_id, session.session_id):
                 self.core.metrics.dropped.labels("opt_out").inc(len(session.items))
+            else:
+                kept.append(session)
+        return kept
+
+
+    def _as_subjects(self, tenant: str, sessions: list[ImportedSession]) -> list[ImportedSession]:
+        """Each session's user as the tenant's keyed pseudonym, before building redacts the id (an email would
+        become "[REDACTED:email]", one id for all such users, so `liverl forget --user` could never find them);
+        capture then links the pseudonym to the session, as it does the SDK's. The sessions of a forgotten user
+        are dropped (counted per span), model calls included: a forgotten subject never comes back."""
+        subjects = self.core.subjects
+        forgotten = subjects.forgotten(tenant)
+        kept = []
+        for session in sessions:
+            session.user_id = subjects.pseudonyms.user(tenant, session.user_id)
+            if session.user_id and session.user_id in forgotten:
+                self.core.metrics.dropped.labels("forgotten").inc(len(session.items))
             else:
                 kept.append(session)
         return kept

@@ -118,7 +118,7 @@ def log_batch(config: LiverlConfig, committed: table.Committed, batch_id: str,
                   "kafka_offsets": json.dumps(offsets, sort_keys=True)[:6000]}
         metrics = {"sessions": summary.get("sessions", 0), "trajectories": len(rows),
                    "trainable_tokens": sum(sum(r["loss_mask"]) for r in rows),
-                   "tokens": sum(len(r["token_ids"]) for r in rows), "traces": traces}
+                   "tokens": sum(len(r["loss_mask"]) for r in rows), "traces": traces}
         metrics |= {name: value for name, value in summary.items() if isinstance(value, int | float)}
         metrics |= {f"dead_letters.{reason}": n for reason, n in summary.get("dead_letters", {}).items()}
         metrics["dead_letters"] = sum(summary.get("dead_letters", {}).values())
@@ -166,7 +166,8 @@ def reward_histograms(rows: list[dict]):
 
 
 def sample_table(rows: list[dict], size: int) -> dict[str, list]:
-    """Columns of a browsable sample: who, how long, how much was trainable, and the raw rewards."""
+    """Columns of a browsable sample: who, how long, how much was trainable, and the raw rewards. No token ids:
+    they are the users' text, exact (the traces show it redacted)."""
     sample = sorted(rows, key=lambda r: r["trajectory_id"])[:size]
     return {
         "session_id": [r["session_id"] for r in sample],
@@ -174,11 +175,10 @@ def sample_table(rows: list[dict], size: int) -> dict[str, list]:
                   for r in sample],
         "task": [f"{r['task_family']}/{r['task_id']}" for r in sample],
         "policy_versions": [",".join(r["policy_versions"] or []) for r in sample],
-        "tokens": [len(r["token_ids"]) for r in sample],
+        "tokens": [len(r["loss_mask"]) for r in sample],  # one mask entry per token: the ids stay sealed
         "trainable_tokens": [sum(r["loss_mask"]) for r in sample],
         "segments": [len(r["segment_starts"] or []) for r in sample],
         "reward_components": [json.dumps(dict(r["reward_components"] or ()), sort_keys=True) for r in sample],
         "signals": [json.dumps(dict(r["signals"] or ()), sort_keys=True) for r in sample],
         "critical_steps": [r["critical_steps"] for r in sample],
-        "token_ids_head": [" ".join(map(str, r["token_ids"][:64])) for r in sample],
     }

@@ -190,7 +190,7 @@ def run_pipeline(config: LiverlConfig, plan: BatchPlan, staging_uri: str) -> tup
         chunks, plan.carried_state, config.kafka.session_events_topic, config.kafka.model_calls_topic,
         ship_client_files(config.kafka.client_kwargs()), settings.read_timeout_s, timing, config.rewards, plan.batch_id,
         settings.on_retention_gap, trace_sample_rate=settings.trace_sample_rate if settings.audit else 0.0,
-        keys_dir=str(config.privacy.keys_dir))
+        keys_dir=str(config.privacy.keys_dir), seal_rows=config.privacy.encrypt_payloads)
     stage_outputs(outputs, staging_uri)
     result = pipeline.run()
     result.wait_until_finish()

@@ -3,7 +3,7 @@
     PlanRanges -> Spread -> ReadOffsetRanges ──┐        (retention gaps met while reading -> dead letters)
     CarriedPending (last batch's pending files) ┴> AllRecords -> ParseRecords ──┐
     ClosedSessions (last batch's closed files) ──────────────────────────────┴> GroupBySession
-      -> DecideReadiness -> BuildTrajectories -> StageTrajectories
+      -> DecideReadiness -> BuildTrajectories -> SealTrajectories (privacy.encrypt_payloads) -> StageTrajectories
       dead letters of every step -> AllDeadLetters -> StampDeadLetters -> StageDeadLetters
       pending records -> StagePending; closed sessions -> StageClosed
 
@@ -21,6 +21,7 @@ from liverl.contracts.trajectory_row import rows_to_table
 from pipelines import dead_letters, parse, sessionize, traces, trajectories
 from pipelines.kafka_source import GAP, SKIP, OffsetRange, ReadOffsetRange
 from pipelines.records import CLOSED_SESSION_SCHEMA, RAW_RECORD_SCHEMA, RawRecord
+from pipelines.seal_rows import SealTrajectories
 
 # Staged outputs: name -> schema. The driver reads `<staging>/<name>-*.parquet`.
 STAGED = {"trajectories": TRAJECTORY_SCHEMA, "dead_letters": DEAD_LETTER_SCHEMA, "pending": RAW_RECORD_SCHEMA,
@@ -33,10 +34,14 @@ class DistillBatch(beam.PTransform):
     def __init__(self, ranges: list[OffsetRange], carried_state: str | None,
                  events_topic: str, calls_topic: str, client_kwargs: dict, read_timeout_s: float,
                  timing: sessionize.Timing, rewards: RewardsConfig, batch_id: str, on_retention_gap: str = SKIP,
-                 trace_sample_rate: float = 0.0, keys_dir: str | None = None):
-        """keys_dir: the subject key store that opens sealed record values (privacy.keys_dir)."""
+                 trace_sample_rate: float = 0.0, keys_dir: str | None = None, seal_rows: bool = False):
+        """keys_dir: the subject key store that opens sealed record values (privacy.keys_dir). seal_rows: seal
+        each row's token ids under its subject's key from that store (privacy.encrypt_payloads)."""
         super().__init__()
+        if seal_rows and keys_dir is None:
+            raise ValueError("seal_rows needs keys_dir: the key store the rows' subject keys live in")
         self._keys_dir = keys_dir
+        self._seal_rows = seal_rows
         self._trace_sample_rate = trace_sample_rate  # sessions whose events are staged for MLflow traces
         self._on_retention_gap = on_retention_gap
         self._ranges, self._carried_state = ranges, carried_state
@@ -65,12 +70,15 @@ class DistillBatch(beam.PTransform):
                        sessionize.PENDING, sessionize.CLOSED, sessionize.DEAD, main="ready"))
         built = decided.ready | "BuildTrajectories" >> beam.ParDo(trajectories.BuildTrajectories(
             self._rewards, self._batch_id, self._timing.as_of_ms)).with_outputs(trajectories.DEAD, main="rows")
+        rows = built.rows
+        if self._seal_rows:
+            rows = rows | "SealTrajectories" >> beam.ParDo(SealTrajectories(self._keys_dir))
         dead = ((read[GAP], parsed[parse.DEAD], decided[sessionize.DEAD], built[trajectories.DEAD])
                 | "AllDeadLetters" >> beam.Flatten()
                 | "StampDeadLetters" >> beam.Map(stamp_dead_letter, self._batch_id, self._timing.as_of_ms))
         # The sampled sessions' events and calls, staged so that the driver can trace what it commits.
         sources = decided.ready | "TraceSources" >> beam.FlatMap(traces.trace_sources, self._trace_sample_rate)
-        return {"trajectories": built.rows, "dead_letters": dead, "pending": decided[sessionize.PENDING],
+        return {"trajectories": rows, "dead_letters": dead, "pending": decided[sessionize.PENDING],
                 "closed": decided[sessionize.CLOSED], traces.STAGED_NAME: sources}
 
 

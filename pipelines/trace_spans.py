@@ -130,7 +130,7 @@ def _model_call(call, parent: str, index: int, row: dict, events: list, previous
                 decode: Decode | None) -> SpanRecord:
     prompt, completion = list(call.prompt_token_ids), list(call.completion_token_ids)
     start, end = _span_bounds(row, index)
-    new_context = row["token_ids"][start:end - len(completion)] if start is not None else prompt
+    new_context = _new_context(prompt, completion, start, end)
     produced = [e for e in events if e.WhichOneof("body") in ("tool_call", "summary")
                 and getattr(e, e.WhichOneof("body")).request_id == call.request_id]
     outputs: dict = {"completion_tokens": len(completion)}
@@ -162,6 +162,16 @@ def _model_call(call, parent: str, index: int, row: dict, events: list, previous
     return SpanRecord(f"call-{call.request_id or call.event_id}", f"model call {index + 1} (v{call.policy_version})",
                       call.request_time_ms, call.finish_time_ms or call.request_time_ms, "LLM", parent,
                       inputs=inputs, outputs=outputs, attributes=attributes)
+
+
+def _new_context(prompt: list[int], completion: list[int], start: int | None, end: int | None) -> list[int]:
+    """What a call added to the chain before its completion: the tail of its own prompt (the chain so far is
+    its prompt's head, or a new segment starts with the whole prompt). Taken from the call, not the row: the row's
+    token ids are sealed (liverl/privacy/row_sealing.py) and a trace needs none of them."""
+    if start is None:
+        return prompt
+    added = max(0, min(len(prompt), end - start - len(completion)))
+    return prompt[len(prompt) - added:]
 
 
 def _span_bounds(row: dict, index: int) -> tuple[int | None, int | None]:
@@ -269,7 +279,7 @@ def _trace_name(row: dict) -> str:
 def _root_attributes(row: dict) -> dict:
     return {"liverl.trajectory_id": row["trajectory_id"], "liverl.agent_id": row["agent_id"],
             "liverl.agent_role": row["agent_role"], "liverl.parent_agent_id": row["parent_agent_id"],
-            "liverl.tokens": len(row["token_ids"]), "liverl.trainable_tokens": sum(row["loss_mask"]),
+            "liverl.tokens": len(row["loss_mask"]), "liverl.trainable_tokens": sum(row["loss_mask"]),
             "liverl.segments": len(row["segment_starts"] or []) or 1,
             "liverl.critical_steps": row["critical_steps"], "liverl.num_turns": row["num_turns"],
             "liverl.signals": dict(row["signals"] or ())}

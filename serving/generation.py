@@ -354,7 +354,8 @@ class Completions:
             self.metrics.records.labels("opt_out").inc()  # ingest.opt_out_*: served, never recorded
         elif call.token_ids and self.recorder is not None:  # built, redacted and serialized on the recording thread
             finished_ms = int(time.time() * 1000)
-            self.recorder.record_later(lambda: self.redacted_model_call(call, ok, finished_ms), finished_ms)
+            self.recorder.record_later(lambda: self.redacted_model_call(call, ok, finished_ms), finished_ms,
+                                       call.caller.user_id)  # linked to the session as its pseudonym, off the path
 
     def redacted_model_call(self, call: Call, ok: bool, finished_ms: int) -> model_call_pb2.ModelCall:
         record = self.model_call(call, ok, finished_ms)

@@ -37,7 +37,11 @@ class ServingMetrics:
         self.cross_tenant = Counter("liverl_serving_cross_tenant_refusals", "Requests refused for naming another "
                                     "tenant than their API key's, by the key's tenant", ["tenant"], registry=r)
         self.records = Counter("liverl_serving_records", "ModelCall records, by outcome (sent, spooled, replayed, "
-                               "dropped, failed, opt_out: never built)", ["outcome"], registry=r)
+                               "dropped, failed, opt_out: never built, forgotten: its user was erased)", ["outcome"],
+                               registry=r)
+        self.user_links = Counter("liverl_serving_user_links", "(user, session) pairs of recorded calls written to "
+                                  "the key store for `liverl forget --user`, by outcome (linked, failed)", ["outcome"],
+                                  registry=r)
         self.recording_lag = Histogram("liverl_serving_recording_lag_seconds",
                                        "From completion finished to record acknowledged by Kafka",
                                        buckets=LATENCY_BUCKETS, registry=r)

@@ -5,6 +5,9 @@ builds (the ModelCall, its redaction, its bytes) and hands batches to liverl.io'
 waits for Kafka (acks=all) or appends to the durable disk spool and replays it in order later. So the
 request path pays one deque append, not a protobuf message and a redaction scan. A full hand-off overflows
 straight to the spool (built on the spot). Failures are counted, never raised to the request.
+A call that names a user is linked to its session in the key store by the same thread, before its batch is
+written (serving.subjects): one append per batch and tenant, off the request path (but for an overflow, which
+is built on the spot anyway).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from liverl.io.spool import Spool, SpoolFull
 from liverl.v1 import model_call_pb2
 from serving.metrics import ServingMetrics
 from serving.record_handoff import BatchHandoff
+from serving.subjects import Links, ServingSubjects
 
 log = logging.getLogger("liverl.serving.recorder")
 
@@ -38,10 +42,11 @@ RECENT_LAGS = 100_000  # exact lags of the latest records, for quantiles the his
 
 @dataclass(frozen=True)
 class _Pending:
-    """A ModelCall still to build, and when its completion finished."""
+    """A ModelCall still to build, when its completion finished, and its user as the caller named it ("": none)."""
 
     build: Callable[[], model_call_pb2.ModelCall]
     finished_ms: int
+    user_id: str = ""
 
 
 class _RecordingListener(WriterListener):
@@ -72,9 +77,12 @@ class Recorder:
     def __init__(self, kafka_config: KafkaConfig, spool_dir: Path, metrics: ServingMetrics,
                  queue_size: int = _DEFAULTS["record_queue_size"].default,
                  spool_max_bytes: int = _DEFAULTS["spool_max_bytes"].default,
-                 linger_s: float = _DEFAULTS["record_linger_s"].default, seal=None):
-        """seal: see KafkaWriter (each record sealed with its session's key before Kafka or the spool)."""
+                 linger_s: float = _DEFAULTS["record_linger_s"].default, seal=None,
+                 subjects: ServingSubjects | None = None):
+        """seal: see KafkaWriter (each record sealed with its session's key before Kafka or the spool).
+        subjects: links each call's user to its session (None: the users of calls are not linked)."""
         self._kafka = kafka_config
+        self._subjects = subjects
         self._metrics = metrics
         self._handoff: BatchHandoff[Record | _Pending] = BatchHandoff(queue_size, linger_s)
         # Registered here rather than in ServingMetrics, which belongs to the server's own metrics set.
@@ -99,10 +107,12 @@ class Recorder:
 
     # -- the request side: O(1) unless the queue overflows, never raises -----------------------------
 
-    def record_later(self, build: Callable[[], model_call_pb2.ModelCall], finished_ms: int) -> None:
+    def record_later(self, build: Callable[[], model_call_pb2.ModelCall], finished_ms: int,
+                     user_id: str = "") -> None:
         """Record the ModelCall build() returns; build runs on the recording thread (it must only read
-        what no longer changes). finished_ms: when the completion finished (the recording lag's start)."""
-        self._enqueue(_Pending(build, finished_ms))
+        what no longer changes). finished_ms: when the completion finished (the recording lag's start).
+        user_id: the call's user as the caller named it, linked to the session as its pseudonym."""
+        self._enqueue(_Pending(build, finished_ms, user_id))
 
     def _model_call_record(self, call: model_call_pb2.ModelCall, finished_ms: int) -> Record:
         return kafka_records.session_record(self._kafka.model_calls_topic, kafka_records.MODEL_CALL, call.tenant_id,
@@ -119,22 +129,53 @@ class Recorder:
     def _enqueue(self, item: Record | _Pending) -> None:
         try:
             if not self._handoff.put(item):  # full: straight to the spool
-                record = self._built(item)
+                links: Links = {}
+                record = self._built(item, links)
+                self._link(links)
                 if record is not None:
                     self._park([record])
         except Exception:  # never surface recording trouble to the request
             self._metrics.records.labels("failed").inc()
 
-    def _built(self, item: Record | _Pending) -> Record | None:
-        """The Kafka record of a queued item; None (counted, logged) when building it failed."""
+    def _built(self, item: Record | _Pending, links: Links) -> Record | None:
+        """The Kafka record of a queued item, its user's link added to links; None (counted) when building it
+        failed or its user was forgotten."""
         if isinstance(item, Record):
             return item
         try:
-            return self._model_call_record(item.build(), item.finished_ms)
+            call = item.build()
         except Exception:
             log.exception("recording: building a ModelCall failed")
             self._metrics.records.labels("failed").inc()
             return None
+        if item.user_id and self._subjects is not None and not self._add_link(call, item.user_id, links):
+            self._metrics.records.labels("forgotten").inc()
+            return None
+        return self._model_call_record(call, item.finished_ms)
+
+    def _add_link(self, call: model_call_pb2.ModelCall, user_id: str, links: Links) -> bool:
+        """False when the call's user was forgotten; True otherwise, also when the key store could not be read
+        (the record is kept, and the failure counted: a link may be missing, a record never is)."""
+        try:
+            return self._subjects.add(call.tenant_id, user_id, call.session_id, links)
+        except Exception as error:  # no user id in the log line: the error's type only
+            log.warning("recording: a call's user could not be linked to its session (%s)", type(error).__name__)
+            self._metrics.user_links.labels("failed").inc()
+            return True
+
+    def _link(self, links: Links) -> None:
+        """Write a batch's (user, session) links to the key store; a failure is counted and logged, never raised."""
+        if not links:
+            return
+        pairs = sum(len(tenant_pairs) for tenant_pairs in links.values())
+        try:
+            self._subjects.write(links)
+        except Exception as error:  # the pairs are pseudonyms, but the log line needs none of them
+            log.warning("recording: %d (user, session) links not written to the key store (%s)", pairs,
+                        type(error).__name__)
+            self._metrics.user_links.labels("failed").inc(pairs)
+        else:
+            self._metrics.user_links.labels("linked").inc(pairs)
 
     def _park(self, records: list[Record]) -> None:
         """Into the spool, behind whatever waits there already; counted as dropped when it has no room."""
@@ -157,7 +198,10 @@ class Recorder:
                 continue
             self._metrics.recording_queue.set(self._handoff.waiting())
             try:
-                self._write([record for record in map(self._built, batch) if record is not None])
+                links: Links = {}
+                records = [record for record in (self._built(item, links) for item in batch) if record is not None]
+                self._link(links)  # before Kafka: a link without its record is harmless, a record unlinked is not
+                self._write(records)
             finally:
                 self._handoff.done()
 

@@ -75,11 +75,13 @@ class PolicyServer:
         if c.record:
             from liverl.privacy import sealer_for
             from serving.recorder import Recorder
+            from serving.subjects import serving_subjects
 
-            sealer = sealer_for(self.config)  # model calls hold the users' text as token ids: sealed at rest
+            subjects = serving_subjects(self.config)  # each call's user linked to its session, for `forget --user`
+            sealer = sealer_for(self.config, subjects.pseudonyms)  # model calls hold the users' text as token ids
             self.recorder = Recorder(self.config.kafka, self.work_dir / "spool", self.metrics, c.record_queue_size,
                                      c.spool_max_bytes, c.record_linger_s,
-                                     seal=sealer.seal_all if sealer else None).start()
+                                     seal=sealer.seal_all if sealer else None, subjects=subjects).start()
         self.swapper = HotSwapper(c, self.router, self.metrics, self.registry, self.work_dir / "versions", self.say)
         if c.policy_dir is not None:
             await self.swapper.start_with(c.policy_dir_version, Path(c.policy_dir))

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from liverl.config import LiverlConfig
+from liverl.privacy.row_sealing import RowOpener
+from liverl.privacy.sealing import Forgotten
 from trainer.advantages import Baselines, compute_advantages
 from trainer.rewarding import mixed_rewards, serving_drift
 from trainer.trajectory import Trajectory, from_row, is_held_out
@@ -37,16 +39,17 @@ def holdout_key(row: dict) -> str:
     return f"{row.get('tenant_id') or ''}/{session}" if session else row["trajectory_id"]
 
 
-def held_out_rows(rows: Sequence[dict], fraction: float, limit: int, max_seq_len: int
-                  ) -> list[tuple[Trajectory, dict]]:
-    """The most recent `limit` held-out trajectories with something to score, oldest first."""
+def held_out_rows(rows: Sequence[dict], fraction: float, limit: int, max_seq_len: int,
+                  opener: RowOpener | None = None) -> list[tuple[Trajectory, dict]]:
+    """The most recent `limit` held-out trajectories with something to score, oldest first (opener: opens sealed
+    rows; those of forgotten subjects are left out)."""
     kept = []
     for row in rows:
         if not is_held_out(holdout_key(row), fraction):
             continue
         try:
-            trajectory = from_row(row, -1)
-        except (ValueError, KeyError, TypeError):
+            trajectory = from_row(row, -1, opener)
+        except (Forgotten, ValueError, KeyError, TypeError):
             continue  # the trainer already reported it when it streamed past
         if trajectory.imported:
             continue  # no behaviour logprobs: the gate's importance weights against them would mean nothing
@@ -56,12 +59,13 @@ def held_out_rows(rows: Sequence[dict], fraction: float, limit: int, max_seq_len
     return kept[-limit:] if limit else kept
 
 
-def gate_evidence(rows: Sequence[dict], step: int, baselines: Baselines, config: LiverlConfig) -> GateEvidence:
+def gate_evidence(rows: Sequence[dict], step: int, baselines: Baselines, config: LiverlConfig,
+                  opener: RowOpener | None = None) -> GateEvidence:
     """rows: the table snapshot the candidate was trained up to. The baselines are copied: judging must not
-    move what training uses."""
+    move what training uses. opener: opens the held-out rows' sealed token ids."""
     tc = config.trainer
     drift = serving_drift(rows, config.rewards, tc.gate.drift_min_trajectories)
-    pairs = held_out_rows(rows, tc.gate.holdout_fraction, tc.gate.max_holdout, tc.max_seq_len)
+    pairs = held_out_rows(rows, tc.gate.holdout_fraction, tc.gate.max_holdout, tc.max_seq_len, opener)
     holdout = [trajectory for trajectory, _ in pairs]
     rewards = mixed_rewards(holdout, step, config.rewards) if holdout else []
     advantages = compute_advantages(holdout, rewards, copy.deepcopy(baselines), tc.advantages) if holdout else []

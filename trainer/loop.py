@@ -30,6 +30,7 @@ from liverl.config import LiverlConfig
 from liverl.contracts import names
 from liverl.io.lineage import merge_offsets
 from liverl.io.table_history import TableCommit, TableHistory
+from liverl.privacy import row_opener_for
 from trainer.advantages import Baselines
 from trainer.gate_worker import GateWorker
 from trainer.holdout import gate_evidence
@@ -79,6 +80,7 @@ class Trainer:
         self.say = say
         self.registry = Registry(config.mlflow)
         self.follower = TableHistory(config.table.trajectories_uri)
+        self.opener = row_opener_for(config)  # rows' token ids are sealed per data subject (privacy.keys_dir)
         self.publisher = Publisher(
             self.registry, self.tc.gate, self.tc.loss, config.rewards.monitors, self.tc.max_seq_len,
             config.rewards.version, self.dir / "registry", say, signing_key_file=self.tc.signing_key_file,
@@ -204,7 +206,7 @@ class Trainer:
         while True:
             plan = build_step(
                 self.stream, self.trained, self.served, int(time.time() * 1000), self.tc, self.say,
-                world=self.ranks.world,
+                world=self.ranks.world, opener=self.opener,
             )
             self.window.commits.update(plan.commits)
             if not plan.empty:
@@ -335,7 +337,7 @@ class Trainer:
             return None
         probe.write(folder)  # serving proves its replicas load these weights (a resumed export gets it too)
         evidence = gate_evidence(self.follower.rows_up_to(self.stream.version), self.state.step, self.baselines,
-                                 self.config)
+                                 self.config, self.opener)
         return CheckpointToPublish(
             pending=pending, run_key=self.state.run_key, parent_version=self.state.parent_version,
             step=self.state.step, folder=folder, evidence=evidence, step_metrics=step_metrics,

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 
 from liverl.config.trainer import TrainerConfig
 from liverl.io.table_history import TableCommit
+from liverl.privacy.row_sealing import RowOpener
+from liverl.privacy.sealing import Forgotten
 from trainer.batching import Sample, trajectory_samples
 from trainer.packing import micro_batches as layout
 from trainer.holdout import holdout_key
@@ -34,12 +36,14 @@ class StepPlan:
 def build_step(
     stream: RowStream, trained: dict[str, int], served: ServedLineage | str, now_ms: int, config: TrainerConfig,
     say: Callable[[str], None] = print, world: int = 1, max_tokens: int | None = None,
+    opener: RowOpener | None = None,
 ) -> StepPlan:
     """trained: trajectory_id -> table version it was trained from (a re-committed trajectory is a duplicate).
     served: the champion timeline staleness counts on (a version string: every version up to it served).
     world: data-parallel ranks; the step holds their micro-batches together (each rank trains a share).
     max_tokens: also stop before the windows' tokens would pass this (one tenant's share of a step); the first
-    trajectory is taken whatever its size, so a step always moves on."""
+    trajectory is taken whatever its size, so a step always moves on.
+    opener: opens rows whose token ids are sealed; a row whose subject was forgotten is skipped ("forgotten")."""
     served = ServedLineage.of(served)
     plan = StepPlan()
     micro_batches = config.deepspeed.gradient_accumulation_steps * world
@@ -48,7 +52,11 @@ def build_step(
     while (item := stream.peek()) is not None:
         commit, row = item
         try:
-            trajectory = from_row(row, commit.version)
+            trajectory = from_row(row, commit.version, opener)
+        except Forgotten as error:  # erased by `liverl forget`: its token ids can never be read again
+            say(f"skip row of table v{commit.version}: {error}")
+            _consume(stream, plan, commit, "forgotten")
+            continue
         except (ValueError, KeyError, TypeError) as error:
             say(f"skip row of table v{commit.version}: {error}")
             _consume(stream, plan, commit, "invalid")

@@ -18,6 +18,7 @@ from liverl.config import LiverlConfig
 from liverl.config.trainer import TenantsConfig, TrainerConfig
 from liverl.contracts import names
 from liverl.io.table_history import TableHistory
+from liverl.privacy.row_sealing import RowOpener
 from trainer.advantages import Baselines
 from trainer.holdout import GateEvidence, gate_evidence
 from trainer.row_stream import Position, RowStream
@@ -64,21 +65,22 @@ def group_streams(follower: TableHistory, positions: Mapping[str, Position], con
 def build_tenant_steps(
     streams: Mapping[str, RowStream], trained: dict[str, int], served: Mapping[str, ServedLineage | str],
     now_ms: int, config: TrainerConfig, say: Callable[[str], None] = print, world: int = 1,
+    opener: RowOpener | None = None,
 ) -> dict[str, StepPlan]:
     """The next step of every group that has new rows, each group's at most tenants.tokens_per_step tokens (and
     one trajectory at least); a group's plan may be empty yet have consumed rows (skipped ones)."""
     plans = {}
     for group in sorted(streams):
         plan = build_step(streams[group], trained, served[group], now_ms, config, say, world,
-                          max_tokens=config.tenants.tokens_per_step)
+                          max_tokens=config.tenants.tokens_per_step, opener=opener)
         if plan.consumed:
             plans[group] = plan
     return plans
 
 
-def group_evidence(rows: list[dict], group: str, step: int, baselines: Baselines, config: LiverlConfig
-                   ) -> GateEvidence:
+def group_evidence(rows: list[dict], group: str, step: int, baselines: Baselines, config: LiverlConfig,
+                   opener: RowOpener | None = None) -> GateEvidence:
     """The gate's evidence for a group's candidate: the held-out sessions, rewards and drift report of the group's
     own rows (a tenant's candidate is judged on its tenant's traffic alone); baselines: the group's."""
     keep = in_group(group, config.trainer.tenants)
-    return gate_evidence([row for row in rows if keep(row)], step, baselines, config)
+    return gate_evidence([row for row in rows if keep(row)], step, baselines, config, opener)

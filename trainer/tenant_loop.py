@@ -29,6 +29,7 @@ from liverl.config import LiverlConfig
 from liverl.contracts import names
 from liverl.io.lineage import merge_offsets
 from liverl.io.table_history import TableCommit, TableHistory
+from liverl.privacy import row_opener_for
 from trainer.advantages import Baselines
 from trainer.publish import CheckpointToPublish, Publisher, PublishResult
 from trainer.registry import Registry
@@ -64,6 +65,7 @@ class TenantTrainer:
         self.say = say
         self.registry = Registry(config.mlflow)
         self.follower = TableHistory(config.table.trajectories_uri)
+        self.opener = row_opener_for(config)  # rows' token ids are sealed per data subject (privacy.keys_dir)
         self.publishers = {group: Publisher(
             self.registry, self.tc.gate, self.tc.loss, config.rewards.monitors, self.tc.max_seq_len,
             config.rewards.version, self.dir / "registry", say, signing_key_file=self.tc.signing_key_file,
@@ -145,7 +147,7 @@ class TenantTrainer:
         registered = 0
         while not self.stop_requested:
             plans = build_tenant_steps(self.streams, self.trained, self.served, int(time.time() * 1000), self.tc,
-                                       self.say)
+                                       self.say, opener=self.opener)
             for group, plan in plans.items():
                 self.windows[group].commits.update(plan.commits)
                 if not plan.empty:
@@ -214,7 +216,7 @@ class TenantTrainer:
             self.policies.export(group, folder, self.base.folder)
         measure_weight_probe(self.policies.model).write(folder)  # the group's adapter active: its weights' probe
         evidence = group_evidence(self.follower.rows_up_to(self.streams[group].version), group, gs.step,
-                                  self.baselines[group], self.config)
+                                  self.baselines[group], self.config, self.opener)
         checkpoint = CheckpointToPublish(
             pending=pending, run_key=self._run_key(group), parent_version=gs.parent_version or self.base.version,
             step=gs.step, folder=folder, evidence=evidence, step_metrics=step_metrics,

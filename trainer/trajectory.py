@@ -14,6 +14,7 @@ import hashlib
 from dataclasses import dataclass, field
 
 from liverl.contracts.trajectory_row import TrajectoryRow
+from liverl.privacy.row_sealing import RowOpener
 
 UNKNOWN_TEMPERATURE = float("nan")  # a span whose sampling was not recorded: its tokens are unscorable
 
@@ -119,9 +120,12 @@ class Trajectory:
         return self.trainable_within()
 
 
-def from_row(row: dict, table_version: int) -> Trajectory:
+def from_row(row: dict, table_version: int, opener: RowOpener | None = None) -> Trajectory:
     """A row as pyarrow's to_pylist gives it; raises ValueError (SchemaVersionError for a newer schema)
-    when its columns disagree."""
+    when its columns disagree. opener: opens a row whose token ids are sealed (liverl.privacy.row_sealing);
+    raises liverl.privacy.sealing.Forgotten when the row's subject was erased."""
+    if opener is not None:
+        row = opener.open_row(row)
     typed = TrajectoryRow.from_arrow(row).validate()
     return from_typed_row(typed, table_version)
 

@@ -1,7 +1,9 @@
-"""The data subject of an import: every session built is given the user `liverl import --user` names.
+"""The data subjects of an import: each session's user, as the tenant's keyed pseudonym, linked to its session.
 
-The user id is stored as the tenant's keyed pseudonym (never as given) and each session is linked to it in
-the key store, as the capture service does, so `liverl forget --user` finds imported sessions too. Sessions
+A session's user is the one its source names (OpenAI's `user`, OpenTelemetry's user.id), else the one
+`liverl import --user` names. It is stored as the tenant's keyed pseudonym (never as given, and never as the
+builder's redaction left it: an email would be "[REDACTED:email]" for every user) and each session is linked to it
+in the key store, as the capture service does, so `liverl forget --user` finds imported sessions too. Sessions
 of a forgotten user, or forgotten sessions, are not published again (the sealer drops their records).
 """
 
@@ -19,23 +21,23 @@ class ImportSubject:
     store: SubjectKeyStore
     pseudonyms: Pseudonyms
     tenant: str
-    user: str  # the pseudonym; "" when the import names no user
 
     @classmethod
-    def of(cls, config, tenant: str, user_id: str | None) -> "ImportSubject":
+    def of(cls, config, tenant: str) -> "ImportSubject":
         from liverl.privacy import key_store
 
         store = key_store(config)
-        pseudonyms = Pseudonyms(store, config.privacy.key_cache_size)
-        return cls(store, pseudonyms, tenant, pseudonyms.user(tenant, user_id or ""))
+        return cls(store, Pseudonyms(store, config.privacy.key_cache_size), tenant)
 
-    def owned(self, built: BuiltSession) -> BuiltSession:
-        """built with the user on every event and linked to its session; emptied when the user was forgotten."""
-        if not self.user:
+    def owned(self, built: BuiltSession, user_id: str) -> BuiltSession:
+        """built with its user (user_id as the source or --user named it) as a pseudonym on every event and linked
+        to its session; emptied when that user was forgotten; as it is when it has no user."""
+        user = self.pseudonyms.user(self.tenant, user_id or "")
+        if not user:
             return built
-        if self.user in self.store.forgotten(self.tenant):
+        if user in self.store.forgotten(self.tenant):
             return BuiltSession(built.session_id)
         for event in built.events:
-            event.user_id = self.user
-        self.store.link(self.tenant, self.user, self.pseudonyms.session(self.tenant, built.session_id))
+            event.user_id = user
+        self.store.link(self.tenant, user, self.pseudonyms.session(self.tenant, built.session_id))
         return built

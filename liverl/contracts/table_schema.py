@@ -8,7 +8,8 @@ Bump TABLE_SCHEMA_VERSION on any change; readers refuse versions they do not kno
 import pyarrow as pa
 
 # 1: the first table. 2: per-span sampling parameters and origin (additive: version-1 rows read with them empty).
-TABLE_SCHEMA_VERSION = 2
+# 3: token ids sealed per data subject, subject_id and sealed_token_ids (additive: older rows read in clear).
+TABLE_SCHEMA_VERSION = 3
 
 # Per-span policy versions: a trajectory chains several model calls, possibly served by different
 # versions across a hot-swap; span i covers tokens [span_starts[i], span_ends[i]).
@@ -26,7 +27,7 @@ TRAJECTORY_SCHEMA = pa.schema(
         pa.field("span_starts", pa.list_(pa.int32())),
         pa.field("span_ends", pa.list_(pa.int32())),
         pa.field("span_policy_versions", pa.list_(pa.string())),
-        pa.field("token_ids", pa.list_(pa.int32()), nullable=False),  # (T,) the full chain
+        pa.field("token_ids", pa.list_(pa.int32()), nullable=False),  # (T,) the full chain; [] when sealed
         pa.field("loss_mask", pa.list_(pa.int8()), nullable=False),  # (T,) 1 only on policy-sampled tokens
         pa.field("behaviour_logprobs", pa.list_(pa.float32()), nullable=False),  # (T,) 0 where mask is 0
         pa.field("reward_components", pa.map_(pa.string(), pa.float64())),  # raw, unmixed
@@ -55,6 +56,13 @@ TRAJECTORY_SCHEMA = pa.schema(
         # "" for trajectories served by liverl; "import:<format>" when built from imported traces (`liverl
         # import`): no behaviour logprobs, so the trainer never forms an IS ratio on them (version 2).
         pa.field("origin", pa.string()),
+        # The token ids are the user's text, exact: the pipelines seal them (liverl/privacy/row_sealing.py) under
+        # the key of the row's data subject, the keyed pseudonym of its session ("s-<hex>": not personal data),
+        # the same subject and key its Kafka records were sealed with; `liverl forget` deletes that key, so every
+        # copy of the row's files (history, backups) becomes unreadable. token_ids is then empty; the trainer
+        # opens the row. Null: token_ids are in clear (older rows, privacy.encrypt_payloads off). Version 3.
+        pa.field("subject_id", pa.string()),
+        pa.field("sealed_token_ids", pa.binary()),  # version byte + 12-byte nonce + AES-256-GCM of int32 ids
     ]
 )
 

@@ -29,7 +29,7 @@ class TrajectoryRow:
     agent_id: str
     batch_id: str  # the idempotency id of the committing batch
     event_date: str  # partition column, "YYYY-MM-DD" (UTC)
-    token_ids: list[int]  # (T,) the full chain
+    token_ids: list[int]  # (T,) the full chain; [] while sealed (sealed_token_ids holds them)
     loss_mask: list[int]  # (T,) 1 only on policy-sampled tokens
     behaviour_logprobs: list[float]  # (T,) 0 where the mask is 0
     task_family: str | None = None
@@ -56,13 +56,26 @@ class TrajectoryRow:
     span_top_p: list[float] = field(default_factory=list)  # 1: no nucleus truncation
     span_top_k: list[int] = field(default_factory=list)  # 0 or -1: no top-k truncation
     origin: str = ""  # "" served by liverl; "import:<format>": off-policy, no behaviour logprobs
+    # Token ids sealed under the data subject's key (liverl.privacy.row_sealing); None: token_ids in clear.
+    subject_id: str | None = None  # "s-<hex>": the keyed pseudonym of the session, not personal data
+    sealed_token_ids: bytes | None = None
 
     @property
     def imported(self) -> bool:
         return self.origin.startswith("import:")
 
+    @property
+    def sealed(self) -> bool:
+        return bool(self.sealed_token_ids)
+
     def validate(self) -> "TrajectoryRow":
-        """Raise ValueError naming the row when its columns disagree; return self."""
+        """Raise ValueError naming the row when its columns disagree (a sealed row must be opened first, so
+        its token count is checked too); return self."""
+        if self.sealed:
+            raise ValueError(
+                f"trajectory {self.trajectory_id}: its token ids are sealed under subject {self.subject_id}'s key; "
+                "open the row first (liverl.privacy.row_sealing.RowOpener, with the key store that sealed it)"
+            )
         n = len(self.token_ids)
         if not (n == len(self.loss_mask) == len(self.behaviour_logprobs)):
             raise ValueError(

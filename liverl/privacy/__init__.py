@@ -1,7 +1,9 @@
-"""Privacy at rest: the subject key store, keyed pseudonyms, sealing of record values, and erasure.
+"""Privacy at rest: the subject key store, keyed pseudonyms, sealing of record values and of the trajectory
+table's token ids, and erasure.
 
 Built from the config by the stages that write (capture, serving, import) and read (the pipelines,
-`liverl topics`) records; `liverl forget` erases a subject everywhere (liverl.privacy.erasure).
+`liverl topics`) records, and by the trainer, which opens table rows (liverl.privacy.row_sealing);
+`liverl forget` erases a subject everywhere (infra/commands/forget.py).
 """
 
 from __future__ import annotations
@@ -30,3 +32,10 @@ def opener_for(config):
     from liverl.privacy.sealing import Opener
 
     return Opener(key_store(config), cache_size=config.privacy.key_cache_size)
+
+
+def row_opener_for(config):
+    """A RowOpener for the config's key store (the trainer opens sealed rows whatever encrypt_payloads says)."""
+    from liverl.privacy.row_sealing import RowOpener
+
+    return RowOpener(key_store(config), cache_size=config.privacy.key_cache_size)

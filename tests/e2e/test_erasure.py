@@ -219,7 +219,7 @@ def test_forget_leaves_no_readable_copy_and_keeps_everyone_else(loop, tmp_path, 
 
     from infra.commands.forget import forget
     from liverl.io.table_history import TableHistory
-    from liverl.privacy import audit_log
+    from liverl.privacy import audit_log, row_opener_for
 
     config, server = loop
     data_dir = config.stack.data_dir
@@ -254,8 +254,9 @@ def test_forget_leaves_no_readable_copy_and_keeps_everyone_else(loop, tmp_path, 
     assert [entry["scope"] for entry in logged] == ["user", "session"]
     assert DAVE not in config.privacy.audit_log.read_text()
 
-    kept = TableHistory(config.table.trajectories_uri).rows_up_to()  # the trainer's reader
-    assert {r["session_id"] for r in kept} == {erin_session} and all(r["token_ids"] for r in kept)
+    kept = TableHistory(config.table.trajectories_uri).rows_up_to()  # the trainer's reader, and its opener
+    assert {r["session_id"] for r in kept} == {erin_session}
+    assert all(row_opener_for(config).open_row(r)["token_ids"] for r in kept)
     assert files_holding(data_dir / "mlflow", ERIN_MARKER)  # erin's trace is still there
     erin_events = [e for e in events_of(read_topic(config, config.kafka.session_events_topic, want=1))
                    if e.session_id == erin_session]  # and her records still open

@@ -8,6 +8,8 @@ import time
 
 import httpx
 
+from liverl.privacy import key_store
+from liverl.privacy.pseudonyms import Pseudonyms
 from liverl.v1 import model_call_pb2, session_event_pb2
 from tests.ingest.conftest import capture_config, events_of, read_topic
 from tests.ingest.importers.conftest import make_tokenizer_dir, messages_of, run_import, source_words
@@ -73,7 +75,8 @@ def test_import_drops_the_sessions_of_opted_out_users_named_by_the_log_or_by_use
     calls = messages_of(read_topic(config, config.kafka.model_calls_topic, want=5, timeout_s=2),
                         model_call_pb2.ModelCall)
     assert {e.session_id for e in events} == {c.session_id for c in calls} == {"conv-bob", "conv-anyone"}
-    assert {e.user_id for e in events if e.session_id == "conv-bob"} == {"bob"}
+    bob = Pseudonyms(key_store(config)).user("acme", "bob")
+    assert {e.user_id for e in events if e.session_id == "conv-bob"} == {bob}  # keyed, never as given
 
     # --user names the user of the sessions the log does not: carol opted out, so only bob's session remains
     code, out = run_import(config, ["--user", "carol", "--dry-run", *argv])

@@ -12,6 +12,7 @@ from deltalake import DeltaTable
 
 from liverl.contracts import names
 from liverl.contracts.table_schema import TABLE_SCHEMA_VERSION, TRAJECTORY_SCHEMA
+from liverl.privacy import row_opener_for
 from liverl.v1 import session_event_pb2 as se
 from pipelines import dead_letters, table
 from pipelines.distill import distill_once
@@ -189,7 +190,10 @@ def test_two_tenants_sharing_session_and_event_ids_get_separate_trajectories(dis
     produce(config, a_events + b_events, a_calls + b_calls)
     report = distill_once(config, now_ms=LATER)
     assert report.sessions == 2 and report.trajectories == 2 and report.counters.get("duplicates", 0) == 0
-    rows = {r["tenant_id"]: r for r in _rows(config)}
+    committed = _rows(config)
+    assert all(r["token_ids"] == [] and r["sealed_token_ids"] and r["subject_id"] for r in committed)  # sealed
+    opener = row_opener_for(config)
+    rows = {r["tenant_id"]: opener.open_row(r) for r in committed}
     assert set(rows) == {"demo", "tenant-b"} and rows["demo"]["trajectory_id"] != rows["tenant-b"]["trajectory_id"]
     for tenant, calls in (("demo", a_calls), ("tenant-b", b_calls)):
         row = rows[tenant]

@@ -12,7 +12,10 @@ from liverl.v1 import session_event_pb2 as se
 from pipelines import table
 from pipelines.audit import TRACES_FILTER_TAG, ensure_audited
 from pipelines.distill import distill_once
+from pipelines.trace_spans import _new_context
 from pipelines.traces import log_batch_traces, sampled, trace_sources
+from pipelines.trajectories import chain_tokens
+from tests.pipelines import producing
 from tests.pipelines.producing import T0, coding_session, event, orchestrator_session, produce
 
 LATER = T0 + 3600_000
@@ -139,3 +142,15 @@ def test_sampling_is_deterministic_and_follows_the_rate():
     assert list(trace_sources(record, 0.0)) == []
     (staged,) = trace_sources(record, 1.0)
     assert len(staged["events"]) == len(events) and len(staged["model_calls"]) == len(calls)
+
+
+def test_a_calls_new_context_comes_from_its_prompt_as_the_row_chained_it():
+    call = producing.call
+    calls = [call("s", 0, "r1", [1, 2], [3]), call("s", 1, "r2", [1, 2, 3, 7, 8], [9, 10]),
+             call("s", 2, "r3", [5, 6], [7]), call("s", 3, "r4", [5, 6, 7], [8])]  # r3 starts a segment; r4 adds none
+    chain = chain_tokens(calls, trainable=True)
+    for index, c in enumerate(calls):
+        start, end = chain["span_starts"][index], chain["span_ends"][index]
+        completion = list(c.completion_token_ids)
+        assert _new_context(list(c.prompt_token_ids), completion, start, end) == \
+            chain["token_ids"][start:end - len(completion)]  # what the sealed row's ids would have given

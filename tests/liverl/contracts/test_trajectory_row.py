@@ -60,3 +60,28 @@ def test_newer_schema_version_is_refused_with_what_to_do():
 def test_validate_names_what_disagrees(changes, message):
     with pytest.raises(ValueError, match=message):
         _row(**changes).validate()
+
+
+def test_version_two_rows_read_in_clear():
+    old = _row().to_arrow()
+    for name in ("subject_id", "sealed_token_ids"):
+        old.pop(name)
+    old["schema_version"] = 2
+    row = TrajectoryRow.from_arrow(old).validate()
+    assert not row.sealed and row.token_ids == [5, 6, 7]
+
+
+def test_a_sealed_row_is_validated_once_opened(tmp_path):
+    from liverl.privacy.keystore import FileKeyStore
+    from liverl.privacy.row_sealing import RowOpener, RowSealer
+
+    store = FileKeyStore(tmp_path)
+    sealed = RowSealer(store).seal_row(_row())
+    with pytest.raises(ValueError, match="sealed .* open the row first"):
+        sealed.validate()
+    (back,) = table_to_rows(rows_to_table([sealed]))
+    assert back == sealed  # the sealed columns round-trip through Arrow
+    assert TrajectoryRow.from_arrow(RowOpener(store).open_row(back.to_arrow())).validate().token_ids == [5, 6, 7]
+    uneven = RowSealer(store).seal_row(_row(loss_mask=[1, 1]))
+    with pytest.raises(ValueError, match="one entry per token"):
+        TrajectoryRow.from_arrow(RowOpener(store).open_row(uneven.to_arrow())).validate()

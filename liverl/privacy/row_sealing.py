@@ -1,0 +1,133 @@
+"""Seal and open a trajectory-table row's token ids under its data subject's key (AES-256-GCM).
+
+The token ids of prompts and completions are the user's text, exact, because the trainer needs them so. A row's
+subject is the keyed pseudonym of its session (liverl.privacy.pseudonyms), the same subject, and so the same
+key, that its session's Kafka records were sealed with (liverl.privacy.sealing). The pipelines seal each row
+before it is staged or committed; the trainer opens rows as it reads them. Once `liverl forget` deletes the key,
+every copy of the row (the table's history, a backup of its Parquet files, a staged batch) stays unreadable,
+whether or not the vacuum has reached it yet.
+
+    subject_id        "s-<hex>", the subject whose key seals the row (not personal data)
+    sealed_token_ids  VERSION + 12-byte nonce + AES-GCM(the ids as little-endian int32)
+    token_ids         [] while sealed
+
+The associated data binds the blob to its row (tenant, subject, trajectory id): a blob copied into another row,
+or altered, does not open. Everything else in the row (masks, logprobs, rewards, counts) stays in clear: it is
+not the user's text, and the audits a person reads are made from it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from array import array
+from collections.abc import Mapping
+from dataclasses import replace
+
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from liverl.contracts.trajectory_row import TrajectoryRow
+from liverl.privacy.keystore import SubjectKeyStore
+from liverl.privacy.pseudonyms import Pseudonyms
+from liverl.privacy.sealing import Forgotten
+
+VERSION = b"\x01"
+NONCE_BYTES = 12
+_TAG_BYTES = 16
+_PURPOSE = b"liverl/trajectory/token_ids"  # keeps a row's blob apart from the same key's Kafka values
+
+
+class _Ciphers:
+    """(tenant, subject) -> AESGCM, cleared when full (cheaper than an LRU per lookup)."""
+
+    def __init__(self, store: SubjectKeyStore, cache_size: int):
+        self.store = store
+        self._cache_size = cache_size
+        self._ciphers: dict[tuple[str, str], AESGCM] = {}
+
+    def get(self, tenant: str, subject: str, make: bool) -> AESGCM | None:
+        """The subject's cipher; None when it has no key (make: create one; SubjectForgotten if tombstoned)."""
+        cipher = self._ciphers.get((tenant, subject))
+        if cipher is not None:
+            return cipher
+        secret = self.store.key(tenant, subject)
+        if secret is None and make:
+            secret = self.store.create_many(tenant, [subject])[subject]
+        if secret is None:
+            return None
+        if len(self._ciphers) >= self._cache_size:
+            self._ciphers.clear()
+        cipher = self._ciphers[(tenant, subject)] = AESGCM(secret)
+        return cipher
+
+
+class RowSealer:
+    """Seals rows' token ids (the pipelines' workers, one per worker)."""
+
+    def __init__(self, store: SubjectKeyStore, pseudonyms: Pseudonyms | None = None, cache_size: int = 65_536):
+        self.pseudonyms = pseudonyms or Pseudonyms(store, cache_size)
+        self._ciphers = _Ciphers(store, cache_size)
+
+    def seal_row(self, row: TrajectoryRow) -> TrajectoryRow:
+        """The row with its token ids sealed (a sealed row is returned as it is). The subject's key is made when
+        the session had none (its records travelled in clear); SubjectForgotten when the subject was erased
+        meanwhile: drop the row, it may never be stored again."""
+        if row.sealed:
+            return row
+        subject = self.pseudonyms.session(row.tenant_id, row.session_id)
+        cipher = self._ciphers.get(row.tenant_id, subject, make=True)
+        nonce = os.urandom(NONCE_BYTES)
+        sealed = cipher.encrypt(nonce, _packed(row.token_ids),
+                                associated_data(row.tenant_id, subject, row.trajectory_id))
+        return replace(row, token_ids=[], subject_id=subject, sealed_token_ids=VERSION + nonce + sealed)
+
+
+class RowOpener:
+    """Opens rows' token ids (the trainer, anything else that needs the ids); rows in clear pass through."""
+
+    def __init__(self, store: SubjectKeyStore, cache_size: int = 65_536):
+        self._ciphers = _Ciphers(store, cache_size)
+
+    def open_row(self, row: Mapping) -> dict:
+        """The row (as pyarrow's to_pylist gives it) with its token ids in clear and no sealed blob; Forgotten when
+        the subject's key is gone (`liverl forget`); ValueError when the blob was altered or moved."""
+        blob = row.get("sealed_token_ids")
+        if not blob:
+            return dict(row)
+        tenant, subject, trajectory = row.get("tenant_id") or "", row.get("subject_id") or "", row.get("trajectory_id")
+        cipher = self._ciphers.get(tenant, subject, make=False) if subject else None
+        if cipher is None:
+            raise Forgotten(f"trajectory {trajectory}: the key of subject {subject or '(none)'} (tenant {tenant!r}) "
+                            "is gone, so its token ids can never be read: the subject was erased by `liverl forget` "
+                            "(or this key store is not the one that sealed the row)")
+        if blob[:1] != VERSION or len(blob) < 1 + NONCE_BYTES + _TAG_BYTES:
+            raise ValueError(f"trajectory {trajectory}: sealed_token_ids of {len(blob)} bytes has no "
+                             f"version-{VERSION[0]} envelope")
+        try:
+            plain = cipher.decrypt(blob[1:1 + NONCE_BYTES], blob[1 + NONCE_BYTES:],
+                                   associated_data(tenant, subject, trajectory or ""))
+        except Exception as error:  # InvalidTag: another row's blob, or tampered with
+            raise ValueError(f"trajectory {trajectory}: its sealed token ids do not open under subject {subject}'s "
+                             "key: they were altered or moved from another row") from error
+        return {**row, "token_ids": _unpacked(plain), "sealed_token_ids": None}
+
+
+def associated_data(tenant: str, subject: str, trajectory_id: str) -> bytes:
+    return b"\0".join((_PURPOSE, tenant.encode("utf-8", "surrogateescape"), subject.encode(), trajectory_id.encode()))
+
+
+def _packed(token_ids) -> bytes:
+    ids = array("i", token_ids)  # (T,) int32, as the table's column
+    if sys.byteorder == "big":
+        ids.byteswap()
+    return ids.tobytes()
+
+
+def _unpacked(data: bytes) -> list[int]:
+    if len(data) % 4:
+        raise ValueError(f"sealed token ids of {len(data)} bytes are not int32 values")
+    ids = array("i")
+    ids.frombytes(data)
+    if sys.byteorder == "big":
+        ids.byteswap()
+    return ids.tolist()
