@@ -1,5 +1,6 @@
-"""configs/demo-smollm2.toml: the real model is a config switch, and the toy demo stays the default."""
+"""configs/demo-smollm2.toml: the real model is a config switch; `make demo` runs it, the toy is `make demo-toy`."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -31,8 +32,12 @@ def test_smollm2_config_trains_and_serves_adapters_and_watches_general_text():
     assert config.trainer.gate.max_general_nll_increase == 0.05
 
 
-def test_the_default_demo_stays_the_toy_policy():
-    assert _load("demo.toml").demo.policy == "toy"
+def test_make_demo_runs_the_real_model_and_the_toy_stays_a_setting():
+    targets = dict(re.findall(r"^([\w-]+): install\n\t\$\(VENV\)/bin/liverl demo @ (\S+)$", (ROOT / "Makefile").read_text(),
+                              re.M))
+    assert _load(Path(targets["demo"]).name).demo.policy == "smollm2"
+    assert _load(Path(targets["demo-toy"]).name).demo.policy == "toy"
+    assert _load("demo.toml").demo.policy == "toy", "`liverl demo` and the fast tests run the toy"
 
 
 def test_unknown_policy_and_unbounded_heldout_are_refused():
