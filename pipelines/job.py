@@ -36,7 +36,8 @@ class DistillBatch(beam.PTransform):
                  timing: sessionize.Timing, rewards: RewardsConfig, batch_id: str, on_retention_gap: str = SKIP,
                  trace_sample_rate: float = 0.0, keys_dir: str | None = None, seal_rows: bool = False):
         """keys_dir: the subject key store that opens sealed record values (privacy.keys_dir). seal_rows: seal
-        each row's token ids under its subject's key from that store (privacy.encrypt_payloads)."""
+        each row's token ids, and the staged trace sources, under its subject's key from that store
+        (privacy.encrypt_payloads)."""
         super().__init__()
         if seal_rows and keys_dir is None:
             raise ValueError("seal_rows needs keys_dir: the key store the rows' subject keys live in")
@@ -77,7 +78,8 @@ class DistillBatch(beam.PTransform):
                 | "AllDeadLetters" >> beam.Flatten()
                 | "StampDeadLetters" >> beam.Map(stamp_dead_letter, self._batch_id, self._timing.as_of_ms))
         # The sampled sessions' events and calls, staged so that the driver can trace what it commits.
-        sources = decided.ready | "TraceSources" >> beam.FlatMap(traces.trace_sources, self._trace_sample_rate)
+        sources = decided.ready | "TraceSources" >> beam.ParDo(traces.TraceSources(
+            self._trace_sample_rate, self._keys_dir if self._seal_rows else None))
         return {"trajectories": rows, "dead_letters": dead, "pending": decided[sessionize.PENDING],
                 "closed": decided[sessionize.CLOSED], traces.STAGED_NAME: sources}
 

@@ -2,7 +2,8 @@
 
 Two halves, so only COMMITTED trajectories are traced, and each once:
 
-    in the Beam graph   ready sessions -> `trace_sources` (the sampled sessions' events and model calls)
+    in the Beam graph   ready sessions -> `TraceSources` (the sampled sessions' events and model calls, sealed
+                        under the session's subject key like the table's token ids: they hold its text)
                         -> staged as `trace_sources-*.parquet` next to the batch's other outputs
     after the commit    the audit (pipelines/audit.py) reads them back with the batch's committed rows and
                         writes one trace per trajectory (pipelines/trace_spans.py), in mlflow.audit_experiment
@@ -18,11 +19,13 @@ import hashlib
 import json
 from collections.abc import Iterator
 
+import apache_beam as beam
 import pyarrow as pa
 
 from liverl.config import LiverlConfig
 from liverl.io.traces import TraceStore
 from liverl.io.tracking import Tracking
+from liverl.privacy.sealing import Forgotten
 from liverl.rewards.session import SessionRecord
 
 STAGED_NAME = "trace_sources"
@@ -32,7 +35,9 @@ TRACE_SOURCE_SCHEMA = pa.schema([
     pa.field("session_id", pa.string()),
     pa.field("events", pa.list_(pa.binary())),  # SessionEvent protobufs, in the session's order
     pa.field("model_calls", pa.list_(pa.binary())),  # ModelCall protobufs, in request order
+    pa.field("subject_id", pa.string()),  # the subject whose key sealed both lists; "" or null: in clear
 ])
+SEALED_EVENTS, SEALED_CALLS = b"liverl/trace_source/events", b"liverl/trace_source/model_calls"
 
 
 def sampled(tenant_id: str, session_id: str, rate: float) -> bool:
@@ -44,15 +49,49 @@ def sampled(tenant_id: str, session_id: str, rate: float) -> bool:
 
 
 def trace_sources(session: SessionRecord, sample_rate: float) -> Iterator[dict]:
-    """beam.FlatMap body: the session as a staged row when it is sampled (its trajectories may still fail)."""
+    """The session as a staged row, in clear, when it is sampled (its trajectories may still fail)."""
     if sampled(session.tenant_id, session.session_id, sample_rate):
         yield {"tenant_id": session.tenant_id, "session_id": session.session_id,
                "events": [e.SerializeToString() for e in session.events],
-               "model_calls": [c.SerializeToString() for c in session.model_calls]}
+               "model_calls": [c.SerializeToString() for c in session.model_calls], "subject_id": ""}
 
 
-def read_trace_sources(batch_uri: str) -> dict[tuple[str, str], SessionRecord]:
-    """(tenant, session) -> SessionRecord, from a batch's staged trace sources ({} when it staged none)."""
+class TraceSources(beam.DoFn):
+    """Sampled sessions as staged rows, sealed under their subject's key when keys_dir is given (the key store is
+    made on the worker: keys never travel with the pipeline). A subject forgotten meanwhile is not staged."""
+
+    def __init__(self, sample_rate: float, keys_dir: str | None = None):
+        self._sample_rate, self._keys_dir, self._sealer = sample_rate, keys_dir, None
+
+    def setup(self):
+        if self._keys_dir is not None:
+            from pathlib import Path
+
+            from liverl.privacy.keystore import FileKeyStore
+            from liverl.privacy.row_sealing import RowSealer
+
+            self._sealer = RowSealer(FileKeyStore(Path(self._keys_dir)))
+
+    def process(self, session: SessionRecord):
+        from liverl.privacy.keystore import SubjectForgotten
+
+        for row in trace_sources(session, self._sample_rate):
+            if self._sealer is None:
+                yield row
+                continue
+            tenant, session_id = row["tenant_id"], row["session_id"]
+            try:
+                subject, events = self._sealer.seal_blobs(tenant, session_id, SEALED_EVENTS, row["events"])
+                _, calls = self._sealer.seal_blobs(tenant, session_id, SEALED_CALLS, row["model_calls"])
+            except SubjectForgotten:
+                continue
+            yield row | {"events": events, "model_calls": calls, "subject_id": subject}
+
+
+def read_trace_sources(batch_uri: str, opener=None) -> dict[tuple[str, str], SessionRecord]:
+    """(tenant, session) -> SessionRecord, from a batch's staged trace sources ({} when it staged none). opener (a
+    liverl.privacy.row_sealing.RowOpener) opens sealed ones; a sealed session is left out without one, or when its
+    subject was forgotten."""
     import pyarrow.fs as pafs
     import pyarrow.parquet as pq
 
@@ -66,9 +105,18 @@ def read_trace_sources(batch_uri: str) -> dict[tuple[str, str], SessionRecord]:
         if not (info.base_name.startswith(STAGED_NAME + "-") and info.base_name.endswith(".parquet")):
             continue
         for row in pq.read_table(info.path, filesystem=fs, schema=TRACE_SOURCE_SCHEMA).to_pylist():
+            events, calls = row["events"], row["model_calls"]
+            if row.get("subject_id"):
+                if opener is None:
+                    continue
+                try:
+                    events = opener.open_blobs(row["tenant_id"], row["subject_id"], SEALED_EVENTS, events)
+                    calls = opener.open_blobs(row["tenant_id"], row["subject_id"], SEALED_CALLS, calls)
+                except Forgotten:
+                    continue  # erased since it was staged: never traced
             sessions[(row["tenant_id"], row["session_id"])] = SessionRecord(
-                row["session_id"], row["tenant_id"], tuple(SessionEvent.FromString(b) for b in row["events"]),
-                tuple(ModelCall.FromString(b) for b in row["model_calls"]))
+                row["session_id"], row["tenant_id"], tuple(SessionEvent.FromString(b) for b in events),
+                tuple(ModelCall.FromString(b) for b in calls))
     return sessions
 
 
@@ -79,7 +127,9 @@ def log_batch_traces(config: LiverlConfig, batch_uri: str | None, rows: list[dic
     settings = config.pipelines
     if settings.trace_sample_rate <= 0 or settings.max_traces_per_batch <= 0 or not batch_uri or not rows:
         return 0
-    sources = read_trace_sources(batch_uri)
+    from liverl.privacy import row_opener_for
+
+    sources = read_trace_sources(batch_uri, row_opener_for(config))
     chosen = sorted((r for r in rows if (r["tenant_id"], r["session_id"]) in sources),
                     key=lambda r: r["trajectory_id"])[:settings.max_traces_per_batch]
     if not chosen:

@@ -62,11 +62,19 @@ class _Ciphers:
 
 
 class RowSealer:
-    """Seals rows' token ids (the pipelines' workers, one per worker)."""
+    """Seals rows' token ids, and the other session data the pipelines keep at rest (the staged trace sources),
+    one per worker."""
 
     def __init__(self, store: SubjectKeyStore, pseudonyms: Pseudonyms | None = None, cache_size: int = 65_536):
         self.pseudonyms = pseudonyms or Pseudonyms(store, cache_size)
         self._ciphers = _Ciphers(store, cache_size)
+
+    def seal_blobs(self, tenant: str, session_id: str, purpose: bytes, blobs: list[bytes]) -> tuple[str, list[bytes]]:
+        """(subject, the blobs sealed) for data of one session; blob i is bound to (purpose, tenant, subject, i),
+        so blobs do not open in another place or order. SubjectForgotten when the subject was erased."""
+        subject = self.pseudonyms.session(tenant, session_id)
+        cipher = self._ciphers.get(tenant, subject, make=True)
+        return subject, [_seal(cipher, blob, _bound(purpose, tenant, subject, str(i))) for i, blob in enumerate(blobs)]
 
     def seal_row(self, row: TrajectoryRow) -> TrajectoryRow:
         """The row with its token ids sealed (a sealed row is returned as it is). The subject's key is made when
@@ -76,10 +84,8 @@ class RowSealer:
             return row
         subject = self.pseudonyms.session(row.tenant_id, row.session_id)
         cipher = self._ciphers.get(row.tenant_id, subject, make=True)
-        nonce = os.urandom(NONCE_BYTES)
-        sealed = cipher.encrypt(nonce, _packed(row.token_ids),
-                                associated_data(row.tenant_id, subject, row.trajectory_id))
-        return replace(row, token_ids=[], subject_id=subject, sealed_token_ids=VERSION + nonce + sealed)
+        sealed = _seal(cipher, _packed(row.token_ids), associated_data(row.tenant_id, subject, row.trajectory_id))
+        return replace(row, token_ids=[], subject_id=subject, sealed_token_ids=sealed)
 
 
 class RowOpener:
@@ -88,6 +94,13 @@ class RowOpener:
     def __init__(self, store: SubjectKeyStore, cache_size: int = 65_536):
         self._ciphers = _Ciphers(store, cache_size)
 
+    def open_blobs(self, tenant: str, subject: str, purpose: bytes, blobs: list[bytes]) -> list[bytes]:
+        """What seal_blobs sealed; Forgotten when the subject's key is gone, ValueError when a blob was altered,
+        reordered or moved from elsewhere."""
+        cipher = self._cipher(tenant, subject, "its data")
+        return [_open(cipher, blob, _bound(purpose, tenant, subject, str(i)), f"a sealed blob of subject {subject}")
+                for i, blob in enumerate(blobs)]
+
     def open_row(self, row: Mapping) -> dict:
         """The row (as pyarrow's to_pylist gives it) with its token ids in clear and no sealed blob; Forgotten when
         the subject's key is gone (`liverl forget`); ValueError when the blob was altered or moved."""
@@ -95,25 +108,41 @@ class RowOpener:
         if not blob:
             return dict(row)
         tenant, subject, trajectory = row.get("tenant_id") or "", row.get("subject_id") or "", row.get("trajectory_id")
+        cipher = self._cipher(tenant, subject, f"trajectory {trajectory}'s token ids")
+        plain = _open(cipher, blob, associated_data(tenant, subject, trajectory or ""),
+                      f"trajectory {trajectory}'s sealed token ids")
+        return {**row, "token_ids": _unpacked(plain), "sealed_token_ids": None}
+
+    def _cipher(self, tenant: str, subject: str, what: str) -> AESGCM:
         cipher = self._ciphers.get(tenant, subject, make=False) if subject else None
         if cipher is None:
-            raise Forgotten(f"trajectory {trajectory}: the key of subject {subject or '(none)'} (tenant {tenant!r}) "
-                            "is gone, so its token ids can never be read: the subject was erased by `liverl forget` "
-                            "(or this key store is not the one that sealed the row)")
-        if blob[:1] != VERSION or len(blob) < 1 + NONCE_BYTES + _TAG_BYTES:
-            raise ValueError(f"trajectory {trajectory}: sealed_token_ids of {len(blob)} bytes has no "
-                             f"version-{VERSION[0]} envelope")
-        try:
-            plain = cipher.decrypt(blob[1:1 + NONCE_BYTES], blob[1 + NONCE_BYTES:],
-                                   associated_data(tenant, subject, trajectory or ""))
-        except Exception as error:  # InvalidTag: another row's blob, or tampered with
-            raise ValueError(f"trajectory {trajectory}: its sealed token ids do not open under subject {subject}'s "
-                             "key: they were altered or moved from another row") from error
-        return {**row, "token_ids": _unpacked(plain), "sealed_token_ids": None}
+            raise Forgotten(f"the key of subject {subject or '(none)'} (tenant {tenant!r}) is gone, so {what} can never "
+                            "be read: the subject was erased by `liverl forget` (or this key store is not the one "
+                            "that sealed it)")
+        return cipher
+
+
+def _seal(cipher: AESGCM, data: bytes, aad: bytes) -> bytes:
+    nonce = os.urandom(NONCE_BYTES)
+    return VERSION + nonce + cipher.encrypt(nonce, data, aad)
+
+
+def _open(cipher: AESGCM, blob: bytes, aad: bytes, what: str) -> bytes:
+    if blob[:1] != VERSION or len(blob) < 1 + NONCE_BYTES + _TAG_BYTES:
+        raise ValueError(f"{what}: {len(blob)} bytes with no version-{VERSION[0]} envelope")
+    try:
+        return cipher.decrypt(blob[1:1 + NONCE_BYTES], blob[1 + NONCE_BYTES:], aad)
+    except Exception as error:  # InvalidTag: moved from elsewhere, or tampered with
+        raise ValueError(f"{what} do not open under the subject's key: altered or moved from elsewhere (or "
+                         "reordered)") from error
 
 
 def associated_data(tenant: str, subject: str, trajectory_id: str) -> bytes:
-    return b"\0".join((_PURPOSE, tenant.encode("utf-8", "surrogateescape"), subject.encode(), trajectory_id.encode()))
+    return _bound(_PURPOSE, tenant, subject, trajectory_id)
+
+
+def _bound(purpose: bytes, tenant: str, subject: str, place: str) -> bytes:
+    return b"\0".join((purpose, tenant.encode("utf-8", "surrogateescape"), subject.encode(), place.encode()))
 
 
 def _packed(token_ids) -> bytes:
