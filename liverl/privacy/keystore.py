@@ -83,10 +83,19 @@ class FileKeyStore:
 
     def key(self, tenant: str, subject: str) -> bytes | None:
         found = self._keys.get(tenant, {}).get(subject)
-        if found is None:
+        if found is None or not self._index_current(tenant):
             self._refresh(tenant)
             found = self._keys.get(tenant, {}).get(subject)
         return found
+
+    def _index_current(self, tenant: str) -> bool:
+        """Whether keys.log is still the file the index was read from: `forget` (in any process) rewrites it as
+        a new file, and `forget_tenant` removes it; one stat, so a forgotten key is never served from memory."""
+        try:
+            inode = os.stat(self._folder(tenant, make=False) / "keys.log").st_ino
+        except FileNotFoundError:
+            return False
+        return self._read_to.get(tenant, (None, 0))[0] == inode
 
     def create(self, tenant: str, subject: str) -> bytes:
         return self.create_many(tenant, [subject])[subject]

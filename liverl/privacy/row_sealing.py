@@ -27,6 +27,7 @@ from dataclasses import replace
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from liverl.contracts.trajectory_row import TrajectoryRow
+from liverl.privacy.ciphers import SubjectCiphers
 from liverl.privacy.keystore import SubjectKeyStore
 from liverl.privacy.pseudonyms import Pseudonyms
 from liverl.privacy.sealing import Forgotten
@@ -38,26 +39,18 @@ _PURPOSE = b"liverl/trajectory/token_ids"  # keeps a row's blob apart from the s
 
 
 class _Ciphers:
-    """(tenant, subject) -> AESGCM, cleared when full (cheaper than an LRU per lookup)."""
+    """SubjectCiphers that can also make a session's key (the pipelines seal rows of sessions whose records
+    travelled in clear)."""
 
     def __init__(self, store: SubjectKeyStore, cache_size: int):
         self.store = store
-        self._cache_size = cache_size
-        self._ciphers: dict[tuple[str, str], AESGCM] = {}
+        self._ciphers = SubjectCiphers(store, cache_size)
 
     def get(self, tenant: str, subject: str, make: bool) -> AESGCM | None:
         """The subject's cipher; None when it has no key (make: create one; SubjectForgotten if tombstoned)."""
-        cipher = self._ciphers.get((tenant, subject))
-        if cipher is not None:
-            return cipher
-        secret = self.store.key(tenant, subject)
-        if secret is None and make:
-            secret = self.store.create_many(tenant, [subject])[subject]
-        if secret is None:
-            return None
-        if len(self._ciphers) >= self._cache_size:
-            self._ciphers.clear()
-        cipher = self._ciphers[(tenant, subject)] = AESGCM(secret)
+        cipher = self._ciphers.get(tenant, subject)
+        if cipher is None and make:
+            cipher = self._ciphers.put(tenant, subject, self.store.create_many(tenant, [subject])[subject])
         return cipher
 
 

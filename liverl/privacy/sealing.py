@@ -17,6 +17,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from liverl.contracts import names
 from liverl.io.kafka_writer import Record
+from liverl.privacy.ciphers import SubjectCiphers
 from liverl.privacy.keystore import SubjectForgotten, SubjectKeyStore
 from liverl.privacy.pseudonyms import Pseudonyms
 
@@ -34,8 +35,7 @@ class Sealer:
     def __init__(self, store: SubjectKeyStore, pseudonyms: Pseudonyms | None = None, cache_size: int = 65_536):
         self.store = store
         self.pseudonyms = pseudonyms or Pseudonyms(store, cache_size)
-        self._cache_size = cache_size
-        self._ciphers: dict[tuple[str, str], AESGCM] = {}  # (tenant, subject) -> its cipher; cleared when full
+        self._ciphers = SubjectCiphers(store, cache_size)
         self.dropped_forgotten = 0
 
     def seal_all(self, records: Sequence[Record]) -> list[Record]:
@@ -68,7 +68,7 @@ class Sealer:
         for key in keys:
             tenant, session = split_key(key)
             subject = self.pseudonyms.session(tenant, session)
-            cipher = self._ciphers.get((tenant, subject))
+            cipher = self._ciphers.get(tenant, subject)
             if cipher is not None:
                 found[key] = (subject, cipher)
             else:
@@ -77,12 +77,10 @@ class Sealer:
             forgotten = self.store.forgotten(tenant)
             live = [subject for subject in subjects if subject not in forgotten]
             made = self.store.create_many(tenant, live) if live else {}
-            if len(self._ciphers) + len(made) > self._cache_size:
-                self._ciphers.clear()
             for subject, record_keys in subjects.items():
                 cipher = None
                 if subject in made:
-                    cipher = self._ciphers[(tenant, subject)] = AESGCM(made[subject])
+                    cipher = self._ciphers.put(tenant, subject, made[subject])
                 for key in record_keys:
                     found[key] = None if cipher is None else (subject, cipher)
         return found
@@ -100,8 +98,7 @@ class Opener:
 
     def __init__(self, store: SubjectKeyStore, cache_size: int = 65_536):
         self.store = store
-        self._cache_size = cache_size
-        self._ciphers: dict[tuple[str, str], AESGCM] = {}
+        self._ciphers = SubjectCiphers(store, cache_size)
 
     def open(self, topic: str, key: bytes | None, headers: Sequence[tuple[str, bytes]], value: bytes | None) -> bytes:
         """The plain value; Forgotten when its subject's key is gone; ValueError when it does not open."""
@@ -110,15 +107,10 @@ class Opener:
             return value or b""
         subject_id = subject.decode("ascii", "replace")
         tenant, _ = split_key(key or b"")
-        cipher = self._ciphers.get((tenant, subject_id))
+        cipher = self._ciphers.get(tenant, subject_id)
         if cipher is None:
-            secret = self.store.key(tenant, subject_id)
-            if secret is None:
-                raise Forgotten(f"the key of subject {subject_id} (tenant {tenant!r}) is gone: the record was "
-                                "erased by `liverl forget` (or the key store is not the one that sealed it)")
-            if len(self._ciphers) >= self._cache_size:
-                self._ciphers.clear()
-            cipher = self._ciphers[(tenant, subject_id)] = AESGCM(secret)
+            raise Forgotten(f"the key of subject {subject_id} (tenant {tenant!r}) is gone: the record was "
+                            "erased by `liverl forget` (or the key store is not the one that sealed it)")
         value = value or b""
         if value[:1] != VERSION or len(value) < 1 + NONCE_BYTES + 16:
             raise ValueError(f"a sealed value of {len(value)} bytes has no version-{VERSION[0]} envelope")

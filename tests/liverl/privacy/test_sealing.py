@@ -54,3 +54,33 @@ def test_the_writer_spools_only_sealed_values(tmp_path):
     raw = b"".join(p.read_bytes() for p in (tmp_path / "spool").rglob("*") if p.is_file())
     assert raw and MARKER not in raw and b"dave@example.com" not in raw
     spool.close()
+
+
+def test_a_process_that_cached_the_key_stops_at_once_when_another_process_forgets_it(tmp_path):
+    """A running distiller (or capture, or trainer) caches ciphers; `liverl forget` runs in its own process. Records
+    of the subject still waiting in Kafka must not open in the running distiller after the erasure, or their rows
+    come back into the table; a running capture must not seal new ones."""
+    from liverl.contracts.trajectory_row import TrajectoryRow
+    from liverl.privacy.row_sealing import RowOpener, RowSealer
+
+    capture_store, distiller_store, trainer_store = (FileKeyStore(tmp_path) for _ in range(3))
+    sealer, opener = Sealer(capture_store), Opener(distiller_store)
+    waiting = sealer.seal(record())
+    assert opener.open(waiting.topic, waiting.key, waiting.headers, waiting.value) == MARKER  # key now cached
+    row = RowSealer(distiller_store).seal_row(TrajectoryRow(
+        trajectory_id="t1", session_id="conv-1", tenant_id="acme", agent_role="single", agent_id="main",
+        batch_id="b1", event_date="2026-12-03", token_ids=[5, 6], loss_mask=[1, 1], behaviour_logprobs=[-1.0, -1.0]))
+    rows = RowOpener(trainer_store)
+    assert rows.open_row(row.to_arrow())["token_ids"] == [5, 6]  # cached too
+
+    subject = dict(waiting.headers)[names.HEADER_SEALED].decode()
+    FileKeyStore(tmp_path).forget("acme", [subject])  # `liverl forget`, another process
+
+    assert distiller_store.key("acme", subject) is None
+    with pytest.raises(Forgotten):
+        opener.open(waiting.topic, waiting.key, waiting.headers, waiting.value)
+    with pytest.raises(Forgotten):
+        rows.open_row(row.to_arrow())
+    assert sealer.seal_all([record()]) == [] and sealer.dropped_forgotten == 1
+    other = sealer.seal(record("conv-9"))  # another session of the tenant is untouched
+    assert opener.open(other.topic, other.key, other.headers, other.value) == MARKER
