@@ -1,5 +1,6 @@
-"""Privacy at rest: the subject key store, keyed pseudonyms, sealing of record values and of the trajectory
-table's token ids, and erasure.
+"""Privacy at rest: the subject key store, keyed pseudonyms, sealing of record values, of the trajectory table's
+token ids and of the distiller's staged trace sources (ciphers cached per process, checked against the key store
+on every use: liverl.privacy.ciphers), and erasure.
 
 Built from the config by the stages that write (capture, serving, import) and read (the pipelines,
 `liverl topics`) records, and by the trainer, which opens table rows (liverl.privacy.row_sealing);
