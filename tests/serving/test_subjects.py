@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 
+import grpc
 import openai
 
 from liverl.contracts import names
@@ -13,7 +14,7 @@ from liverl.privacy import key_store
 from liverl.privacy.keystore import FileKeyStore
 from liverl.privacy.pseudonyms import Pseudonyms
 from liverl.privacy.subject import resolve
-from liverl.v1 import model_call_pb2
+from liverl.v1 import common_pb2, model_call_pb2, serving_pb2, serving_pb2_grpc
 from serving.metrics import ServingMetrics
 from serving.recorder import Recorder
 from serving.subjects import ServingSubjects
@@ -37,15 +38,21 @@ def test_a_user_named_to_serving_is_linked_to_the_session_forget_user_finds(stac
                                                        names.META_SESSION_ID: f"work-{tmp_path.name}"}
                                       ).completions.create(model="", prompt="search file", max_tokens=2)
         acme.chat.completions.create(model="", messages=ask, max_tokens=2, user=bob)
+        with grpc.insecure_channel(server.grpc_target) as channel:  # gRPC names the user in its metadata
+            by_grpc = serving_pb2_grpc.PolicyServiceStub(channel).Generate(
+                serving_pb2.GenerateRequest(prompt="fix the file", session_id=f"grpc-{tmp_path.name}",
+                                            sampling=common_pb2.SamplingParams(max_tokens=2)),
+                metadata=(("authorization", "Bearer acme-key"), (names.META_USER_ID, alice)))
         assert server.server.recorder.flush(30)
-        records = read_topic(config, config.kafka.model_calls_topic, expect=3)
+        records = read_topic(config, config.kafka.model_calls_topic, expect=4)
         calls = {model_call_pb2.ModelCall.FromString(r.value).request_id: r for r in records}
         alices = {_sealed_subject(calls[reply.id]) for reply in (by_body, by_header)}
+        alices.add(_sealed_subject(calls[by_grpc.request_id]))
 
         store = key_store(config)
         found = resolve(store, "acme", user=alice)  # what `liverl forget --user` erases
-        assert found.sessions == alices and len(alices) == 2
-        assert server.server.metrics.value("liverl_serving_user_links_total", {"outcome": "linked"}) == 3
+        assert found.sessions == alices and len(alices) == 3
+        assert server.server.metrics.value("liverl_serving_user_links_total", {"outcome": "linked"}) == 4
         stored = b"".join(path.read_bytes() for path in config.privacy.keys_dir.rglob("*") if path.is_file())
         assert alice.encode() not in stored and bob.encode() not in stored  # pseudonyms only
 
