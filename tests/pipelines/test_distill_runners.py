@@ -52,10 +52,16 @@ def batch(stack, tmp_path_factory) -> Batch:
 
 
 def committed(config) -> tuple[pa.Table, pa.Table]:
-    """Both tables, rows in a fixed order (Parquet files and rows within them come in runner order)."""
-    trajectories = DeltaTable(config.table.trajectories_uri).to_pyarrow_table().sort_by("trajectory_id")
+    """Both tables, rows in a fixed order (Parquet files and rows within them come in runner order), token ids
+    opened: each run seals them under a fresh nonce, so only the opened ids can be compared."""
+    from liverl.privacy import row_opener_for
+
+    stored = DeltaTable(config.table.trajectories_uri).to_pyarrow_table().sort_by("trajectory_id")
+    assert all(stored.column("sealed_token_ids").to_pylist()), "every committed row's token ids are sealed"
+    opener = row_opener_for(config)
+    trajectories = pa.Table.from_pylist([opener.open_row(row) for row in stored.to_pylist()], schema=stored.schema)
     dead = DeltaTable(config.table.dead_letters_uri).to_pyarrow_table().sort_by("dead_letter_id")
-    return trajectories, dead
+    return trajectories.drop_columns(["sealed_token_ids"]), dead
 
 
 def run_on(batch: Batch, folder: Path, runner: str, options: list[str]) -> BatchReport:
