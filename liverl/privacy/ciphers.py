@@ -30,6 +30,11 @@ class SubjectCiphers:
         cached = self._ciphers.get((tenant, subject))
         return cached[1] if cached is not None and cached[0] == secret else self.put(tenant, subject, secret)
 
+    def get_or_make(self, tenant: str, subject: str) -> AESGCM:
+        """The subject's cipher, its key made durably when it has none; SubjectForgotten when it is tombstoned."""
+        found = self.get(tenant, subject)
+        return found or self.put(tenant, subject, self.store.create_many(tenant, [subject])[subject])
+
     def put(self, tenant: str, subject: str, secret: bytes) -> AESGCM:
         """Cache the cipher of a key the store just made (or returned)."""
         if len(self._ciphers) >= self._cache_size:

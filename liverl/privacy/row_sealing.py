@@ -38,35 +38,19 @@ _TAG_BYTES = 16
 _PURPOSE = b"liverl/trajectory/token_ids"  # keeps a row's blob apart from the same key's Kafka values
 
 
-class _Ciphers:
-    """SubjectCiphers that can also make a session's key (the pipelines seal rows of sessions whose records
-    travelled in clear)."""
-
-    def __init__(self, store: SubjectKeyStore, cache_size: int):
-        self.store = store
-        self._ciphers = SubjectCiphers(store, cache_size)
-
-    def get(self, tenant: str, subject: str, make: bool) -> AESGCM | None:
-        """The subject's cipher; None when it has no key (make: create one; SubjectForgotten if tombstoned)."""
-        cipher = self._ciphers.get(tenant, subject)
-        if cipher is None and make:
-            cipher = self._ciphers.put(tenant, subject, self.store.create_many(tenant, [subject])[subject])
-        return cipher
-
-
 class RowSealer:
     """Seals rows' token ids, and the other session data the pipelines keep at rest (the staged trace sources),
     one per worker."""
 
     def __init__(self, store: SubjectKeyStore, pseudonyms: Pseudonyms | None = None, cache_size: int = 65_536):
         self.pseudonyms = pseudonyms or Pseudonyms(store, cache_size)
-        self._ciphers = _Ciphers(store, cache_size)
+        self._ciphers = SubjectCiphers(store, cache_size)
 
     def seal_blobs(self, tenant: str, session_id: str, purpose: bytes, blobs: list[bytes]) -> tuple[str, list[bytes]]:
         """(subject, the blobs sealed) for data of one session; blob i is bound to (purpose, tenant, subject, i),
         so blobs do not open in another place or order. SubjectForgotten when the subject was erased."""
         subject = self.pseudonyms.session(tenant, session_id)
-        cipher = self._ciphers.get(tenant, subject, make=True)
+        cipher = self._ciphers.get_or_make(tenant, subject)
         return subject, [_seal(cipher, blob, _bound(purpose, tenant, subject, str(i))) for i, blob in enumerate(blobs)]
 
     def seal_row(self, row: TrajectoryRow) -> TrajectoryRow:
@@ -76,7 +60,7 @@ class RowSealer:
         if row.sealed:
             return row
         subject = self.pseudonyms.session(row.tenant_id, row.session_id)
-        cipher = self._ciphers.get(row.tenant_id, subject, make=True)
+        cipher = self._ciphers.get_or_make(row.tenant_id, subject)
         sealed = _seal(cipher, _packed(row.token_ids), associated_data(row.tenant_id, subject, row.trajectory_id))
         return replace(row, token_ids=[], subject_id=subject, sealed_token_ids=sealed)
 
@@ -85,7 +69,7 @@ class RowOpener:
     """Opens rows' token ids (the trainer, anything else that needs the ids); rows in clear pass through."""
 
     def __init__(self, store: SubjectKeyStore, cache_size: int = 65_536):
-        self._ciphers = _Ciphers(store, cache_size)
+        self._ciphers = SubjectCiphers(store, cache_size)
 
     def open_blobs(self, tenant: str, subject: str, purpose: bytes, blobs: list[bytes]) -> list[bytes]:
         """What seal_blobs sealed; Forgotten when the subject's key is gone, ValueError when a blob was altered,
@@ -107,10 +91,10 @@ class RowOpener:
         return {**row, "token_ids": _unpacked(plain), "sealed_token_ids": None}
 
     def _cipher(self, tenant: str, subject: str, what: str) -> AESGCM:
-        cipher = self._ciphers.get(tenant, subject, make=False) if subject else None
+        cipher = self._ciphers.get(tenant, subject) if subject else None
         if cipher is None:
-            raise Forgotten(f"the key of subject {subject or '(none)'} (tenant {tenant!r}) is gone, so {what} can never "
-                            "be read: the subject was erased by `liverl forget` (or this key store is not the one "
+            raise Forgotten(f"the key of subject {subject or '(none)'} (tenant {tenant!r}) is gone, so {what} can "
+                            "never be read: the subject was erased by `liverl forget` (or this key store is not the one "
                             "that sealed it)")
         return cipher
 

@@ -7,8 +7,8 @@ NLL of a fixed general text (how much general ability training has cost).
 The policy answers its own requests; orchestrator helpers (role subagent) are answered by the frozen folder
 (default: the same one, which is right for the base; pass the base when evaluating a trained candidate).
 With --adapter (a LoRA version of --folder), the same tasks are played twice, by the base and by the base with
-the adapter merged into its weights (a second engine), the helpers always the base, and the result adds the paired difference (adapter minus base) per family
-and overall with its 95 % interval. All
+the adapter merged into its weights (a second engine), the helpers always the base, and the result adds the
+paired difference (adapter minus base) per family and overall with its 95 % interval. All
 open requests of all tasks go to the engine in one batch per round, sampled at temperature 0.7, top-p 0.9, each
 with a seed fixed by (seed, task, request), so a rerun on the same engine samples the same completions.
 Prints one line per family and one JSON object (the last line, or --json).
