@@ -94,8 +94,8 @@ class RowOpener:
         cipher = self._ciphers.get(tenant, subject) if subject else None
         if cipher is None:
             raise Forgotten(f"the key of subject {subject or '(none)'} (tenant {tenant!r}) is gone, so {what} can "
-                            "never be read: the subject was erased by `liverl forget` (or this key store is not the one "
-                            "that sealed it)")
+                            "never be read: the subject was erased by `liverl forget` (or this key store is not the "
+                            "one that sealed it)")
         return cipher
 
 
