@@ -150,6 +150,18 @@ def _served_version(config: DemoLiverlConfig) -> str:
     return info.policy_version
 
 
+def _now_serving(config: DemoLiverlConfig, traffic) -> str:
+    """The version serving answers with now. Sessions finish out of order, so the last one to finish may have
+    started under a version already replaced; the latest-started session is only the fallback."""
+    import grpc
+
+    try:
+        return _served_version(config)
+    except grpc.RpcError:
+        latest = max(traffic.sessions, key=lambda session: session.started_at, default=None)
+        return latest.served_version if latest else "?"
+
+
 def _run_traffic(config: DemoLiverlConfig, say, started: float, stop):
     from demo.product.configured import capture_client, grpc_policy, run_configured_traffic
 
@@ -230,7 +242,7 @@ def _summarise(config: DemoLiverlConfig, traffic, say, stages: list[StageProcess
     fresh = freshness(traffic.sessions, {v: l.all_sessions for v, l in lineage.items()}, served_at,
                       committed_at(config.table.trajectories_uri), {v: l.created_ms / 1000 for v, l in lineage.items()})
     champion = _registry(config).alias_version(names.ALIAS_CHAMPION)
-    served = traffic.sessions[-1].served_version if traffic.sessions else "?"
+    served = _now_serving(config, traffic)
     trained_on = lineage.get(served)
     say(f"      sessions {len(traffic.sessions)} ({len(traffic.errors)} failed) | "
         f"mean reward by family {', '.join(f'{k} {v:.3f}' for k, v in traffic.mean_reward_by_family().items())}")
