@@ -157,4 +157,7 @@ def _policies(tmp: Path, count: int) -> tuple[Path, list[Path]]:
 
 
 if __name__ == "__main__":
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repo root for bench.report
     main()

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, fields
 
 import torch
 
-from trainer.scoring import DEFAULT_CHUNK_TOKENS, ScoredTokens, TokenSampling, score_tokens
+from trainer.scoring import DEFAULT_CHUNK_TOKENS, ScoredPair, ScoredTokens, TokenSampling, score_pair, score_tokens
 from trainer.trajectory import Trajectory
 
 
@@ -187,6 +187,17 @@ def score_batch(model, batch: MicroBatch, chunk_tokens: int = DEFAULT_CHUNK_TOKE
     if batch.context_cut is None:
         return scored
     return ScoredTokens(scored.logp, scored.unscorable | batch.context_cut)
+
+
+def score_batch_pair(candidate, champion, batch: MicroBatch,
+                     chunk_tokens: int = DEFAULT_CHUNK_TOKENS) -> ScoredPair:
+    """score_batch under both models and their KL on the loss-masked tokens, one forward per model (the gate)."""
+    pair = score_pair(candidate, champion, batch.token_ids, batch.attention_mask, batch.sampling, batch.position_ids,
+                      chunk_tokens, sequence_ids=batch.sequence_ids, wanted=batch.loss_mask > 0)
+    if batch.context_cut is None:
+        return pair
+    cut = lambda scored: ScoredTokens(scored.logp, scored.unscorable | batch.context_cut)  # noqa: E731
+    return ScoredPair(cut(pair.candidate), cut(pair.champion), pair.kl)
 
 
 def token_logprobs(model, token_ids: torch.Tensor, attention_mask: torch.Tensor,

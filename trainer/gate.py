@@ -44,10 +44,9 @@ import torch
 
 from liverl.config.rewards import MonitorsConfig
 from liverl.config.trainer import GateConfig, LossConfig
-from trainer.batching import collate, pack, score_batch, trajectory_samples
+from trainer.batching import collate, pack, score_batch_pair, trajectory_samples
 from trainer.holdout import GateEvidence
 from trainer.losses import token_losses
-from trainer.scoring import chunked_kl
 
 EVAL_TOKEN_BUDGET = 8192  # padded tokens per forward pass; scoring projects to the vocabulary in chunks of tokens
 MODELS = ("candidate", "champion")
@@ -254,17 +253,16 @@ def _score(candidate: torch.nn.Module, champion: torch.nn.Module, evidence: Gate
         owner = torch.tensor(owners[start:start + len(group)])
         start += len(group)
         batch = collate(group)
-        models = dict(zip(MODELS, (candidate, champion)))
         # Scored under the processing each token was sampled with, as in training; unscorable tokens (greedy
-        # calls, outside the truncated set) are left out as training leaves them out.
-        scored = {name: score_batch(model, batch, loss_config.scoring_chunk_tokens) for name, model in models.items()}
-        logp = {name: result.logp for name, result in scored.items()}  # (B, T), column 0 is 0
+        # calls, outside the truncated set) are left out as training leaves them out. One forward per model
+        # gives both scores and the KL.
+        pair = score_batch_pair(candidate, champion, batch, loss_config.scoring_chunk_tokens)
+        logp = {"candidate": pair.candidate.logp, "champion": pair.champion.logp}  # (B, T), column 0 is 0
         mask = batch.loss_mask  # (B, T); column 0 is 0
         if loss_config.exclude_unscorable:
-            unscorable = scored["candidate"].unscorable | scored["champion"].unscorable
+            unscorable = pair.candidate.unscorable | pair.champion.unscorable
             mask = torch.where(unscorable, torch.zeros_like(mask), mask)
-        position_kl = chunked_kl(candidate, champion, batch.token_ids, batch.attention_mask, batch.position_ids,
-                                 loss_config.scoring_chunk_tokens, wanted=batch.loss_mask > 0)  # (B, T)
+        position_kl = pair.kl  # (B, T)
         judged = loss_config.model_copy(update={"kl_to_reference": 0.0})  # the reference term is training's only
         tokens.index_add_(0, owner, mask.sum(1).double())
         kl.index_add_(0, owner, (position_kl * mask).sum(1).double())

@@ -44,10 +44,11 @@ Public functions:
                  sequence_ids=None, ties="unscorable", wanted=None)
         -> ScoredTokens(logp (B, T), unscorable (B, T) bool); column 0, sequence starts and padding are 0 / False;
         with wanted (B, T) bool, so are the tokens not wanted (a training step wants its loss-masked tokens only).
-    chunked_kl(candidate, champion, token_ids, attention_mask, position_ids=None, chunk_tokens=512,
-               sequence_ids=None, wanted=None)
-        -> (B, T) float: KL(candidate || champion) of the full temperature-1 next-token distributions that
-        predict token t (column 0 and padding 0); for the promotion gate, call under torch.no_grad().
+    score_pair(candidate, champion, token_ids, attention_mask, sampling=None, position_ids=None, chunk_tokens=512,
+               sequence_ids=None, ties="unscorable", wanted=None)
+        -> ScoredPair(candidate, champion: ScoredTokens as score_tokens gives them; kl (B, T): KL(candidate ||
+        champion) of the full temperature-1 next-token distributions that predict token t, 0 where nothing is
+        scored), from one forward per model; for the promotion gate, call under torch.no_grad().
     block_causal_mask(sequence_ids (B, T), dtype) -> (B, 1, T, T) additive mask.
     processed_logprobs(logits (N, V), targets (N,), temperature (N,), top_p (N,), top_k (N,), ties="unscorable")
         -> (logp (N,), unscorable (N,) bool): the per-token rule above on a block of logits.
@@ -173,12 +174,7 @@ def score_tokens(
     rows, width = token_ids.shape
     predicted = _restricted(_predicted(attention_mask, sequence_ids), wanted)  # (B, T-1) positions to predict
     targets = token_ids[:, 1:][predicted]  # (N,)
-    if sampling is None:
-        temperature = torch.ones(targets.shape, device=token_ids.device)
-        top_p, top_k = temperature, torch.zeros_like(targets)
-    else:
-        temperature, top_p, top_k = (x[:, 1:][predicted] for x in
-                                     (sampling.temperature, sampling.top_p, sampling.top_k))
+    temperature, top_p, top_k = _sampling_of(sampling, token_ids, predicted, targets)
     logp, unscorable = [], []
     for block in _blocks(model, token_ids, attention_mask, position_ids, sequence_ids, predicted, chunk_tokens):
         chunk, project = block
@@ -195,26 +191,57 @@ def score_tokens(
     return ScoredTokens(logp=pad(out_logp, (1, 0)), unscorable=pad(out_bad, (1, 0)))
 
 
-def chunked_kl(
-    candidate, champion, token_ids: torch.Tensor, attention_mask: torch.Tensor,
+@dataclass(frozen=True)
+class ScoredPair:
+    candidate: ScoredTokens
+    champion: ScoredTokens
+    kl: torch.Tensor  # (B, T) KL(candidate || champion) at temperature 1, untruncated; column 0 is 0
+
+
+def score_pair(
+    candidate, champion, token_ids: torch.Tensor, attention_mask: torch.Tensor, sampling: TokenSampling | None = None,
     position_ids: torch.Tensor | None = None, chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
-    sequence_ids: torch.Tensor | None = None, wanted: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """(B, T) KL(candidate || champion) of the full temperature-1 distributions predicting each token t >= 1
-    (only the `wanted` ones when given; 0 elsewhere)."""
+    sequence_ids: torch.Tensor | None = None, ties: TieRule = "unscorable", wanted: torch.Tensor | None = None,
+) -> ScoredPair:
+    """score_tokens under both models and the KL between their full next-token distributions, from one forward
+    and one vocabulary projection per model and chunk (the promotion gate's evaluation; call under no_grad)."""
     rows, width = token_ids.shape
     predicted = _restricted(_predicted(attention_mask, sequence_ids), wanted)
-    pieces = []
+    targets = token_ids[:, 1:][predicted]
+    temperature, top_p, top_k = _sampling_of(sampling, token_ids, predicted, targets)
+    pieces: dict[str, list[torch.Tensor]] = {"cand_logp": [], "cand_bad": [], "champ_logp": [], "champ_bad": [],
+                                             "kl": []}
     layout = (token_ids, attention_mask, position_ids, sequence_ids, predicted, chunk_tokens)
-    blocks = zip(_blocks(candidate, *layout), _blocks(champion, *layout))
-    for (cand_chunk, cand_project), (champ_chunk, champ_project) in blocks:
-        cand = cand_project(cand_chunk.inputs).float().log_softmax(-1)
-        champ = champ_project(champ_chunk.inputs).float().log_softmax(-1)
-        pieces.append((cand.exp() * (cand - champ)).sum(-1))
-    kl = torch.zeros(rows, width - 1, device=token_ids.device, dtype=torch.float32)
-    if pieces:
-        kl = kl.masked_scatter(predicted, torch.cat(pieces))
-    return torch.nn.functional.pad(kl, (1, 0))
+    for (cand_chunk, cand_project), (champ_chunk, champ_project) in zip(_blocks(candidate, *layout),
+                                                                        _blocks(champion, *layout)):
+        where = cand_chunk.rows
+        logits = {"cand": cand_project(cand_chunk.inputs), "champ": champ_project(champ_chunk.inputs)}
+        for name, block in logits.items():
+            logp, bad = processed_logprobs(block, targets[where], temperature[where], top_p[where], top_k[where], ties)
+            pieces[f"{name}_logp"].append(logp)
+            pieces[f"{name}_bad"].append(bad)
+        cand, champ = (block.float().log_softmax(-1) for block in logits.values())
+        pieces["kl"].append((cand.exp() * (cand - champ)).sum(-1))
+
+    def spread(name: str, dtype: torch.dtype) -> torch.Tensor:
+        out = torch.zeros(rows, width - 1, device=token_ids.device, dtype=dtype)
+        if pieces[name]:
+            out = out.masked_scatter(predicted, torch.cat(pieces[name]))
+        return torch.nn.functional.pad(out, (1, 0))
+
+    return ScoredPair(
+        candidate=ScoredTokens(spread("cand_logp", torch.float32), spread("cand_bad", torch.bool)),
+        champion=ScoredTokens(spread("champ_logp", torch.float32), spread("champ_bad", torch.bool)),
+        kl=spread("kl", torch.float32))
+
+
+def _sampling_of(sampling: TokenSampling | None, token_ids: torch.Tensor, predicted: torch.Tensor,
+                 targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(N,) temperature, top_p, top_k of the predicted tokens; None: temperature 1, untruncated."""
+    if sampling is None:
+        temperature = torch.ones(targets.shape, device=token_ids.device)
+        return temperature, temperature, torch.zeros_like(targets)
+    return tuple(x[:, 1:][predicted] for x in (sampling.temperature, sampling.top_p, sampling.top_k))
 
 
 @dataclass(frozen=True)

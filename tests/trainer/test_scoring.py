@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainer.scoring import TokenSampling, chunked_kl, processed_logprobs, score_tokens
+from trainer.scoring import TokenSampling, processed_logprobs, score_pair, score_tokens
 
 
 def _vllm_processed(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor, top_k: torch.Tensor):
@@ -138,7 +138,7 @@ def test_scoring_only_the_wanted_tokens_gives_their_scores_and_gradient_exactly(
     wanted[0, 5:], wanted[2, 3:7] = True, True
     weight = model.transformer.wte.weight
     every = score_tokens(model, token_ids, attention, sampling)
-    some = score_tokens(model, token_ids, attention, sampling, wanted=wanted)
+    some = score_tokens(model, token_ids, attention, sampling, chunk_tokens=5, wanted=wanted)
     assert torch.allclose(some.logp[wanted], every.logp[wanted], atol=1e-6)
     assert torch.equal(some.unscorable[wanted], every.unscorable[wanted])
     assert some.logp[~wanted].abs().sum() == 0 and not some.unscorable[~wanted].any()
@@ -151,21 +151,28 @@ def test_scoring_only_the_wanted_tokens_gives_their_scores_and_gradient_exactly(
     assert grad_none.abs().sum() == 0
 
 
-def test_chunked_kl_equals_the_full_vocabulary_kl(model, tiny_policy_dir):
+def test_score_pair_gives_each_models_scores_and_the_full_vocabulary_kl(model, tiny_policy_dir):
     from demo.policy.tiny_policy import build_policy
     from transformers import AutoModelForCausalLM
 
     other_dir = build_policy(tiny_policy_dir.parent / "kl-other", ["edit", "search", "ask", "fix", "file", "done"],
                              seed=3)
     other = AutoModelForCausalLM.from_pretrained(other_dir, dtype=torch.float32).eval()
-    token_ids, attention, _ = _batch()
+    token_ids, attention, sampling = _batch()
+    wanted = torch.zeros_like(attention, dtype=torch.bool)
+    wanted[:, 3:] = True
     with torch.no_grad():
-        kl = chunked_kl(model, other, token_ids, attention, chunk_tokens=5)
+        pair = score_pair(model, other, token_ids, attention, sampling, chunk_tokens=5, wanted=wanted)
         a = model(input_ids=token_ids, attention_mask=attention).logits[:, :-1].log_softmax(-1)
         b = other(input_ids=token_ids, attention_mask=attention).logits[:, :-1].log_softmax(-1)
-    expected = (a.exp() * (a - b)).sum(-1) * attention[:, 1:]
-    assert torch.allclose(kl[:, 1:], expected, atol=1e-5) and kl[:, 0].abs().sum() == 0
-    assert chunked_kl(model, model, token_ids, attention).abs().max() < 1e-6
+        for scored, alone in [(pair.candidate, score_tokens(model, token_ids, attention, sampling, chunk_tokens=5, wanted=wanted)),
+                              (pair.champion, score_tokens(other, token_ids, attention, sampling, chunk_tokens=5, wanted=wanted))]:
+            assert torch.equal(scored.logp, alone.logp) and torch.equal(scored.unscorable, alone.unscorable)
+        same = score_pair(model, model, token_ids, attention, chunk_tokens=7)
+    expected = (a.exp() * (a - b)).sum(-1) * attention[:, 1:] * wanted[:, 1:]
+    assert torch.allclose(pair.kl[:, 1:], expected, atol=1e-5) and pair.kl[:, 0].abs().sum() == 0
+    assert pair.kl[:, 1:3].abs().sum() == 0 < pair.kl.abs().sum()  # not wanted: not scored
+    assert same.kl.abs().max() < 1e-6
 
 
 PROMPTS = ["fix the file :", "ask the file : search", "done : edit", "search file fix", "edit edit file :",
