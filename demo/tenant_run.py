@@ -46,29 +46,42 @@ class VersionTenants:
 
 
 class StopWhenEveryTenantServed:
-    """Sets `stop` once every tenant's own arm was served `versions` of the tenant's own adapter versions."""
+    """Sets `stop` once every tenant's own arm was served `versions` of the tenant's own adapter versions and both
+    arms have COMPARABLE sessions since its adapter first served (what the comparison needs for an interval)."""
+
+    COMPARABLE = 2
 
     def __init__(self, versions: int, tenants: list[str], tenant_of: Callable[[str], str | None],
                  stop: threading.Event, say) -> None:
         self.versions, self.stop, self.say, self.tenant_of = versions, stop, say, tenant_of
         self.served: dict[str, list[str]] = {tenant: [] for tenant in tenants}
+        self.since: dict[str, float] = {}  # tenant -> start of the first session its own adapter served
+        self.counts: dict[tuple[str, str], int] = {}  # (tenant, arm) -> sessions since then
         self._lock = threading.Lock()
 
     def on_session(self, arm: TenantArm, session) -> None:
-        if not self.versions or arm.arm != OWN or self.tenant_of(session.served_version) != arm.tenant:
+        if not self.versions:
             return
+        own_adapter = arm.arm == OWN and self.tenant_of(session.served_version) == arm.tenant
         with self._lock:
-            served = self.served[arm.tenant]
-            if session.served_version in served:
-                return
-            served.append(session.served_version)
-            reached = all(len(v) >= self.versions for v in self.served.values()) and not self.stop.is_set()
+            first = own_adapter and session.served_version not in self.served[arm.tenant]
+            if first:
+                self.served[arm.tenant].append(session.served_version)
+                self.since.setdefault(arm.tenant, session.started_at)
+            since = self.since.get(arm.tenant)
+            if since is not None and session.started_at >= since and (own_adapter or arm.arm == SHARED):
+                key = (arm.tenant, arm.arm)
+                self.counts[key] = self.counts.get(key, 0) + 1
+            reached = not self.stop.is_set() and all(
+                len(self.served[t]) >= self.versions and self.counts.get((t, OWN), 0) >= self.COMPARABLE
+                and self.counts.get((t, SHARED), 0) >= self.COMPARABLE for t in self.served)
             if reached:
                 self.stop.set()
-        self.say(f"      {arm.tenant} served its own adapter v{session.served_version}")
+        if first:
+            self.say(f"      {arm.tenant} served its own adapter v{session.served_version}")
         if reached:
-            self.say(f"      every tenant was served {self.versions} of its own adapter versions: ending the traffic "
-                     "(demo.run.stop_after_versions)")
+            self.say(f"      every tenant was served {self.versions} of its own adapter versions, both arms compared: "
+                     "ending the traffic (demo.run.stop_after_versions)")
 
 
 def run_tenants_phase(config, arms: list[TenantArm], stop: threading.Event, on_session, say) -> TenantTraffic:
