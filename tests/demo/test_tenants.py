@@ -50,3 +50,20 @@ def test_the_tenants_flag_reads_the_tenants_config_unless_a_file_is_named():
     assert tenant_count("3") == 3
     assert default_config_file(argparse.Namespace(tenants=3)) == CONFIGS / "demo-tenants.toml"
     assert default_config_file(argparse.Namespace(tenants=None)) is None
+
+
+def test_liverl_demo_tenants_reads_the_tenants_config_and_a_named_file_wins(monkeypatch):
+    import demo.run
+    from liverl.cli import main
+
+    seen = []
+
+    def stop_before_starting(config, say):
+        seen.append(config)
+        raise RuntimeError("stopped by the test")
+
+    monkeypatch.setattr(demo.run, "run_demo", stop_before_starting)
+    assert main(["demo", "--tenants", "3"]) == 1
+    assert seen[-1].demo.tenants.count == 3 and seen[-1].demo.toy_arch == "llama"
+    assert main(["demo", "--tenants", "2", "@", str(CONFIGS / "demo.toml")]) == 1
+    assert seen[-1].demo.tenants.count == 2 and seen[-1].demo.toy_arch == "gpt2"  # refused by run_demo, not here

@@ -18,6 +18,7 @@ import pytest
 from demo.config import DemoLiverlConfig
 from demo.run import base_policy_folder, run_demo
 from demo.tenants import CONTROL_SUFFIX
+from infra.embedded.stack import down
 from liverl.contracts import names
 from liverl.io.processes import free_port
 from liverl.io.registry import ModelRegistry
@@ -47,7 +48,9 @@ def tenants_result(tmp_path_factory):
     config.demo.duration_s = CEILING_S
     config.demo.run.stop_after_versions = 1
     config.demo.seed = 7
+    config.demo.run.keep_stack = True  # the registry answers the assertions; stopped below
     permissive_gate(config)
+    config.trainer.gate.min_holdout = 2  # the fewest the gate judges with an error bar: a group's first versions pass
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:  # the demo reuses the base it finds in its folder
@@ -55,8 +58,11 @@ def tenants_result(tmp_path_factory):
     finally:
         torch.set_num_threads(threads)
     lines: list[str] = []
-    result = run_demo(config, say=lambda line: (lines.append(line), print(line, flush=True)))
-    return result, lines, config
+    try:
+        result = run_demo(config, say=lambda line: (lines.append(line), print(line, flush=True)))
+        yield result, lines, config
+    finally:
+        down(config, say=lambda *_: None)
 
 
 def test_the_run_ended_when_every_tenant_was_served_its_own_adapter(tenants_result):
