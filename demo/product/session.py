@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from demo.product.feedback import DelayedFeedback
 from demo.product.grammar import ToolCall, parse_tool_call
 from demo.product.policy import MAIN_AGENT_ID, ROLE_SUBAGENT, Completion, Policy
-from demo.product.tasks import OrchestratorTask, Task
+from demo.product.tasks import OrchestratorTask, OutcomeReport, Task
 from demo.product.user import FeedbackItem, SimulatedUser
 
 
@@ -56,8 +57,12 @@ def run_session(
     user_id: str,
     subagents_call_policy: bool = True,
     turns: list[PolicyTurn] | None = None,
+    judge: Callable[[Task, OutcomeReport], OutcomeReport] | None = None,
 ) -> SessionStats:
-    """Run `task` to its end with `policy`, recording through `recorder` (a CaptureClient or look-alike)."""
+    """Run `task` to its end with `policy`, recording through `recorder` (a CaptureClient or look-alike).
+
+    judge: the tenant's view of the outcome (demo/product/preferences.py); what it returns is the recorded Outcome,
+    what the user reacts to, and the session's served reward. None: the product's own outcome."""
     started_at = time.time()
     session = recorder.start_session(
         task_family=task.family,
@@ -73,7 +78,7 @@ def run_session(
     except BaseException:
         session.end("error")  # the session is still closed for the pipelines; the caller counts the error
         raise
-    report = task.outcome()
+    report = task.outcome() if judge is None else judge(task, task.outcome())
     session.outcome(
         success=report.success, score=report.score, detail=report.detail,
         gold_chunk_ids=report.gold_chunk_ids, answer_chunk_ids=report.answer_chunk_ids,

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from demo.product.feedback import DelayedFeedback
 from demo.product.policy import Policy
 from demo.product.session import PolicyTurn, SessionStats, run_session
-from demo.product.tasks import FAMILIES, make_task
+from demo.product.tasks import FAMILIES, OutcomeReport, Task, make_task
 from demo.product.user import SimulatedUser, UserModel
 
 DEFAULT_FAMILIES = tuple(FAMILIES)
@@ -65,6 +65,7 @@ def run_traffic(
     on_session: Callable[[SessionStats], None] | None = None,
     turns: list[list[PolicyTurn]] | None = None,
     sessions_per_s: float = 0.0,
+    judge: Callable[[Task, OutcomeReport], OutcomeReport] | None = None,
 ) -> TrafficStats:
     """Run sessions until n_sessions finished, duration_s passed or `stop` is set (whichever comes first).
 
@@ -72,7 +73,8 @@ def run_traffic(
     seed fixes the tasks and the users (the policy's sampling has its own randomness). A session that
     raises is counted in TrafficStats.errors and the traffic goes on. `turns`, when given, receives the
     trained agent's calls of every session (for the offline calibration). sessions_per_s > 0 paces
-    session starts like users arriving at that rate (0: a new session as soon as a slot frees).
+    session starts like users arriving at that rate (0: a new session as soon as a slot frees). judge: a tenant's
+    view of each outcome (run_session).
     """
     if n_sessions is None and duration_s is None and stop is None:
         raise ValueError("give n_sessions, duration_s or a stop event, or the traffic never ends")
@@ -94,7 +96,7 @@ def run_traffic(
             task, policy, recorder, rng,
             user=user, feedback=feedback, feedback_delay_s=feedback_delay_s,
             user_id=f"{user_id_prefix}-{rng.randrange(100)}", subagents_call_policy=subagents_call_policy,
-            turns=session_turns,
+            turns=session_turns, judge=judge,
         )
         with lock:
             stats.sessions.append(result)
