@@ -1,7 +1,8 @@
 """Promotion gate benchmark: the gate's scoring of held-out trajectories (trainer/gate.py: candidate and champion
 scored under vLLM's processing, top-p included, plus their full-vocabulary KL, on the loss-masked tokens) against a
 plain baseline on the same trajectories: one Hugging Face forward per model over whole sequences, temperature-1
-log-softmax, the targets' log-probabilities and the KL.
+log-softmax, the targets' log-probabilities and the KL. A third side, "separate", scores each model on its own and
+then takes the KL in a pass of its own (four forwards, as the gate did before trainer/scoring.py's score_pair).
 
     .venv/bin/python bench/gate_bench.py                        # a tiny Llama built here
     .venv/bin/python bench/gate_bench.py --model DIR --seq 320  # a real Hugging Face folder (SmolLM2, ...)
@@ -46,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     config = load_config(environ={}, overrides=[])
     vocab = champion.config.vocab_size
     sides = {"gate": lambda ev: _gate_side(candidate, champion, ev, config),
+             "separate": lambda ev: _separate_side(candidate, champion, ev, config),
              "plain": lambda ev: _plain_side(candidate, champion, ev)}
     rates: dict[str, list[float]] = {name: [] for name in sides}
     for round_ in range(args.rounds + 1):  # round 0 warms both up and is not counted
@@ -60,17 +62,21 @@ def main(argv: list[str] | None = None) -> int:
             print(f"round {round_}/{args.rounds} | " + " | ".join(f"{n} {rates[n][-1]:.2f} traj/s" for n in sides),
                   flush=True)
     ratios = [gate / plain for gate, plain in zip(rates["gate"], rates["plain"])]
+    over_separate = [gate / separate for gate, separate in zip(rates["gate"], rates["separate"])]
     median = {name: statistics.median(values) for name, values in rates.items()}
     print(environment_line())
     name = args.model.name if args.model else "tiny llama 4x128"
     print(f"gate bench | {name} | {args.trajectories} held-out traj x {args.min_seq}-{args.seq} tok, "
           f"{args.completion:.0%} sampled at T 0.7 / top-p 0.9 | torch threads {torch.get_num_threads()}")
     for side in sides:
-        print(f"{side:6s} traj/s {median[side]:8.2f} (rounds: {', '.join(f'{r:.2f}' for r in rates[side])})")
+        print(f"{side:8s} traj/s {median[side]:8.2f} (rounds: {', '.join(f'{r:.2f}' for r in rates[side])})")
     print(f"ratio gate/plain, median of rounds {statistics.median(ratios):6.3f} "
           f"(rounds: {', '.join(f'{r:.3f}' for r in ratios)})")
+    print(f"ratio gate/separate, median of rounds {statistics.median(over_separate):6.3f} "
+          f"(rounds: {', '.join(f'{r:.3f}' for r in over_separate)})")
     record("gate" if args.model is None else f"gate_{args.model.name}", {
         "trajectories_per_s": median, "gate_over_plain": statistics.median(ratios), "round_ratios": ratios,
+        "gate_over_separate": statistics.median(over_separate),
         "rounds": args.rounds, "trajectories": args.trajectories}, measured_in=measured_in)
     return 0
 
@@ -115,6 +121,25 @@ def _gate_side(candidate, champion, evidence, config) -> None:
 
     with torch.no_grad():
         _score(candidate, champion, evidence, config.trainer.loss, config.trainer.max_seq_len)
+
+
+def _separate_side(candidate, champion, evidence, config) -> None:
+    """Each model scored in a pass of its own, then the KL in a third pass with both: four forwards a batch."""
+    import torch
+
+    from trainer.batching import collate, pack, score_batch, trajectory_samples
+    from trainer.gate import EVAL_TOKEN_BUDGET
+    from trainer.scoring import score_pair
+
+    samples = [sample for trajectory, advantage in zip(evidence.holdout, evidence.advantages)
+               for sample in trajectory_samples(trajectory, 1.0, config.trainer.max_seq_len, advantage)]
+    with torch.no_grad():
+        for group in pack(samples, EVAL_TOKEN_BUDGET):  # the gate's packing
+            batch = collate(group)
+            for model in (candidate, champion):
+                score_batch(model, batch, config.trainer.loss.scoring_chunk_tokens)
+            score_pair(candidate, champion, batch.token_ids, batch.attention_mask, None, batch.position_ids,
+                       config.trainer.loss.scoring_chunk_tokens, wanted=batch.loss_mask > 0)
 
 
 def _plain_side(candidate, champion, evidence) -> None:
