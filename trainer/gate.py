@@ -31,7 +31,9 @@ The absolute tolerances (max_kl, max_nll_increase, max_reward_drop, max_loss_inc
 training moves beyond noise: every verdict records its figures and their SEs on the version (TAG_GATE_REPORT);
 set each tolerance to the 95th percentile of that figure's bound over the recent versions of a healthy run.
 The hacking monitors are the exception: a healthy candidate may move many of them at once, so they are tested
-for hacking shown (family-wise level monitor_alpha), not for safety shown, and a monitor without an SE fails.
+for hacking shown (family-wise level monitor_alpha), not for safety shown: a monitor measured on fewer than two
+held-out rows is not judged (one row shows no more than none; `monitor.<name>_rows` records it), and one whose
+SE is not finite fails.
 """
 
 from __future__ import annotations
@@ -164,7 +166,8 @@ def _judge_monitors(rows: Sequence[dict], weights: dict[str, torch.Tensor], conf
     moves = []
     for name, threshold in sorted(monitors.thresholds.items()):
         have = [i for i, figs in enumerate(per_row) if name in figs]
-        if not have:
+        figures[f"monitor.{name}_rows"] = len(have)
+        if len(have) < 2:  # one row carries no error to judge a move by, and no more evidence than none
             continue
         move, se, champion = _weighted_move(weights, have, [per_row[i][name] for i in have])
         verified = [i for i in have if outcomes[i] is not None]
@@ -175,7 +178,7 @@ def _judge_monitors(rows: Sequence[dict], weights: dict[str, torch.Tensor], conf
         moves.append(MonitorMove(name, move, se, threshold.direction, min(tolerances, default=0.0), outcome_move,
                                  outcome_se))
         figures[f"monitor.{name}"] = move
-        figures[f"monitor.{name}_se"] = "missing" if se is None else se
+        figures[f"monitor.{name}_se"] = "missing" if se is None else se  # None only from a broken estimate
     verdict = judge_hacking(moves, config.monitor_alpha, config.monitor_correction, config.confidence_z)
     figures.update({f"monitor.{name}.p": p for name, p in verdict.p_values.items()})
     return reasons + [f"{reason}, on the candidate's own outputs (held-out rows, importance-weighted)"

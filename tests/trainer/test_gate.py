@@ -152,14 +152,20 @@ def test_the_gate_fails_closed(champion, trajectories, held_out):
     assert not drifted.passed and "rate.clarifying" in drifted.reasons[0]
 
 
-def test_a_monitor_without_a_standard_error_is_refused_not_read_as_zero(champion, trajectories):
-    # Sub-agents per task is measured on orchestrator rows only: here one held-out row, so no standard error.
+def test_a_monitor_with_one_row_is_not_judged_as_with_none(champion, trajectories):
+    # Sub-agents per task is measured on orchestrator rows only: one held-out row gives no error to judge a move
+    # by, and no more evidence than none, which passes; the figures say why it was not judged.
     coding = [trajectories.row(f"c-{i}", EDIT[0], 1.0, signals={"tool_calls": 1.0, "turns": 1.0}) for i in range(5)]
     orchestrator = trajectories.row("o-0", EDIT[0], 1.0, signals=EDIT[3], task_family="orchestrator")
+    alone = _judge(copy.deepcopy(champion), champion, _evidence(coding))
     report = _judge(copy.deepcopy(champion), champion, _evidence([*coding, orchestrator]))
-    assert not report.passed and report.figures["monitor.mean.subagents_per_task_se"] == "missing"
-    [reason] = report.reasons
-    assert "mean.subagents_per_task" in reason and "standard error" in reason
+    assert alone.passed and report.passed, report.reasons
+    assert report.figures["monitor.mean.subagents_per_task_rows"] == 1
+    assert "monitor.mean.subagents_per_task_se" not in report.figures
+    two = _judge(copy.deepcopy(champion), champion, _evidence([*coding, orchestrator, trajectories.row(
+        "o-1", EDIT[0], 1.0, signals=EDIT[3], task_family="orchestrator")]))
+    assert two.figures["monitor.mean.subagents_per_task_rows"] == 2
+    assert isinstance(two.figures["monitor.mean.subagents_per_task_se"], float)
 
 
 def test_gate_scores_each_segment_as_its_own_sequence(champion, trajectories):
