@@ -14,6 +14,7 @@ adapter from its tenant's own arm.
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
 
 from demo.product.preferences import TenantProfile, tenant_profiles
@@ -46,7 +47,10 @@ def tenant_arms(config) -> list[TenantArm]:
     for profile in tenant_profiles(config.demo.tenants.count):
         for arm, tenant_id, arm_share in ((OWN, profile.name, 1.0 - share),
                                           (SHARED, profile.name + CONTROL_SUFFIX, share)):
-            arms.append(TenantArm(profile, arm, tenant_id, f"demo-{tenant_id}-token", f"demo-{tenant_id}-key", arm_share))
+            # Fresh secrets each run: a derivable token would let anyone who can reach a demo's ports write or
+            # be served as its tenants (the stages get them through their config, never from a file).
+            arms.append(TenantArm(profile, arm, tenant_id, secrets.token_urlsafe(24), secrets.token_urlsafe(24),
+                                  arm_share))
     return arms
 
 
