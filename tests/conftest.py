@@ -47,6 +47,15 @@ def stack_config(data_dir: Path, storage: str = "memory", config_file: Path | No
     )
 
 
+
+def free_stage_ports(config: LiverlConfig) -> LiverlConfig:
+    """Capture's and serving's gRPC, HTTP and metrics ports on fresh free ports (a demo run starts both)."""
+    from liverl.io.processes import free_port
+
+    for section in (config.ingest, config.serving):
+        section.grpc_port, section.http_port, section.metrics_port = free_port(), free_port(), free_port()
+    return config
+
 def with_topics(stack: LiverlConfig, suffix: str, partitions: int = 2) -> LiverlConfig:
     """The stack's config with topics of its own (t.<suffix>.*), created on the broker."""
     from infra.embedded.topics import ensure_topics

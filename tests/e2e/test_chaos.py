@@ -22,8 +22,8 @@ import pytest
 from demo.config import DemoLiverlConfig
 from demo.services import run_stage
 from demo.stage_env import config_environment
-from liverl.io.processes import free_port, port_open, wait_until
-from tests.conftest import stack_config
+from liverl.io.processes import port_open, wait_until
+from tests.conftest import free_stage_ports, stack_config
 from tests.e2e.chaos.ack_proxy import AckProxy
 from tests.e2e.chaos.drain import wait_drained
 from tests.e2e.chaos.lineage import check_lineage
@@ -50,9 +50,7 @@ STAGES = {"capture": ["capture"], "serve": ["serve"], "distill": ["distill", "--
 def chaos_config(data_dir: Path) -> DemoLiverlConfig:
     """The demo's config on fresh ports, the light engine, and clocks short enough to drain in a minute."""
     config = stack_config(data_dir, storage="disk", config_file=DEMO_CONFIG, schema=DemoLiverlConfig)
-    for section, name in [("ingest", "grpc_port"), ("ingest", "http_port"), ("ingest", "metrics_port"),
-                          ("serving", "grpc_port"), ("serving", "http_port"), ("serving", "metrics_port")]:
-        setattr(getattr(config, section), name, free_port())
+    free_stage_ports(config)
     config.serving.engine = "hf"
     config.serving.min_swap_interval_s = 10.0
     config.serving.probation_s = 10.0

@@ -19,9 +19,8 @@ import pytest
 from demo.config import DemoLiverlConfig
 from demo.run import run_demo
 from liverl.io.lineage import merge_offsets
-from liverl.io.processes import free_port
 from liverl.io.table_history import TableHistory
-from tests.conftest import stack_config
+from tests.conftest import free_stage_ports, stack_config
 
 pytestmark = pytest.mark.slow
 
@@ -61,9 +60,7 @@ def fit_brief_base_policy(config: DemoLiverlConfig) -> None:
 def demo_result(tmp_path_factory):
     config = stack_config(tmp_path_factory.mktemp("loop"), storage="disk", config_file=DEMO_CONFIG,
                           schema=DemoLiverlConfig)
-    for section, field in [("ingest", "grpc_port"), ("ingest", "http_port"), ("ingest", "metrics_port"),
-                           ("serving", "grpc_port"), ("serving", "http_port"), ("serving", "metrics_port")]:
-        setattr(getattr(config, section), field, free_port())
+    free_stage_ports(config)
     config.demo.duration_s = CEILING_S
     config.demo.run.stop_after_versions = STOP_AFTER_VERSIONS
     config.demo.seed = 7

@@ -20,10 +20,9 @@ from demo.config import DemoLiverlConfig
 from demo.run import run_demo
 from infra.embedded.stack import down
 from liverl.contracts import names
-from liverl.io.processes import free_port
 from liverl.io.registry import ModelRegistry
 from liverl.v1 import model_call_pb2
-from tests.conftest import stack_config
+from tests.conftest import free_stage_ports, stack_config
 from tests.e2e.test_loop import permissive_gate
 from trainer import pretrained
 
@@ -39,9 +38,7 @@ DEMO_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "demo-smollm2.to
 def demo_result(tmp_path_factory):
     config = stack_config(tmp_path_factory.mktemp("real-loop"), storage="disk", config_file=DEMO_CONFIG,
                           schema=DemoLiverlConfig)
-    for section, field in [("ingest", "grpc_port"), ("ingest", "http_port"), ("ingest", "metrics_port"),
-                           ("serving", "grpc_port"), ("serving", "http_port"), ("serving", "metrics_port")]:
-        setattr(getattr(config, section), field, free_port())
+    free_stage_ports(config)
     config.demo.duration_s = CEILING_S
     config.demo.run.stop_after_versions = STOP_AFTER_VERSIONS
     config.demo.real.heldout_tasks = HELDOUT_TASKS

@@ -20,9 +20,8 @@ from demo.run import base_policy_folder, run_demo
 from demo.tenants import CONTROL_SUFFIX
 from infra.embedded.stack import down
 from liverl.contracts import names
-from liverl.io.processes import free_port
 from liverl.io.registry import ModelRegistry
-from tests.conftest import stack_config
+from tests.conftest import free_stage_ports, stack_config
 from tests.e2e.test_loop import permissive_gate
 
 pytestmark = pytest.mark.slow
@@ -41,9 +40,7 @@ def tenants_result(tmp_path_factory):
 
     config = stack_config(tmp_path_factory.mktemp("tenants"), storage="disk", config_file=TENANTS_CONFIG,
                           schema=DemoLiverlConfig)
-    for section, field in [("ingest", "grpc_port"), ("ingest", "http_port"), ("ingest", "metrics_port"),
-                           ("serving", "grpc_port"), ("serving", "http_port"), ("serving", "metrics_port")]:
-        setattr(getattr(config, section), field, free_port())
+    free_stage_ports(config)
     config.demo.tenants.count = len(TENANTS)
     config.demo.duration_s = CEILING_S
     config.demo.run.stop_after_versions = 1
