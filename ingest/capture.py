@@ -21,7 +21,6 @@ from collections.abc import Callable, Sequence
 from ingest.admission import RecentEvents, TenantRateLimiter
 from ingest.delivery import KafkaDelivery, Record
 from ingest.metrics import CaptureMetrics
-from ingest.refused import log_unexpected
 from ingest.routing import Forwarded, PeerForwarder, ReplicaRing
 from ingest.sessions import SessionRegistry
 from ingest.subjects import CaptureSubjects
@@ -30,6 +29,7 @@ from liverl.access.opt_out import OptOut
 from liverl.config import LiverlConfig
 from liverl.io import records as kafka_records
 from liverl.redaction import Redactor
+from liverl.redaction.error_log import log_unexpected
 from liverl.v1 import capture_pb2
 
 log = logging.getLogger("liverl.ingest.capture")

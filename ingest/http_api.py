@@ -37,10 +37,11 @@ from ingest.auth import AuthError, TokenAuth
 from ingest.capture import CaptureCore
 from ingest.otlp_api import (NotConfigured, NotOtlp, OtlpTraces, TooManySpanEvents, json_response, protobuf_document,
                              protobuf_response)
-from ingest.refused import log_unexpected, request_summary
-from liverl.io.spool import SpoolFull
+from ingest.refused import request_summary
 from ingest.validation import parse_json
 from liverl.contracts import names
+from liverl.io.spool import SpoolFull
+from liverl.redaction.error_log import log_unexpected
 
 log = logging.getLogger("liverl.ingest.http")
 AUTH_STATUS = {"unauthenticated": 401, "permission_denied": 403}

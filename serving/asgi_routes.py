@@ -20,6 +20,7 @@ from starlette.datastructures import URL
 from starlette.responses import RedirectResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from liverl.redaction.error_log import log_unexpected
 from serving.auth import Principal
 from serving.generation import Caller
 from serving.http_completions import Reply, chat, complete
@@ -83,8 +84,8 @@ class CompletionRoutes:
             content = orjson.dumps(reply.payload) if reply.events is None else b""  # a failure here is still a 500
         except ApiError as error:
             return await _send_json(send, error.status, orjson.dumps(error.payload()), _raw(error.headers))
-        except Exception:
-            log.exception("unexpected error serving %s", path)
+        except Exception as error:  # a bug met on this request: logged without the request's values
+            log_unexpected(log, f"unexpected error serving {path}", error)
             return await _send_json(send, 500, orjson.dumps(UNEXPECTED_ERROR), [])
         if reply.events is None:
             await _send_json(send, 200, content, _raw(reply.headers))

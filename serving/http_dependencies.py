@@ -15,6 +15,7 @@ from fastapi import Depends, Request
 from fastapi.responses import JSONResponse
 from starlette.requests import ClientDisconnect
 
+from liverl.redaction.error_log import log_unexpected
 from serving.auth import Principal
 from serving.http_guard import (UNEXPECTED_ERROR, ApiError, Body, ClientLeft, HttpContext, authenticate,
                                 authenticate_admin, log, read_json_body)
@@ -33,7 +34,7 @@ async def api_error_response(request: Request, error: ApiError) -> FastJSONRespo
 
 
 async def unexpected_error_response(request: Request, error: Exception) -> FastJSONResponse:
-    log.exception("unexpected error serving %s", request.url.path, exc_info=error)
+    log_unexpected(log, f"unexpected error serving {request.url.path}", error)  # no traceback: it quotes values
     return FastJSONResponse(UNEXPECTED_ERROR, status_code=500)
 
 

@@ -27,6 +27,7 @@ from liverl.config.serving import ServingConfig
 from liverl.io import records as kafka_records
 from liverl.io.kafka_writer import KafkaWriter, Record, WriterListener
 from liverl.io.spool import Spool, SpoolFull
+from liverl.redaction.error_log import log_unexpected
 from liverl.v1 import model_call_pb2
 from serving.metrics import ServingMetrics
 from serving.record_handoff import BatchHandoff
@@ -144,8 +145,8 @@ class Recorder:
             return item
         try:
             call = item.build()
-        except Exception:
-            log.exception("recording: building a ModelCall failed")
+        except Exception as error:  # a call's prompt and completion are in scope: no traceback in the log
+            log_unexpected(log, "recording: building a ModelCall failed", error)
             self._metrics.records.labels("failed").inc()
             return None
         if item.user_id and self._subjects is not None and not self._add_link(call, item.user_id, links):
