@@ -56,6 +56,9 @@ def resolve_topic(kafka, name: str) -> str:
 # --- decoding ------------------------------------------------------------------------------------
 
 Decoded = tuple[dict, str | None, str | None]  # (value as JSON, tenant, session); None: unknown
+# A ModelCall's token ids are what the user wrote and read, exact (the trainer needs them): never printed; what a
+# person reads is redacted text (README, Security model).
+EXACT_TEXT_FIELDS = frozenset({"prompt_token_ids", "completion_token_ids"})
 
 
 def decoder_for(kafka, topic: str) -> Callable[[bytes], Decoded]:
@@ -70,8 +73,10 @@ def decoder_for(kafka, topic: str) -> Callable[[bytes], Decoded]:
 
         def decode_message(value: bytes) -> Decoded:
             message = message_type.FromString(value)
-            return (json_format.MessageToDict(message, preserving_proto_field_name=True),
-                    message.tenant_id, message.session_id)
+            data = json_format.MessageToDict(message, preserving_proto_field_name=True)
+            for field in EXACT_TEXT_FIELDS.intersection(data):
+                data[field] = f"[NOT SHOWN: {len(data[field])} token ids, the user's exact text]"
+            return data, message.tenant_id, message.session_id
         return decode_message
     return decode_json
 

@@ -76,7 +76,10 @@ def test_tenant_and_session_filters(published):
 
 def test_aliases_decode_each_topics_contract(published):
     [call] = topics(published, "calls", "--tenant", "acme")
-    assert call["value"]["origin"] == "import:otlp" and call["value"]["completion_token_ids"] == [3]
+    assert call["value"]["origin"] == "import:otlp"
+    # token ids are the user's exact text: counted, never printed
+    assert call["value"]["prompt_token_ids"] == "[NOT SHOWN: 2 token ids, the user's exact text]"
+    assert call["value"]["completion_token_ids"] == "[NOT SHOWN: 1 token ids, the user's exact text]"
     [dead] = topics(published, "dead-letters")
     assert dead["value"]["reason"] == "invalid_schema"
     assert topics(published, published.kafka.model_calls_topic, "--tenant", "globex") == []
