@@ -1,8 +1,9 @@
 """Erasure, proven black-box on the real stack: one user's marker strings go in through the SDK, OTLP and
-`liverl import`, are distilled into the table and traced in MLflow; `liverl forget` runs; then no byte of any
-marker is left anywhere under the data directory (Kafka's log segments on the broker's disk, the Delta files
-and their history, the MLflow database and artifacts, spools, the capture state, logs, the key store), while
-another user's data is intact and still read by the trainer's table reader.
+`liverl import`, are distilled into the table, traced in MLflow and trained on (a registered version); the
+`liverl forget` command runs; then no byte of any marker is left anywhere under the data directory (Kafka's log
+segments on the broker's disk, the Delta files and their history, the MLflow database and artifacts, spools,
+the capture state, logs, the key store), the erasure names the version trained on the user's rows and keeps it
+from promotion, and another user's data is intact and still read by the trainer's table reader.
 
 A headerless OpenAI call through serving joins them: serving records its ModelCall (token ids only, so no marker
 string is stored of it) and the user's feedback on the reply links its session to the user, so its row and records
@@ -207,6 +208,40 @@ def read_topic(config, topic: str, want: int) -> list:
     return opened
 
 
+def train_once(config, policy_dir: Path) -> str:
+    """policy_dir registered as the base version, then one pass of the trainer over the table; the version it
+    registered."""
+    from trainer.base_policy import register_base
+    from trainer.loop import Trainer
+    from trainer.registry import Registry
+
+    config.trainer.gate.enabled = False  # the version only has to exist, trained on these rows
+    config.trainer.gate.holdout_fraction = 0.0
+    config.trainer.checkpoint_dir = config.stack.data_dir / "checkpoints"
+    base = register_base(config, policy_dir, say=lambda *_: None)
+    trainer = Trainer(config, say=lambda *_: None)
+    trainer.start()
+    try:
+        assert trainer.run(follow=False) >= 1
+    finally:
+        trainer.close()
+    return max((mv.version for mv in Registry(config.mlflow).versions() if mv.version != base), key=int)
+
+
+def forget_command(config, *args: str) -> dict:
+    """`liverl forget` run as a user runs it, in its own process, handed this config; its printed summary."""
+    import os
+    import subprocess
+    import sys
+
+    from demo.stage_env import config_environment
+
+    done = subprocess.run([sys.executable, "-m", "liverl.cli", "forget", *args], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, **config_environment(config)})
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def distill_until_settled(config) -> None:
     from pipelines.distill import distill_once
 
@@ -220,6 +255,8 @@ def test_forget_leaves_no_readable_copy_and_keeps_everyone_else(loop, tmp_path, 
     from infra.commands.forget import forget
     from liverl.io.table_history import TableHistory
     from liverl.privacy import audit_log, row_opener_for
+    from tests.trainer.test_gate_promotion import Judged
+    from trainer.registry import Registry
 
     config, server = loop
     data_dir = config.stack.data_dir
@@ -239,12 +276,15 @@ def test_forget_leaves_no_readable_copy_and_keeps_everyone_else(loop, tmp_path, 
     assert files_holding(data_dir / "broker-s3", "liverl-sealed")
     assert files_holding(data_dir / "broker-s3", "acme/" + erin_session)
     assert files_holding(data_dir / "mlflow", ERIN_MARKER)
+    trained = train_once(config, tiny_policy_dir)
 
     started = time.perf_counter()
-    by_user = forget(config, "acme", user=DAVE, exclude_versions=True, operator="test")
+    by_user = forget_command(config, "--tenant", "acme", "--user", DAVE, "--exclude-versions", "--operator", "test")
     by_session = forget(config, "acme", session=OTLP_CONVERSATION, operator="test")  # OTLP names no user
     seconds = time.perf_counter() - started
     print(f"time to forget: {seconds:.2f} s (user: {by_user['seconds']} s, session: {by_session['seconds']} s)")
+    assert by_user["trained_versions"] == by_user["versions_excluded"] == [trained]
+    assert Judged(Registry(config.mlflow)).judge(trained, checkpoint=None).decision == "fail"  # never promoted
 
     left = {name: files_holding(data_dir, marker) for name, marker in DAVE_MARKERS.items()}
     assert left == {name: [] for name in DAVE_MARKERS}, left

@@ -205,3 +205,19 @@ def test_no_otlp_json_shape_gets_a_5xx(start_service):
 
         post()
     assert len(answers) == 150 and 400 in answers
+
+
+def test_an_id_with_control_characters_is_refused_as_capture_refuses_it(start_service):
+    """OTLP runs capture's own content rules (ingest/validation.py check_content): a conversation id with a control
+    character is refused and dead-lettered, while the request's other conversation is stored."""
+    service = start_service()
+    good = _chat("01" * 8, [{"role": "user", "content": "go"}], {"role": "assistant", "content": "ok"}, "conv-ok")
+    bad = _chat("02" * 8, [{"role": "user", "content": "go"}], {"role": "assistant", "content": "ok"}, "conv\x07bell")
+    answer = httpx.post(f"http://{service.http_address}/v1/traces", json=_request(good, bad), headers=ACME, timeout=30)
+    assert answer.status_code == 200, answer.text
+    partial = answer.json()["partialSuccess"]
+    assert partial["rejectedSpans"] == "1" and "printable" in partial["errorMessage"], partial
+    (letter,) = [d for d in _letters(service.config, 1) if d["reason"] == "unbuildable_session"]
+    assert "printable" in letter["message"]
+    events = read_topic(service.config, service.config.kafka.session_events_topic, want=3)
+    assert events and all(b"\x07" not in (r.key or b"") for r in events)

@@ -71,6 +71,16 @@ def test_sessions_named_by_url_metadata_or_user_in_that_order(api_server):
     assert by_url.models.list().data[0].model_extra["policy_version"] == "1"  # the whole API under the URL
 
 
+def test_a_session_id_holding_personal_data_is_recorded_and_keyed_by_its_pseudonym(api_server):
+    reply = _plain_client(api_server).chat.completions.create(
+        model="", messages=[{"role": "user", "content": "ask"}], max_tokens=2,
+        metadata={"liverl_session_id": "conv-dave@example.com"})
+    assert reply.model_extra["liverl"]["session_id"] == "conv-dave@example.com"  # the client's own id, to the client
+    call = _recorded(api_server, {reply.id})[reply.id]  # its Kafka key checked against the value there
+    assert call.session_id.startswith("redacted-email-") and "dave@example.com" not in call.SerializeToString().decode(
+        errors="replace")
+
+
 def test_streams_carry_the_ids_in_headers_and_every_chunk(api_server):
     client = _plain_client(api_server)
     with client.chat.completions.with_streaming_response.create(

@@ -77,3 +77,19 @@ def test_chat_logs_become_sessions_and_bad_lines_are_reported(fresh_topics, tmp_
     assert "bob@example.com" not in tokenizer.decode(flat_call.prompt_token_ids)
     assert "[REDACTED:email]" in tokenizer.decode(flat_call.prompt_token_ids)
     assert Counter(e.session_id for e in events)["conv-1"] == 5
+
+
+def test_an_id_with_control_characters_is_skipped_as_capture_refuses_it(fresh_topics, tmp_path):
+    """`liverl import` runs capture's own content rules (ingest/validation.py check_content) on every session."""
+    answer = {"created": 1767225600, "model": "m",
+              "choices": [{"message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}]}
+    lines = [{"session_id": session, "request": {"model": "m", "messages": [{"role": "user", "content": "go"}]},
+              "response": answer} for session in ("conv-ok", "conv\x07bell")]
+    log = tmp_path / "calls.jsonl"
+    log.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    tokenizer_dir = make_tokenizer_dir(tmp_path / "tok", source_words("openai-chat", [log]))
+    code, out = run_import(fresh_topics, ["--format", "openai-chat", "--tenant", "acme", "--tokenizer",
+                                          str(tokenizer_dir), "--dry-run", str(log)])
+    assert code == 0, out
+    assert "imported 1 sessions" in out and "skipped 1 (unbuildable_session: 1)" in out, out
+    assert "session_id must be printable" in out
