@@ -195,7 +195,8 @@ def test_a_client_leaving_mid_stream_frees_the_lease_at_once(hostile_server):
     left = hostile_server.call(Exchange(body, leave_after_events=1).run(_front(hostile_server), "/v1/completions",
                                                                         _json_headers(body)))
     assert left.status == 200 and left.headers[b"content-type"] == b"text/event-stream; charset=utf-8"
-    assert 1 <= len(left.parts) < 10 and not left.complete and b"[DONE]" not in b"".join(left.parts)
+    # it stopped long before its 500 tokens; how many went out first depends on the machine's load
+    assert 1 <= len(left.parts) < 50 and not left.complete and b"[DONE]" not in b"".join(left.parts)
     assert slot.in_flight == 0  # released before the front returned, not when the stream is collected
     assert server.metrics.value("liverl_serving_requests_total", errors) == before + 1  # closed unfinished
     assert time.monotonic() - started < 5

@@ -18,7 +18,7 @@ from liverl.v1 import common_pb2, model_call_pb2, serving_pb2, serving_pb2_grpc
 from tests.serving.conftest import ServerThread, module_topics, read_topic, register_version, serving_config
 from tests.serving.lora_adapters import build_adapter, build_base, reference_logprobs
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]  # test_b bounds the swap's stall against the steady one
 
 ADMIN = (("authorization", "Bearer admin-key"),)
 PROMPTS = [[2, 64, 65, 66], [2, 67, 68], [2, 69, 64, 70, 65]]  # <bos> and word ids
