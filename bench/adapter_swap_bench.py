@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -111,22 +110,11 @@ def _policies(tmp: Path) -> tuple[Path, Path, Path]:
 
 
 def _bench(config, args, swaps: list[tuple[str, str]]) -> list[dict]:
-    import uvloop
+    from bench.serving_stack import running_server
 
-    from serving.server import PolicyServer
-
-    loop = uvloop.new_event_loop()  # the loop `liverl serve` runs the server on (serving.cli)
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    server = PolicyServer(config, say=lambda line: print(line, flush=True))
-    asyncio.run_coroutine_threadsafe(server.start(), loop).result(1800)  # vLLM's start: minutes on a busy machine
-    try:
+    with running_server(config, say=lambda line: print(line, flush=True)) as server:
         return [asyncio.run(_swap_under_load(f"127.0.0.1:{server.grpc_port}", args, mode, version)).summary()
                 for mode, version in swaps]
-    finally:
-        asyncio.run_coroutine_threadsafe(server.stop(grace_s=5), loop).result(300)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(30)
 
 
 async def _swap_under_load(target: str, args, mode: str, version: str) -> SwapFigures:

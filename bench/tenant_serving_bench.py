@@ -43,7 +43,7 @@ def main(argv=None) -> None:
 
     measured_in = environment()
     with tempfile.TemporaryDirectory(prefix="tenant-serving-bench-") as tmp:
-        base_dir, adapter_dirs = _policies(Path(tmp), max(PHASES))
+        base_dir, adapter_dirs = policies(Path(tmp), max(PHASES))
         rounds = asyncio.run(_bench(base_dir, adapter_dirs, args))
     figures = {}
     for phase in PHASES:
@@ -129,8 +129,9 @@ async def _phase(engine, slots, adapters, args, label: str) -> dict:
             "loads": slots.loads - loads, "evictions": slots.evictions - evictions}
 
 
-def _policies(tmp: Path, count: int) -> tuple[Path, list[Path]]:
-    """The tiny Llama base and `count` LoRA adapters of it in liverl's format (random non-zero lora_B)."""
+def policies(tmp: Path, count: int) -> tuple[Path, list[Path]]:
+    """The tiny Llama base and `count` LoRA adapters of it in liverl's format (random non-zero lora_B; their manifest
+    names base version "1", the first version of a fresh registered model)."""
     import shutil
 
     import torch
