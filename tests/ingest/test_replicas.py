@@ -96,12 +96,23 @@ class RoundRobin:
         return body["accepted"], [r["reason"] for r in body["rejected"]]
 
 
+def owned_by_both(ring, count: int) -> list[str]:
+    """Session ids s0, s1, ... of which each replica owns at least one: ownership hashes the replicas'
+    addresses, which hold the ports this run picked, so a fixed list could land on one replica alone."""
+    session_ids = [f"s{i}" for i in range(count)]
+    spare = count
+    while len({ring.owner_of("acme", session_id) for session_id in session_ids}) < len(ring.replicas):
+        session_ids[-1] = f"s{spare}"
+        spare += 1
+    return session_ids
+
+
 def test_round_robin_replicas_store_each_event_once_in_acceptance_order(replicas):
     config = replicas[0].config
     rng = random.Random(7)
     client = RoundRobin(replicas)
     sent: dict[str, list[str]] = defaultdict(list)  # session -> event ids in the order they were accepted
-    by_session = {f"s{i}": session_events(f"s{i}", 7, rng) for i in range(8)}
+    by_session = {session_id: session_events(session_id, 7, rng) for session_id in owned_by_both(replicas[0].ring, 8)}
     turns = [session_id for session_id, events in by_session.items() for _ in events]
     rng.shuffle(turns)  # sessions interleave too; within one session the order is session_events'
     order = {session_id: iter(events) for session_id, events in by_session.items()}
