@@ -21,6 +21,12 @@ from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
+    measure(argv)
+    return 0
+
+
+def measure(argv: list[str] | None = None) -> dict:
+    """Run the bench with these arguments, print its lines, and return what it records."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, default=None, help="a HF policy folder; default: a tiny Llama")
     parser.add_argument("--rounds", type=int, default=9)
@@ -108,12 +114,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"ratio deepspeed/plain, median of rounds {statistics.median(ratios):6.3f} "
           f"(rounds: {', '.join(f'{r:.3f}' for r in ratios)}) | goal >= 0.9")
     print(f"process peak RSS {_peak_rss_mib():.0f} MiB")
-    record("lora_step" if args.model is None else f"lora_step_{args.model.name}", {
+    figures = {
         "tokens_per_s": median, "deepspeed_over_plain": statistics.median(ratios), "round_ratios": ratios,
         "rounds": args.rounds, "steps_per_round": args.steps, "parameters": total, "adapter_parameters": trainable,
         "peak_allocated_bytes" if device == "cuda" else "training_state_bytes": peaks if device == "cuda" else state,
-    }, measured_in=measured_in)
-    return 0
+    }
+    record("lora_step" if args.model is None else f"lora_step_{args.model.name}", figures, measured_in=measured_in)
+    if hasattr(engine, "destroy"):
+        engine.destroy()
+    return figures
 
 
 class DeepSpeedSide:

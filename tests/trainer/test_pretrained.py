@@ -127,3 +127,12 @@ def test_cli_registers_the_package_as_version_1_with_provenance_once(stack, conv
     again = subprocess.run(argv, capture_output=True, text=True, env=subprocess_env(), timeout=600)
     assert again.returncode == 0, again.stderr
     assert "already version 1" in again.stdout
+
+
+def test_the_gpu_checks_smollm2_shape_is_the_converted_models(converted):
+    """bench/gpu_check.py --from-config times SmolLM2-135M's shape with random weights: it must be this shape."""
+    from bench.gpu_check import SMOLLM2_135M
+
+    config = json.loads((converted[0] / "config.json").read_text())
+    for key, value in SMOLLM2_135M.items():
+        assert config[key] == value if key != "rms_norm_eps" else abs(config[key] - value) < 1e-9, key
