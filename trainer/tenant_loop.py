@@ -2,7 +2,7 @@
 within its token budget and steps that group's adapter alone; each group checkpoints, registers and is gated on
 its own.
 
-    run: build_tenant_steps -> a step per group -> maybe_publish per group, again and again
+    run: build_tenant_steps -> a step per group with enough rows (trainer/group_hold.py) -> maybe_publish per group
 
 Groups (trainer/tenant_groups.py): each named tenant, and the shared group of every other tenant, whose adapter is
 the shared policy (`champion`). All adapters sit on one base, the shared champion's full weights when the trainer
@@ -31,6 +31,7 @@ from liverl.io.lineage import merge_offsets
 from liverl.io.table_history import TableCommit, TableHistory
 from liverl.privacy import row_opener_for
 from trainer.advantages import Baselines
+from trainer.group_hold import GroupHold
 from trainer.publish import CheckpointToPublish, Publisher, PublishResult
 from trainer.registry import Registry
 from trainer.served_lineage import promoted_versions
@@ -72,6 +73,8 @@ class TenantTrainer:
             tenant=tenant_of(group)) for group in groups(self.tc.tenants)}
         self.stop_requested = False
         self.windows = {group: GroupWindow() for group in self.publishers}
+        self.holds = {group: GroupHold(self.tc.min_step_rows, self.tc.tenants.tokens_per_step, self.tc.max_step_wait_s)
+                      for group in self.publishers}  # each group's step waits for enough of its own rows
 
     # ---- start: fresh from the champions, or resume from each group's last checkpoint ----------------------
     def start(self) -> None:
@@ -146,18 +149,26 @@ class TenantTrainer:
         """Train every group on everything new; with follow, keep waiting for more. Returns the versions registered."""
         registered = 0
         while not self.stop_requested:
+            before = {group: stream.position for group, stream in self.streams.items()}
             plans = build_tenant_steps(self.streams, self.trained, self.served, int(time.time() * 1000), self.tc,
                                        self.say, opener=self.opener)
-            for group, plan in plans.items():
-                self.windows[group].commits.update(plan.commits)
-                if not plan.empty:
-                    self.step(group, plan)
+            for group in self.publishers:
+                drawn = plans.get(group)
+                if drawn is not None and drawn.empty:  # rows consumed, none to train: their commits are read
+                    self.windows[group].commits.update(drawn.commits)
+                ready = self.holds[group].take(drawn, before[group])
+                if ready is not None:
+                    self.step(group, ready)
             for group in self.publishers:
                 registered += self.maybe_publish(group)
             if not plans:
                 if not follow:
                     break
                 time.sleep(self.tc.follow_interval_s)
+        if not self.stop_requested:  # the end of what the table holds: train what waited for company
+            for group, hold in self.holds.items():
+                if (held := hold.release()) is not None:
+                    self.step(group, held)
         for group in self.publishers:
             registered += self.maybe_publish(group, force=True)
         return registered
@@ -170,6 +181,7 @@ class TenantTrainer:
         result = run_step(self.policies.activate(group), plan, gs.step, self.baselines[group], self.config)
         gs.step += 1
         window = self.windows[group]
+        window.commits.update(plan.commits)
         window.steps += 1
         window.trajectories += len(plan.trajectories)
         window.reward_config_versions.update(t.reward_config_version for t in plan.trajectories)
@@ -190,8 +202,9 @@ class TenantTrainer:
         tag = f"step-{gs.step}"
         engine = self.policies.activate(group)  # what requires gradients is what the checkpoint saves: this adapter
         engine.save_checkpoint(str(self.dir / "deepspeed" / group), tag=tag, exclude_frozen_parameters=True)
-        stream = self.streams[group]
-        gs.table_version, gs.cursor, gs.version_done = stream.version, stream.cursor, stream.done
+        # Rows a group holds for its next step are not in this checkpoint: a restart draws them again.
+        position = self.holds[group].start or self.streams[group].position
+        gs.table_version, gs.cursor, gs.version_done = position.table_version, position.cursor, position.done
         gs.checkpoint_tag = tag
         gs.baselines = dict(self.baselines[group].means)
         gs.pending = PendingPublish(
@@ -200,7 +213,8 @@ class TenantTrainer:
             trajectories=window.trajectories, reward_config_versions=sorted(v for v in window.reward_config_versions if v),
             metrics=_summary(window.step_metrics),
         )
-        self.state.trained_ids = sorted(self.trained.items())
+        held = set().union(*(hold.held_ids() for hold in self.holds.values()))
+        self.state.trained_ids = sorted(item for item in self.trained.items() if item[0] not in held)
         self.state.save(self.dir)  # from here a crash resumes at this checkpoint and finishes its registration
         self.windows[group] = GroupWindow()
         self._publish(group, gs.pending, window.step_metrics)

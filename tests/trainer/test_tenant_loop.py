@@ -118,3 +118,48 @@ def test_liverl_train_with_tenant_adapters_runs_the_tenant_loop(stack, tmp_path)
     assert any(line.startswith("trainer done | steps acme ") for line in lines)
     tenants = {mv.tags.get(names.TAG_TENANT) for mv in Registry(config.mlflow).versions() if mv.version != base}
     assert tenants == {"acme", None}
+
+
+def test_a_group_waits_for_its_own_rows_and_a_checkpoint_leaves_the_held_ones_untrained(stack, tmp_path):
+    """trainer.min_step_rows holds per group: small's fourth row waits for company; a stop then checkpoints small
+    at its first step, resuming before the held row (not counted as trained), and the restart trains it once."""
+    from demo.policy.tiny_policy import build_policy
+
+    llama = build_policy(tmp_path / "base", WORDS, arch="llama")
+    factory = TrajectoryFactory(llama)
+    config = trainer_config(stack, tmp_path, steps_per_version=2, minutes_per_version=0.0, min_step_rows=4,
+                            max_step_wait_s=3600.0)
+    tc = config.trainer
+    tc.lora.enabled = True
+    tc.tenants.adapters = ["small", "big"]  # small's draw comes before big's in each round
+    tc.tenants.tokens_per_step = 3 * len(_rows(factory, "x", 1)[0]["token_ids"])  # 3 rows fill a share of a step
+    tc.gate.holdout_fraction = 0.0  # every row is trained: the counts below are exact
+    tc.deepspeed.zero_stage, tc.deepspeed.gradient_accumulation_steps = 0, 1
+    base = register_base(config, llama, say=lambda *_: None)
+    commit_batch(config.table.trajectories_uri, _rows(factory, "big", 6) + _rows(factory, "small", 4), "batch-0", 0)
+
+    lines: list[str] = []
+    trainer = TenantTrainer(config, say=lines.append)
+
+    def say(line: str) -> None:  # round 2: small has drawn (and holds) its 4th row, then big steps: stop there
+        lines.append(line)
+        if line.startswith("big | step 2 "):
+            trainer.stop_requested = True
+
+    trainer.say = say
+    trainer.start()
+    trainer.run(follow=True)
+    trainer.close()
+    print("\n".join(lines))
+    assert _step_groups(lines) == ["small", "big", "big"]  # small's 4th row alone did not make a step
+
+    lines.clear()
+    again = TenantTrainer(config, say=lines.append)
+    again.start()
+    again.run(follow=False)  # the table's end: what waited is trained
+    again.close()
+    print("\n".join(lines))
+    assert _step_groups(lines) == ["small"] and any(re.search(r"^small \| step 2 .*\| traj 1 ", line) for line in lines)
+    small = [mv for mv in Registry(config.mlflow).versions()
+             if mv.version != base and mv.tags.get(names.TAG_TENANT) == "small"]
+    assert [int(mv.tags[names.TAG_TRAJECTORIES]) for mv in small] == [3, 1]  # each row trained once, none lost
