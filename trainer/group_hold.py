@@ -3,8 +3,8 @@
 
 The table's commits count every tenant's rows, so the wait counts what the group's stream actually drew: drawn
 plans are held and merged until the step may start. Held rows are off the stream but not trained, so a checkpoint
-taken meanwhile must resume the group from `start` (the stream's position before the first held row) and must not
-count the held trajectories as trained.
+taken meanwhile must resume the group from `start`, the stream's position before the first held row (rows drawn
+again from the same table version are trained, not skipped as duplicates: trainer/step_builder.py).
 """
 
 from __future__ import annotations
@@ -40,9 +40,6 @@ class GroupHold:
         plan, self.plan, self.start = self.plan, None, None
         self.wait.ready(0)  # the next wait starts afresh
         return plan
-
-    def held_ids(self) -> set[str]:
-        return {t.trajectory_id for t in self.plan.trajectories} if self.plan else set()
 
     def _ready(self) -> bool:
         if self.plan is None:

@@ -213,8 +213,7 @@ class TenantTrainer:
             trajectories=window.trajectories, reward_config_versions=sorted(v for v in window.reward_config_versions if v),
             metrics=_summary(window.step_metrics),
         )
-        held = set().union(*(hold.held_ids() for hold in self.holds.values()))
-        self.state.trained_ids = sorted(item for item in self.trained.items() if item[0] not in held)
+        self.state.trained_ids = sorted(self.trained.items())
         self.state.save(self.dir)  # from here a crash resumes at this checkpoint and finishes its registration
         self.windows[group] = GroupWindow()
         self._publish(group, gs.pending, window.step_metrics)

@@ -31,13 +31,13 @@ def test_a_group_waits_for_min_rows_of_its_own_then_steps_on_all_it_drew_in_orde
     first, later = Position(0, 0, False), Position(1, 2, False)
     assert hold.take(plan("a"), first) is None
     assert hold.take(None, later) is None  # nothing new drawn: still waiting
-    assert hold.held_ids() == {"a"} and hold.start == first
+    assert [t.trajectory_id for t in hold.plan.trajectories] == ["a"] and hold.start == first
     assert hold.take(plan("b", version=1), later) is None and hold.start == first  # the first held row's position
     ready = hold.take(plan("c", version=2), Position(2, 0, False))
     assert [t.trajectory_id for t in ready.trajectories] == ["a", "b", "c"]
     assert ready.weights == [1.0] * 3 and ready.consumed == 6 and ready.skipped["skip"] == 3
     assert set(ready.commits) == {0, 1, 2}
-    assert hold.plan is None and hold.start is None and hold.held_ids() == set()
+    assert hold.plan is None and hold.start is None
 
 
 def test_a_full_token_share_or_the_longest_wait_starts_the_step_with_fewer_rows():

@@ -122,7 +122,7 @@ def test_liverl_train_with_tenant_adapters_runs_the_tenant_loop(stack, tmp_path)
 
 def test_a_group_waits_for_its_own_rows_and_a_checkpoint_leaves_the_held_ones_untrained(stack, tmp_path):
     """trainer.min_step_rows holds per group: small's fourth row waits for company; a stop then checkpoints small
-    at its first step, resuming before the held row (not counted as trained), and the restart trains it once."""
+    at its first step, resuming before the held row, and the restart trains it once."""
     from demo.policy.tiny_policy import build_policy
 
     llama = build_policy(tmp_path / "base", WORDS, arch="llama")
@@ -163,3 +163,53 @@ def test_a_group_waits_for_its_own_rows_and_a_checkpoint_leaves_the_held_ones_un
     small = [mv for mv in Registry(config.mlflow).versions()
              if mv.version != base and mv.tags.get(names.TAG_TENANT) == "small"]
     assert [int(mv.tags[names.TAG_TRAJECTORIES]) for mv in small] == [3, 1]  # each row trained once, none lost
+
+
+class Crash(Exception):
+    """The trainer's process dies here."""
+
+
+def test_a_crash_after_one_group_checkpoints_loses_no_other_groups_rows(stack, tmp_path):
+    """big checkpoints (and dies registering) while small has trained 3 rows since its last checkpoint and holds a
+    4th: the restart resumes each group from its own checkpoint and trains each of small's rows exactly once."""
+    from demo.policy.tiny_policy import build_policy
+
+    llama = build_policy(tmp_path / "base", WORDS, arch="llama")
+    factory = TrajectoryFactory(llama)
+    config = trainer_config(stack, tmp_path, steps_per_version=2, minutes_per_version=0.0, min_step_rows=4,
+                            max_step_wait_s=3600.0)
+    tc = config.trainer
+    tc.lora.enabled = True
+    tc.tenants.adapters = ["small", "big"]
+    tc.tenants.tokens_per_step = 3 * len(_rows(factory, "x", 1)[0]["token_ids"])
+    tc.gate.holdout_fraction = 0.0
+    tc.deepspeed.zero_stage, tc.deepspeed.gradient_accumulation_steps = 0, 1
+    base = register_base(config, llama, say=lambda *_: None)
+    commit_batch(config.table.trajectories_uri, _rows(factory, "big", 6) + _rows(factory, "small", 4), "batch-0", 0)
+
+    lines: list[str] = []
+
+    def dies_at_bigs_first_version(line: str) -> None:  # said after big's checkpoint and state were saved
+        lines.append(line)
+        if "(tenant big) registered" in line:
+            raise Crash(line)
+
+    trainer = TenantTrainer(config, say=dies_at_bigs_first_version)
+    trainer.start()
+    with pytest.raises(Crash):
+        trainer.run(follow=True)
+    print("\n".join(lines))
+    assert _step_groups(lines) == ["small", "big", "big"]
+
+    lines.clear()
+    again = TenantTrainer(config, say=lines.append)
+    again.start()  # finishes big's registration, then resumes each group from its own checkpoint
+    again.run(follow=False)
+    again.close()
+    print("\n".join(lines))
+    trained: dict[str | None, int] = {}
+    for mv in Registry(config.mlflow).versions():
+        if mv.version != base:
+            tenant = mv.tags.get(names.TAG_TENANT)
+            trained[tenant] = trained.get(tenant, 0) + int(mv.tags[names.TAG_TRAJECTORIES])
+    assert trained == {"big": 6, "small": 4}  # every row of each tenant trained exactly once
