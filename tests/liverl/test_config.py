@@ -106,7 +106,7 @@ def test_the_same_bounds_hold_from_a_file_and_the_environment(tmp_path):
         load_config(environ={"LIVERL_PIPELINES__FOLLOW_INTERVAL_S": "-0.5"})
 
 
-BOUNDED_SECTIONS = ["kafka", "pipelines", "ingest", "stack", "mlflow", "table", "serving", "trainer", "rewards"]
+BOUNDED_SECTIONS = ["kafka", "pipelines", "ingest", "stack", "mlflow", "table", "serving", "trainer", "rewards", "privacy"]
 
 
 def test_every_number_in_these_sections_has_a_lower_bound():
