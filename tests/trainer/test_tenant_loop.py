@@ -123,20 +123,7 @@ def test_liverl_train_with_tenant_adapters_runs_the_tenant_loop(stack, tmp_path)
 def test_a_group_waits_for_its_own_rows_and_a_checkpoint_leaves_the_held_ones_untrained(stack, tmp_path):
     """trainer.min_step_rows holds per group: small's fourth row waits for company; a stop then checkpoints small
     at its first step, resuming before the held row, and the restart trains it once."""
-    from demo.policy.tiny_policy import build_policy
-
-    llama = build_policy(tmp_path / "base", WORDS, arch="llama")
-    factory = TrajectoryFactory(llama)
-    config = trainer_config(stack, tmp_path, steps_per_version=2, minutes_per_version=0.0, min_step_rows=4,
-                            max_step_wait_s=3600.0)
-    tc = config.trainer
-    tc.lora.enabled = True
-    tc.tenants.adapters = ["small", "big"]  # small's draw comes before big's in each round
-    tc.tenants.tokens_per_step = 3 * len(_rows(factory, "x", 1)[0]["token_ids"])  # 3 rows fill a share of a step
-    tc.gate.holdout_fraction = 0.0  # every row is trained: the counts below are exact
-    tc.deepspeed.zero_stage, tc.deepspeed.gradient_accumulation_steps = 0, 1
-    base = register_base(config, llama, say=lambda *_: None)
-    commit_batch(config.table.trajectories_uri, _rows(factory, "big", 6) + _rows(factory, "small", 4), "batch-0", 0)
+    config, base = _small_and_big(stack, tmp_path)
 
     lines: list[str] = []
     trainer = TenantTrainer(config, say=lines.append)
@@ -172,20 +159,7 @@ class Crash(Exception):
 def test_a_crash_after_one_group_checkpoints_loses_no_other_groups_rows(stack, tmp_path):
     """big checkpoints (and dies registering) while small has trained 3 rows since its last checkpoint and holds a
     4th: the restart resumes each group from its own checkpoint and trains each of small's rows exactly once."""
-    from demo.policy.tiny_policy import build_policy
-
-    llama = build_policy(tmp_path / "base", WORDS, arch="llama")
-    factory = TrajectoryFactory(llama)
-    config = trainer_config(stack, tmp_path, steps_per_version=2, minutes_per_version=0.0, min_step_rows=4,
-                            max_step_wait_s=3600.0)
-    tc = config.trainer
-    tc.lora.enabled = True
-    tc.tenants.adapters = ["small", "big"]
-    tc.tenants.tokens_per_step = 3 * len(_rows(factory, "x", 1)[0]["token_ids"])
-    tc.gate.holdout_fraction = 0.0
-    tc.deepspeed.zero_stage, tc.deepspeed.gradient_accumulation_steps = 0, 1
-    base = register_base(config, llama, say=lambda *_: None)
-    commit_batch(config.table.trajectories_uri, _rows(factory, "big", 6) + _rows(factory, "small", 4), "batch-0", 0)
+    config, base = _small_and_big(stack, tmp_path)
 
     lines: list[str] = []
 
@@ -213,3 +187,24 @@ def test_a_crash_after_one_group_checkpoints_loses_no_other_groups_rows(stack, t
             tenant = mv.tags.get(names.TAG_TENANT)
             trained[tenant] = trained.get(tenant, 0) + int(mv.tags[names.TAG_TRAJECTORIES])
     assert trained == {"big": 6, "small": 4}  # every row of each tenant trained exactly once
+
+
+def _small_and_big(stack, tmp_path):
+    """Two tenants' adapters, small's rows drawn first each round, steps of 3 rows that wait for 4 (the longest
+    wait out of reach), a version every 2 steps, no held-out rows (the counts are exact); big's 6 rows and small's
+    4 committed. Returns (config, base version)."""
+    from demo.policy.tiny_policy import build_policy
+
+    llama = build_policy(tmp_path / "base", WORDS, arch="llama")
+    factory = TrajectoryFactory(llama)
+    config = trainer_config(stack, tmp_path, steps_per_version=2, minutes_per_version=0.0, min_step_rows=4,
+                            max_step_wait_s=3600.0)
+    tc = config.trainer
+    tc.lora.enabled = True
+    tc.tenants.adapters = ["small", "big"]
+    tc.tenants.tokens_per_step = 3 * len(_rows(factory, "x", 1)[0]["token_ids"])
+    tc.gate.holdout_fraction = 0.0
+    tc.deepspeed.zero_stage, tc.deepspeed.gradient_accumulation_steps = 0, 1
+    base = register_base(config, llama, say=lambda *_: None)
+    commit_batch(config.table.trajectories_uri, _rows(factory, "big", 6) + _rows(factory, "small", 4), "batch-0", 0)
+    return config, base
