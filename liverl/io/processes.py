@@ -30,15 +30,34 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def free_port_block(size: int, spread: int = 0, host: str = "127.0.0.1") -> int:
-    """A base port p with p..p+size-1 (and the same +spread, when spread > 0) all free now."""
+    """A base port p with p..p+size-1 (and the same +spread, when spread > 0) all free now.
+
+    The block lies outside the OS's ephemeral range: a port in it can be taken at any moment as the local
+    port of some client's outgoing connection (or handed out by free_port), between this check and the
+    server's bind, and then the server cannot start.
+    """
     import random
 
+    low, high = ephemeral_port_range()
+    def clear(first: int) -> bool:
+        return first + size - 1 < low or first > high
+    bases = [base for base in range(10_000, 65_536 - size - spread)
+             if clear(base) and (not spread or clear(base + spread))]
     for _ in range(200):
-        base = random.randint(20000, 65535 - size - spread)
+        base = random.choice(bases)
         ports = [base + i for i in range(size)] + ([base + spread + i for i in range(size)] if spread else [])
         if not any(port_open(host, port) for port in ports):
             return base
     raise RuntimeError("no block of free ports found; stop other services or pass ports explicitly")
+
+
+def ephemeral_port_range() -> tuple[int, int]:
+    """The ports the OS gives to outgoing connections and to bind(0) (Linux's default when unreadable)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
 
 
 def port_open(host: str, port: int) -> bool:

@@ -1,4 +1,5 @@
-"""Stopping a process group also stops what its leader left behind (a vLLM engine core outlives a killed server)."""
+"""Starting and stopping processes: a group stops with what its leader left behind (a vLLM engine core outlives a
+killed server), and a server's port block avoids the ports the OS hands to outgoing connections."""
 
 import sys
 import time
@@ -20,3 +21,14 @@ def test_stop_kills_what_an_exited_leader_left_in_its_group(tmp_path):
         time.sleep(0.05)
     assert not processes.alive(orphan)
     assert processes.stop(leader.pid) is False  # nothing left to stop
+
+
+def test_a_port_block_lies_outside_the_ephemeral_range_and_is_free():
+    """Outgoing connections take ephemeral ports at any moment: a server's block must not be among them."""
+    low, high = processes.ephemeral_port_range()
+    assert low <= high
+    for _ in range(50):
+        base = processes.free_port_block(8, spread=10_000)
+        for first in (base, base + 10_000):
+            assert first + 7 < low or first > high
+            assert not any(processes.port_open("127.0.0.1", port) for port in range(first, first + 8))
