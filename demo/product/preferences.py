@@ -1,7 +1,8 @@
 """What each demo tenant's users want, on top of the product's own verifiable outcome (`liverl demo --tenants N`).
 
     brisk    short answers: a passing edit at once, no questions; an orchestrated job done in one parallel stage
-    careful  thoroughness: the agent confirms with the user (ask_user) before it edits
+    careful  thoroughness: the agent confirms with the user (ask_user) before it edits; its users revert half the
+             edits nobody confirmed with them
     frugal   low cost: one sub-agent does every part of an orchestrated job, one part after another
 
 A preference rescales the task's outcome score, which the product reports as its Outcome event and as the
@@ -77,7 +78,7 @@ PROFILES: tuple[TenantProfile, ...] = (
     TenantProfile("brisk", "short answers: edit at once, fan a job out in one stage", ("coding", "orchestrator"),
                   UserModel(dissatisfied_if_asked=0.6), _brisk),
     TenantProfile("careful", "thoroughness: confirm with the user before editing", ("coding",),
-                  UserModel(dissatisfied_if_asked=0.0), _careful),
+                  UserModel(dissatisfied_if_asked=0.0, revert_unconfirmed=0.5), _careful),
     TenantProfile("frugal", "low cost: one sub-agent does every part in turn", ("orchestrator",),
                   UserModel(), _frugal),
 )

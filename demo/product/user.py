@@ -1,6 +1,7 @@
 """Simulated users: they judge what the agent did, some right away (a follow-up), most later (feedback).
 
-Edits that passed the check are mostly kept, failed ones mostly reverted; users whose problem was not
+Edits that passed the check are mostly kept, failed ones mostly reverted (careful users also revert edits nobody
+confirmed with them); users whose problem was not
 solved, or who were asked a question instead of getting an edit, sometimes follow up dissatisfied.
 Search and orchestrator users give a thumbs up or down, more often up the better the outcome.
 """
@@ -22,6 +23,9 @@ class UserModel:
     dissatisfied_if_solved: float = 0.05
     dissatisfied_if_asked: float = 0.2
     """Added to the dissatisfaction chance when the agent asked a question instead of editing."""
+    revert_unconfirmed: float = 0.0
+    """Chance that an edit the agent made before asking the user anything is reverted whatever it did (a careful
+    team reviews every change nobody confirmed with them)."""
     rating_chance: float = 0.5
     """Chance that a search or orchestrator user bothers to give a thumbs up or down."""
 
@@ -60,6 +64,8 @@ class SimulatedUser:
         if task.edits:
             index, passed = task.edits[-1]
             kept = rng.random() < (m.keep_right_edit if passed else m.keep_wrong_edit)
+            if m.revert_unconfirmed and not task.confirmed(index):  # only such users draw: others' streams stay
+                kept = kept and rng.random() >= m.revert_unconfirmed
             items.append(FeedbackItem("EDIT_KEPT" if kept else "EDIT_REVERTED", 1.0 if kept else 0.0, call_ids[index]))
         unhappy = (m.dissatisfied_if_solved if report.success else m.dissatisfied_if_unsolved) + (
             m.dissatisfied_if_asked if task.asked_user else 0.0

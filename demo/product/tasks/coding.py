@@ -22,12 +22,20 @@ class CodingTask(Task):
         self.buggy_file = rng.choice(self.files)
         self.bug = rng.randrange(len(BUGS))
         self.note = ""  # what the agent sees of its previous call
-        self.asked_user = False
+        self.asked_at: int | None = None  # call index of the agent's first question to the user
         self.edits: list[tuple[int, bool]] = []  # (call index, passed)
 
     @property
     def right_edit(self) -> str:
         return f"edit {self.buggy_file} {FIXES[self.bug]}"
+
+    @property
+    def asked_user(self) -> bool:
+        return self.asked_at is not None
+
+    def confirmed(self, edit_index: int) -> bool:
+        """Whether the agent had asked the user before the edit at this call index."""
+        return self.asked_at is not None and self.asked_at < edit_index
 
     @property
     def passed_at(self) -> int | None:
@@ -47,7 +55,8 @@ class CodingTask(Task):
 
     def _execute(self, call: ToolCall) -> StepResult:
         if call.name == "ask_user":
-            self.asked_user = True
+            if self.asked_at is None:
+                self.asked_at = self.calls - 1
             self.note = "asked"
             return StepResult(output=f"user: it is the {BUGS[self.bug]} bug in {self.buggy_file}")
         if call.name == "done":

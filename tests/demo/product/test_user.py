@@ -57,3 +57,28 @@ def test_search_users_rate_by_outcome():
     assert t.outcome().score == 1.0
     reaction = user.react(t, t.outcome(), [], random.Random(0))
     assert [f.kind for f in reaction.feedback] == ["THUMBS_UP"]
+
+
+def test_careful_users_revert_half_the_edits_nobody_confirmed_and_keep_confirmed_ones():
+    careful = SimulatedUser(UserModel(revert_unconfirmed=0.5))
+
+    def kept_share(texts):
+        kept = 0
+        for seed in range(400):
+            t = coding(seed, texts)
+            reaction = careful.react(t, t.outcome(), [f"call-{i}" for i in range(t.calls)], random.Random(seed))
+            kept += reaction.feedback[0].kind == "EDIT_KEPT"
+        return kept / 400
+
+    assert 0.35 < kept_share(lambda t: [t.right_edit]) < 0.55  # 0.9 x 0.5
+    assert kept_share(lambda t: ["ask_user", t.right_edit]) > 0.8
+
+
+def test_an_edit_is_confirmed_only_when_the_question_came_before_it():
+    def wrong(t):
+        return t.right_edit.replace(t.buggy_file, next(f for f in t.files if f != t.buggy_file))
+
+    asked_first = coding(0, lambda t: ["ask_user", t.right_edit])
+    asked_after = coding(0, lambda t: [wrong(t), "ask_user"])
+    assert asked_first.asked_user and asked_first.confirmed(asked_first.edits[-1][0])
+    assert asked_after.asked_user and not asked_after.confirmed(asked_after.edits[-1][0])
