@@ -23,32 +23,60 @@ class Started:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port the OS says is free now (tests pick their ports with this)."""
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
+    """A port free now for a server to bind (tests and benches pick their servers' ports with this); see
+    free_port_block."""
+    return free_port_block(1, host=host)
 
 
 def free_port_block(size: int, spread: int = 0, host: str = "127.0.0.1") -> int:
     """A base port p with p..p+size-1 (and the same +spread, when spread > 0) all free now.
 
-    The block lies outside the OS's ephemeral range: a port in it can be taken at any moment as the local
-    port of some client's outgoing connection (or handed out by free_port), between this check and the
-    server's bind, and then the server cannot start.
+    Every port lies outside the OS's ephemeral range: a port in it can be taken at any moment as the local port
+    of some client's outgoing connection, between this check and the server's bind (seconds later, when the
+    server is a process that first imports its libraries), and then the server cannot start. No port is handed
+    out twice by one process, and parallel test workers draw from disjoint slices (_port_pool).
     """
     import random
 
-    low, high = ephemeral_port_range()
-    def clear(first: int) -> bool:
-        return first + size - 1 < low or first > high
-    bases = [base for base in range(10_000, 65_536 - size - spread)
-             if clear(base) and (not spread or clear(base + spread))]
+    def bases(pool: range) -> range:  # every base whose block, spread part included, lies in the pool
+        return range(pool.start, pool.stop - size - spread + 1)
+
+    choices = bases(_port_pool()) or bases(_port_pool(sliced=False))  # a slice too narrow for the spread: all
     for _ in range(200):
-        base = random.choice(bases)
+        base = random.choice(choices)
         ports = [base + i for i in range(size)] + ([base + spread + i for i in range(size)] if spread else [])
-        if not any(port_open(host, port) for port in ports):
-            return base
+        if _HANDED_OUT.isdisjoint(ports) and all(_bindable(host, port) for port in ports):
+            _HANDED_OUT.update(ports)
+            return ports[0]
     raise RuntimeError("no block of free ports found; stop other services or pass ports explicitly")
+
+
+_HANDED_OUT: set[int] = set()
+LOWEST_PICKED_PORT = 10_000
+
+
+def _port_pool(sliced: bool = True) -> range:
+    """The ports free_port_block draws from: from LOWEST_PICKED_PORT up to the ephemeral range (above it, where the
+    OS's range starts too low). Under
+    pytest-xdist, worker i of n draws from the i-th of n equal slices, so two workers never pick the same port."""
+    low, high = ephemeral_port_range()
+    pool = range(LOWEST_PICKED_PORT, low) if low - LOWEST_PICKED_PORT >= 4096 else range(high + 1, 65536)
+    worker, workers = os.environ.get("PYTEST_XDIST_WORKER", ""), os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if not (sliced and worker.startswith("gw") and worker[2:].isdigit() and workers.isdigit() and int(workers) > 1):
+        return pool
+    width = len(pool) // int(workers)
+    first = pool.start + int(worker[2:]) % int(workers) * width
+    return range(first, first + width)
+
+
+def _bindable(host: str, port: int) -> bool:
+    """Whether a server could bind the port now (no SO_REUSEADDR: a port in TIME_WAIT counts as taken)."""
+    with socket.socket() as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
 
 
 def ephemeral_port_range() -> tuple[int, int]:

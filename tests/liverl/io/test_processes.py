@@ -32,3 +32,17 @@ def test_a_port_block_lies_outside_the_ephemeral_range_and_is_free():
         for first in (base, base + 10_000):
             assert first + 7 < low or first > high
             assert not any(processes.port_open("127.0.0.1", port) for port in range(first, first + 8))
+
+
+def test_no_port_is_handed_out_twice_and_parallel_workers_draw_from_disjoint_slices(monkeypatch):
+    singles = [processes.free_port() for _ in range(300)]
+    assert len(set(singles)) == len(singles)
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "2")
+    slices = []
+    for worker in ("gw0", "gw1"):
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", worker)
+        slices.append(set(processes._port_pool()))
+        base = processes.free_port_block(8, spread=10_000)  # the embedded S3 server's block fits in a slice
+        assert {base, base + 7, base + 10_000, base + 10_007} <= slices[-1]
+        assert processes.free_port() in slices[-1]
+    assert slices[0] and slices[1] and not slices[0] & slices[1]
