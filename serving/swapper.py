@@ -234,7 +234,9 @@ class HotSwapper:
             return
         self.loader.loaded.discard(slot)
         engine = underlying(slot.engine)
-        engine_up = any(underlying(s.engine) is engine for s in self._in_use())
+        if not self._engine_in_use(engine):
+            await self._drain_tenants_on(engine)
+        engine_up = self._engine_in_use(engine)  # a rollback may have brought it back meanwhile
         if not engine_up:
             await engine.shutdown()
         await self.adapters.release(slot, self._in_use(), engine_up)
@@ -242,6 +244,20 @@ class HotSwapper:
         if download is not None and all(download_folder(self.versions_dir, s.policy_dir) != download
                                         for s in self._in_use()):
             await asyncio.to_thread(shutil.rmtree, download, True)
+
+    async def _drain_tenants_on(self, engine) -> None:
+        """Let the requests of tenants' adapters on an engine about to shut down finish first. New ones no longer
+        start there: a tenant's adapter serves only on the champion's engine (Router.acquire), the shared
+        champion takes them until the tenant's alias names an adapter of the new base."""
+        on_engine = [s for s in self.router.tenants.values() if underlying(s.engine) is engine]
+        drained = await asyncio.gather(*(s.drained(self.config.drain_timeout_s) for s in on_engine))
+        for tenant_slot, done in zip(on_engine, drained):
+            if not done:
+                log.warning("tenant version %s still had %d requests after %.0f s; shutting its engine down anyway",
+                            tenant_slot.version, tenant_slot.in_flight, self.config.drain_timeout_s)
+
+    def _engine_in_use(self, engine) -> bool:
+        return any(underlying(s.engine) is engine for s in self._in_use())
 
     def _in_use(self) -> list[Slot]:
         return [s for s in (self.router.champion, self.router.canary, self.previous) if s is not None]

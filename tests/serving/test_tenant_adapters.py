@@ -7,6 +7,7 @@ compared with peft's forward pass of base + the adapter the record names.
 """
 
 import shutil
+import time
 
 import grpc
 import pytest
@@ -14,6 +15,7 @@ from mlflow import MlflowClient
 
 from liverl.contracts import names
 from liverl.v1 import common_pb2, model_call_pb2, serving_pb2, serving_pb2_grpc
+from serving.router import underlying
 from tests.serving.conftest import (ServerThread, module_topics, read_topic, register_version, serving_config,
                                     set_alias, version_tags, wait_for)
 from tests.serving.lora_adapters import build_adapter, build_base, reference_logprobs
@@ -177,3 +179,35 @@ def test_an_adapter_of_another_base_waits_and_the_tenant_keeps_the_shared_policy
     assert [r.ok for r in rolls] == [False] and "base '77'" in rolls[0].message
     assert sum("tenant-swap-waiting tenant=acme" in line for line in server.lines) == 1  # said once
     assert names.TAG_SERVING_ROLLBACK not in version_tags(config, other)  # not refused: its base may come
+
+
+def test_a_new_base_on_a_second_engine_stops_the_old_one_only_after_tenants_requests_there_end(config, policies,
+                                                                                              tmp_path):
+    """A tenant's adapter lives on the engine of the base it applies to. When a new base comes in on an engine of
+    its own, the tenant's new requests go to the shared champion, and the old engine is shut down only once the
+    requests already running under the tenant's adapter are done, not when the old champion's own are."""
+    config.serving.swap_mode = "two_engine"
+    config.serving.probation_s = 0.5  # the old champion's engine is retired right after
+    base = register_version(config, policies["base"], (names.ALIAS_CHAMPION,))
+    acme_1 = _register_adapter(config, policies["a1"], base, (names.tenant_champion_alias("acme"),))
+    with ServerThread(config) as server, grpc.insecure_channel(server.grpc_target) as channel:
+        stub = serving_pb2_grpc.PolicyServiceStub(channel)
+        wait_for(lambda: _served(server, "acme") == acme_1, what="acme's adapter")
+        acme_slot = server.server.router.tenants["acme"]
+        old_engine = underlying(acme_slot.engine)
+
+        async def lease(take: bool) -> None:  # a request of acme's running across the swap
+            acme_slot.acquire() if take else acme_slot.release(True, 0.0)
+
+        server.call(lease(True))
+        new_base = register_version(config, build_base(tmp_path / "base-2", seed=1))
+        set_alias(config, names.ALIAS_CHAMPION, new_base)
+        wait_for(lambda: server.server.router.champion.version == new_base, what="the new base's engine")
+        after = _generate(stub, "acme-key")
+        wait_for(lambda: server.server.swapper.previous is None, what="the old champion's probation to end")
+        time.sleep(1.0)  # before the fix the old engine was shut down here, with acme's request still on it
+        still_up = old_engine._model is not None
+        server.call(lease(False))
+        wait_for(lambda: old_engine._model is None, what="the old engine's shutdown once acme's request ended")
+    assert after.policy_version == new_base  # acme's adapter is of the old base: the shared champion serves it
+    assert still_up
