@@ -1,8 +1,8 @@
 """Simulated users: they judge what the agent did, some right away (a follow-up), most later (feedback).
 
 Edits that passed the check are mostly kept, failed ones mostly reverted (careful users also revert edits nobody
-confirmed with them); users whose problem was not
-solved, or who were asked a question instead of getting an edit, sometimes follow up dissatisfied.
+confirmed with them); users whose problem was not solved, or who were asked a question instead of getting an edit,
+sometimes follow up dissatisfied.
 Search and orchestrator users give a thumbs up or down, more often up the better the outcome.
 """
 

@@ -57,8 +57,8 @@ LOWEST_PICKED_PORT = 10_000
 
 def _port_pool(sliced: bool = True) -> range:
     """The ports free_port_block draws from: from LOWEST_PICKED_PORT up to the ephemeral range (above it, where the
-    OS's range starts too low). Under
-    pytest-xdist, worker i of n draws from the i-th of n equal slices, so two workers never pick the same port."""
+    OS's range starts too low). Under pytest-xdist, worker i of n draws from the i-th of n equal slices, so two
+    workers never pick the same port."""
     low, high = ephemeral_port_range()
     pool = range(LOWEST_PICKED_PORT, low) if low - LOWEST_PICKED_PORT >= 4096 else range(high + 1, 65536)
     worker, workers = os.environ.get("PYTEST_XDIST_WORKER", ""), os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
