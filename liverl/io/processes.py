@@ -22,6 +22,10 @@ class Started:
     address: str
 
 
+LOWEST_PICKED_PORT = 10_000  # free_port draws from here up to the OS's ephemeral range
+_HANDED_OUT: set[int] = set()  # every port free_port_block gave out in this process
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A port free now for a server to bind (tests and benches pick their servers' ports with this); see
     free_port_block."""
@@ -49,10 +53,6 @@ def free_port_block(size: int, spread: int = 0, host: str = "127.0.0.1") -> int:
             _HANDED_OUT.update(ports)
             return ports[0]
     raise RuntimeError("no block of free ports found; stop other services or pass ports explicitly")
-
-
-_HANDED_OUT: set[int] = set()
-LOWEST_PICKED_PORT = 10_000
 
 
 def _port_pool(sliced: bool = True) -> range:

@@ -197,7 +197,10 @@ def test_a_new_base_on_a_second_engine_stops_the_old_one_only_after_tenants_requ
         old_engine = underlying(acme_slot.engine)
 
         async def lease(take: bool) -> None:  # a request of acme's running across the swap
-            acme_slot.acquire() if take else acme_slot.release(True, 0.0)
+            if take:
+                acme_slot.acquire()
+            else:
+                acme_slot.release(True, 0.0)
 
         server.call(lease(True))
         new_base = register_version(config, build_base(tmp_path / "base-2", seed=1))
