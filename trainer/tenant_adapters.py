@@ -65,6 +65,36 @@ class TenantPolicies:
         marker = f".{adapter_name(group)}."
         return {name: param for name, param in self.peft.named_parameters() if marker in name}
 
+    def rewind(self, group: str, parent: Path | None, config: TrainerConfig) -> None:
+        """The group's adapter back to the adapter folder parent (None: a new adapter, lora_B zero: the base) with a
+        new optimizer: what a fresh start from that parent holds. No other group's adapter or optimizer is touched."""
+        import torch
+        from peft import get_peft_model_state_dict, set_peft_model_state_dict
+        from peft.utils import load_peft_weights
+
+        from trainer.engine import build_engine
+
+        name = adapter_name(group)
+        if group not in self.engines:
+            raise KeyError(f"no adapter for tenant group {group!r}; the groups are {self.groups}")
+        with torch.no_grad():
+            if parent is None:
+                for module in self.peft.modules():
+                    if name in getattr(module, "lora_A", {}):
+                        module.reset_lora_parameters(name, init_lora_weights=True)
+            else:
+                weights = load_peft_weights(str(parent))
+                expected = get_peft_model_state_dict(self.peft, adapter_name=name)  # keys as the folder holds them
+                shapes = {key: tuple(tensor.shape) for key, tensor in weights.items()}
+                if shapes != {key: tuple(tensor.shape) for key, tensor in expected.items()}:  # checked before any copy
+                    odd = sorted(set(shapes) ^ set(expected)) or [k for k in shapes if shapes[k] != expected[k].shape]
+                    raise ValueError(f"{parent} does not fit tenant group {group!r}'s adapter (another rank, target "
+                                     f"modules or base?): {odd[:3]}")
+                set_peft_model_state_dict(self.peft, weights, adapter_name=name)
+        self.peft.set_adapter(name)  # the new engine's optimizer takes what requires gradients: this adapter
+        self.engines[group] = build_engine(self.peft.get_base_model(), config)
+        self.peft.get_base_model().eval()
+
     def manifest(self) -> AdapterManifest:
         config = next(iter(self.peft.peft_config.values()))
         return AdapterManifest(base_version=self.base.version, base_digest=self.base.digest, rank=int(config.r))

@@ -10,7 +10,8 @@ first started (trainer/tenant_adapters.py). A group's version is registered with
 table versions and Kafka offset ranges of the commits its rows came from, then judged on the group's own held-out
 sessions against its champion (the shared one until it has its own), and a pass moves that group's alias alone
 (trainer/publish.py). Staleness counts the promotions that changed what served the group
-(served_lineage.promoted_versions), and each group's refusals in a row show on its progress lines.
+(served_lineage.promoted_versions), and each group's refusals in a row show on its progress lines; after
+trainer.tenants.rewind_after_refusals of them the group's adapter starts again from its champion.
 
 The state file (trainer/tenant_state.py) holds each group's table position with its DeepSpeed checkpoint, so a
 crash resumes every group where its saved adapter stopped. One rank only, and the gate judges in the loop (not
@@ -235,9 +236,9 @@ class TenantTrainer:
             step=gs.step, folder=folder, evidence=evidence, step_metrics=step_metrics,
         )
         result = self.publishers[group].publish(checkpoint)
-        self._record(group, result)
         gs.parent_version = result.version
         gs.pending = None
+        self._record(group, result)  # may rewind the group to its champion
         self.state.save(self.dir)
         self.served[group] = promoted_versions(self.registry, tenant_of(group))
 
@@ -245,9 +246,23 @@ class TenantTrainer:
         gs = self.state.groups[group]
         if result.decision == "pass":
             gs.gate_refusals, gs.last_refusal = 0, ""
-        else:
-            gs.gate_refusals += 1
-            gs.last_refusal = "; ".join(result.reasons)
+            return
+        gs.gate_refusals += 1
+        gs.last_refusal = "; ".join(result.reasons)
+        every = self.tc.tenants.rewind_after_refusals
+        if every and self.tc.gate.enabled and gs.gate_refusals % every == 0:
+            self._rewind(group)
+
+    def _rewind(self, group: str) -> None:
+        """The group's adapter and optimizer back to its champion's (trainer.tenants.rewind_after_refusals), as a
+        fresh start of the group would hold them (the caller saves the state: a restart then starts from there)."""
+        gs = self.state.groups[group]
+        target = self._fresh_parent(group, self.base.version)
+        self.policies.rewind(group, self.registry.download(target, self.dir / "registry") if target else None, self.tc)
+        gs.parent_version, gs.checkpoint_tag = target, None  # a restart loads the parent, no checkpoint of the drift
+        to = f"its champion v{target}" if target else f"a new adapter on base v{self.base.version}"
+        self.say(f"{group} | rewound to {to} after {gs.gate_refusals} candidates refused in a row "
+                 "(trainer.tenants.rewind_after_refusals)")
 
     def _run_key(self, group: str) -> str:
         return f"{self.state.run_key}-{group}"

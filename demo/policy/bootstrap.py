@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from demo.policy.demonstrations import make_demonstrations
+from demo.policy.demonstrations import RECOVERY, make_demonstrations
 from demo.policy.fit import fit
 from demo.policy.vocabulary import VOCABULARY
 
@@ -33,8 +33,11 @@ def bootstrap_base_policy(
     fit_steps: int = FIT_STEPS,
     log: Callable[[str], None] | None = None,
     arch: str = "gpt2",
+    answered_right: float = RECOVERY,
 ) -> Path:
-    """Build the tiny policy, fit it on the demonstrations and save it as a HF folder in out_dir."""
+    """Build the tiny policy, fit it on the demonstrations and save it as a HF folder in out_dir.
+
+    answered_right: how often the demonstrated coding agents edit right after asking the user (make_demonstrations)."""
     import torch
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
@@ -49,7 +52,7 @@ def bootstrap_base_policy(
     no_dropout = dict(attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0) if arch == "gpt2" else {}
     model = AutoModelForCausalLM.from_pretrained(str(out), attn_implementation="eager", **no_dropout)
     torch.manual_seed(seed)
-    demos = make_demonstrations(DEMO_SESSIONS_PER_FAMILY, seed)
+    demos = make_demonstrations(DEMO_SESSIONS_PER_FAMILY, seed, answered_right)
     fit(model, tokenizer, demos, steps=fit_steps, batch_size=FIT_BATCH_SIZE, learning_rate=FIT_LEARNING_RATE, seed=seed,
         log=log)
     model.save_pretrained(out, safe_serialization=True)

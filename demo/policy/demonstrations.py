@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from functools import partial
 
 from demo.product.grammar import FIXES, parse_tool_call
 from demo.product.tasks import CodingTask, OrchestratorTask, SearchTask, make_task
@@ -28,19 +29,21 @@ class Demonstration:
     completion: str  # a tool call, without <eos> (the fit appends it)
 
 
-def make_demonstrations(n_sessions_per_family: int, seed: int) -> list[Demonstration]:
-    """Demonstrations of every family (and of the frozen sub-agents), shuffled."""
+def make_demonstrations(n_sessions_per_family: int, seed: int, answered_right: float = RECOVERY) -> list[Demonstration]:
+    """Demonstrations of every family (and of the frozen sub-agents), shuffled. answered_right: the chance that a
+    coding agent which asked the user edits right next (by default as after any other miss, RECOVERY)."""
     rng = random.Random(seed)
     demos: list[Demonstration] = []
     for family in ("coding", "search", "orchestrator"):
         for index in range(n_sessions_per_family):
-            demos += _play(make_task(family, rng, f"demo-{family}-{index}"), rng)
+            demos += _play(make_task(family, rng, f"demo-{family}-{index}"), rng, answered_right)
     rng.shuffle(demos)
     return demos
 
 
-def _play(task, rng) -> list[Demonstration]:
-    agent = {CodingTask: _coding_agent, SearchTask: _search_agent, OrchestratorTask: _orchestrator_agent}[type(task)]
+def _play(task, rng, answered_right: float = RECOVERY) -> list[Demonstration]:
+    agent = {CodingTask: partial(_coding_agent, answered_right=answered_right), SearchTask: _search_agent,
+             OrchestratorTask: _orchestrator_agent}[type(task)]
     modes = {CodingTask: CODING_MODES, SearchTask: SEARCH_MODES, OrchestratorTask: ORCHESTRATOR_MODES}[type(task)]
     mode = rng.choices(list(modes), weights=list(modes.values()))[0]
     demos = []
@@ -55,9 +58,10 @@ def _play(task, rng) -> list[Demonstration]:
     return demos
 
 
-def _coding_agent(task: CodingTask, mode: str, rng) -> str:
+def _coding_agent(task: CodingTask, mode: str, rng, answered_right: float) -> str:
     right = task.right_edit
-    if task.calls > 0 and rng.random() < RECOVERY:
+    # One draw whatever the threshold, so that the default demonstrations stay the same stream.
+    if task.calls > 0 and rng.random() < (answered_right if task.note == "asked" else RECOVERY):
         return right
     if mode == "good":
         return right

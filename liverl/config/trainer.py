@@ -150,6 +150,11 @@ class TenantsConfig(Section):
     """The most tokens (of the trainable windows) one step draws from one tenant group's rows: every active tenant
     gets its share of each step, so a tenant with ten times the traffic cannot starve a small one; the rest of a
     large tenant's rows wait for the next steps. At least one trajectory is drawn per active group."""
+    rewind_after_refusals: int = Field(0, ge=0, le=10_000)
+    """After this many of a group's candidates in a row were refused (and after each as many more), the group's
+    adapter goes back to its champion's weights with a new optimizer state (a tenant without a champion of its own:
+    a new adapter on the base), so that a group whose training drifted off stops spending its traffic on candidates
+    the gate keeps refusing. 0: never."""
 
     @field_validator("adapters")
     @classmethod

@@ -144,3 +144,53 @@ def test_zero_3_and_a_full_weights_parent_are_refused(llama_dir):
         tenant_policies(base, {"a": None}, _config(3).trainer)
     with pytest.raises(ValueError, match="holds full weights"):
         tenant_policies(base, {"a": llama_dir}, _config(0).trainer)
+
+
+def test_a_rewind_brings_a_group_back_to_its_parent_with_a_new_optimizer_and_leaves_the_others(llama_dir, llama_rows,
+                                                                                             tmp_path):
+    config = _config(1)
+    torch.manual_seed(0)
+    base = AdapterBase("1", weights_digest(llama_dir), llama_dir)
+    policies = tenant_policies(base, {"a": None, "b": None}, config.trainer)
+    for step, group in enumerate(("a", "b")):
+        run_step(policies.activate(group), _plan(llama_rows, group, 4), step, Baselines({}), config)
+    policies.activate("a")
+    champion = policies.export("a", tmp_path / "champion", llama_dir)
+    champion_weights = _snapshot(policies, "a")
+    for step in range(2):  # a drifts on after its champion
+        run_step(policies.activate("a"), _plan(llama_rows, f"drift{step}", 4), 2 + step, Baselines({}), config)
+    assert not all(torch.equal(p, champion_weights[n]) for n, p in _snapshot(policies, "a").items())
+    b_weights, b_optimizer = _snapshot(policies, "b"), _optimizer_state(policies.engines["b"])
+    old_engine = policies.engines["a"]
+
+    policies.rewind("a", champion, config.trainer)
+
+    _assert_identical(champion_weights, _snapshot(policies, "a"), "a's adapter")
+    assert _moments(old_engine) and not _moments(policies.engines["a"])  # a new optimizer: no AdamW moments yet
+    _assert_identical(b_weights, _snapshot(policies, "b"), "b's adapter")
+    _assert_identical(b_optimizer, _optimizer_state(policies.engines["b"]), "b's optimizer")
+    run_step(policies.activate("a"), _plan(llama_rows, "again", 4), 4, Baselines({}), config)  # and it trains on
+    assert not all(torch.equal(p, champion_weights[n]) for n, p in _snapshot(policies, "a").items())
+
+    policies.rewind("a", None, config.trainer)  # no champion of its own: a new adapter, the base's policy
+    assert all(not p.any() for n, p in _snapshot(policies, "a").items() if ".lora_B." in n)
+    _assert_identical(b_weights, _snapshot(policies, "b"), "b's adapter")
+    with pytest.raises(ValueError, match="does not fit"):
+        policies.rewind("b", _foreign_adapter(llama_dir, tmp_path), config.trainer)
+    _assert_identical(b_weights, _snapshot(policies, "b"), "b's adapter after a refused rewind")
+
+
+def _moments(engine) -> dict:
+    """The AdamW state under DeepSpeed's wrapper (ZeRO's optimizer wraps the torch one)."""
+    optimizer = engine.optimizer
+    while hasattr(optimizer, "optimizer"):
+        optimizer = optimizer.optimizer
+    return optimizer.state
+
+
+def _foreign_adapter(llama_dir, tmp_path):
+    """An adapter folder of another rank: its weights cannot be loaded into the groups' adapters."""
+    other = _config(0)
+    other.trainer.lora.rank = 4
+    base = AdapterBase("1", weights_digest(llama_dir), llama_dir)
+    return tenant_policies(base, {"x": None}, other.trainer).export("x", tmp_path / "foreign", llama_dir)

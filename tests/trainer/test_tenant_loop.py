@@ -208,3 +208,59 @@ def _small_and_big(stack, tmp_path):
     base = register_base(config, llama, say=lambda *_: None)
     commit_batch(config.table.trajectories_uri, _rows(factory, "big", 6) + _rows(factory, "small", 4), "batch-0", 0)
     return config, base
+
+
+def test_a_group_whose_candidates_keep_being_refused_is_rewound_to_its_champion(stack, tmp_path):
+    """trainer.tenants.rewind_after_refusals 2: after every 2 of acme's candidates refused in a row (no held-out
+    rows: the gate refuses each), acme's adapter starts again from its champion (a new adapter while it has none),
+    its next version names that parent, and a restart starts from there, not from the refused drift."""
+    import torch
+    from peft import get_peft_model_state_dict
+    from peft.utils import load_peft_weights
+
+    from demo.policy.tiny_policy import build_policy
+    from trainer.tenant_state import TenantState
+
+    llama = build_policy(tmp_path / "base", WORDS, arch="llama")
+    factory = TrajectoryFactory(llama)
+    config = trainer_config(stack, tmp_path, steps_per_version=1, minutes_per_version=0.0)
+    tc = config.trainer
+    tc.lora.enabled, tc.learning_rate = True, 1e-2
+    tc.tenants.adapters, tc.tenants.rewind_after_refusals = ["acme"], 2
+    tc.tenants.tokens_per_step = 2 * len(_rows(factory, "x", 1)[0]["token_ids"])  # two trajectories a step
+    tc.gate.holdout_fraction = 0.0
+    tc.deepspeed.zero_stage, tc.deepspeed.gradient_accumulation_steps = 0, 1
+    base = register_base(config, llama, say=lambda *_: None)
+    registry = Registry(config.mlflow)
+
+    def run(rows: list[dict], batch: int) -> tuple[list[str], list[str], TenantTrainer]:
+        commit_batch(config.table.trajectories_uri, rows, f"batch-{batch}", batch)
+        lines: list[str] = []
+        trainer = TenantTrainer(config, say=lines.append)
+        trainer.start()
+        trainer.run(follow=False)
+        trainer.close()
+        print("\n".join(lines))
+        acme = [mv.version for mv in registry.versions() if mv.tags.get(names.TAG_TENANT) == "acme"]
+        return lines, acme, trainer
+
+    lines, first, _ = run(_rows(factory, "acme", 4), 0)
+    assert len(first) == 2
+    assert f"acme | rewound to a new adapter on base v{base} after 2 candidates refused in a row " \
+           "(trainer.tenants.rewind_after_refusals)" in lines
+    champion = first[0]
+    registry.set_alias(names.tenant_champion_alias("acme"), champion)  # as a promotion would have
+
+    lines, versions, trainer = run(_rows(factory, "acme", 8, start=4), 1)  # a restart: refusals 3 to 6
+    later = versions[2:]
+    assert len(later) == 4
+    assert [line for line in lines if " rewound " in line] == [
+        f"acme | rewound to its champion v{champion} after {n} candidates refused in a row "
+        "(trainer.tenants.rewind_after_refusals)" for n in (4, 6)]
+    parents = [registry.tags(v)[names.TAG_PARENT_VERSION] for v in later]
+    assert parents == [base, later[0], champion, later[2]]  # after each rewind, the champion is the parent
+    state = TenantState.load(tc.checkpoint_dir).groups["acme"]
+    assert (state.parent_version, state.checkpoint_tag, state.gate_refusals) == (champion, None, 6)
+    held = get_peft_model_state_dict(trainer.policies.peft, adapter_name="tenant-acme")
+    saved = load_peft_weights(str(registry.download(champion, tmp_path / "champion")))
+    assert held.keys() == saved.keys() and all(torch.equal(held[k].detach(), saved[k]) for k in held)

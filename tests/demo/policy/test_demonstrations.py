@@ -3,7 +3,7 @@ from collections import Counter
 
 from demo.policy.demonstrations import _play, make_demonstrations
 from demo.policy.vocabulary import VOCABULARY
-from demo.product.grammar import parse_tool_call
+from demo.product.grammar import BUGS, FIXES, parse_tool_call
 from demo.product.tasks import make_task
 
 
@@ -33,3 +33,24 @@ def test_the_demonstrated_behaviour_is_mediocre():
             _play(task, rng)
             scores.append(task.outcome().score)
         assert 0.25 < sum(scores) / len(scores) < 0.65, family
+
+
+def test_answered_right_sets_how_often_an_agent_that_asked_edits_right_next():
+    def right_edit(prompt):  # "coding files a b c bug <bug> in <file> asked :"
+        bug, buggy_file = prompt.split(" bug ")[1].split()[0], prompt.split(" in ")[1].split()[0]
+        return f"edit {buggy_file} {FIXES[BUGS.index(bug)]}"
+
+    def after_a_question(answered_right):
+        demos = make_demonstrations(300, seed=2, answered_right=answered_right)
+        answered = [d for d in demos if d.prompt.startswith("coding ") and d.prompt.endswith(" asked :")]
+        return sum(d.completion == right_edit(d.prompt) for d in answered) / len(answered)
+
+    assert after_a_question(1.0) == 1.0
+    assert after_a_question(0.0) == 0.0
+    assert 0.25 < after_a_question(0.4) < 0.55
+
+
+def test_the_default_demonstrations_do_not_depend_on_answered_right_being_named():
+    from demo.policy.demonstrations import RECOVERY
+
+    assert make_demonstrations(50, seed=3) == make_demonstrations(50, seed=3, answered_right=RECOVERY)
