@@ -192,12 +192,13 @@ def run_trainer(argv: list[str], kill_after: str | None = None, timeout_s: float
     watchdog = threading.Timer(timeout_s, kill)  # never hang the suite
     watchdog.start()
     lines = []
+    killed = False
     try:
         for line in process.stdout:
             lines.append(line.rstrip())
-            if kill_after and line.startswith(kill_after):
+            if kill_after and not killed and line.startswith(kill_after):
                 kill()
-                break
+                killed = True  # read on to the end: lines written before the kill landed (a step, a checkpoint)
         process.wait()
     finally:
         watchdog.cancel()
