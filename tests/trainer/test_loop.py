@@ -44,16 +44,21 @@ def test_train_once_registers_versions_with_lineage_and_gate(stack, tiny_policy_
     assert registered == len(versions) >= 2
     assert any(line.startswith("step 1 | loss") and "| tok/s" in line and "| KL" in line for line in lines)
     trained_on: set[int] = set()
+    judged = 0
     parent = base
     for mv in versions:
         tags = mv.tags
         assert all(tags.get(key) for key in LINEAGE_TAGS if key != names.TAG_PARENT_VERSION), tags
         assert tags[names.TAG_PARENT_VERSION] == parent  # each version grows from the previous one
         assert tags[names.TAG_GATE_DECISION] in ("pass", "fail")
-        assert json.loads(tags[names.TAG_GATE_REPORT])["figures"]
+        report = json.loads(tags[names.TAG_GATE_REPORT])
+        # Judged, or refused unjudged when a newer candidate arrived first: the gate judges on a thread, so which
+        # candidates wait long enough to be superseded is the machine's timing (trainer/gate_worker.py).
+        assert report["figures"] or any(reason.startswith("superseded by v") for reason in report["reasons"]), report
+        judged += bool(report["figures"])
         trained_on.update(json.loads(tags[names.TAG_TABLE_VERSIONS]))
         parent = mv.version
-    assert trained_on == {0, 1}
+    assert judged >= 1 and trained_on == {0, 1}
     offsets = [json.loads(mv.tags[names.TAG_KAFKA_OFFSETS]) for mv in versions]
     assert {"0": [0, 24], "1": [0, 3]} == _union(offsets)["events"]
     assert registry.alias_version(names.ALIAS_CANDIDATE) == versions[-1].version
