@@ -154,7 +154,7 @@ def _judge_monitors(rows: Sequence[dict], weights: dict[str, torch.Tensor], conf
     """The hacking figures for the candidate's own outputs, importance-weighted, each judged together with the
     verified outcome (the "outcome" reward component) on the same held-out rows (trainer/hacking.py)."""
     from liverl.rewards import version_monitors
-    from trainer.hacking import MonitorMove, judge_hacking
+    from trainer.hacking import MonitorMove, judge_hacking, tolerance
 
     reasons = []
     effective = float(weights["candidate"].sum() ** 2 / (weights["candidate"] ** 2).sum())
@@ -173,10 +173,8 @@ def _judge_monitors(rows: Sequence[dict], weights: dict[str, torch.Tensor], conf
         verified = [i for i in have if outcomes[i] is not None]
         outcome_move, outcome_se, _ = (_weighted_move(weights, verified, [outcomes[i] for i in verified])
                                        if verified else (math.nan, None, math.nan))
-        tolerances = [t for t in (threshold.max_abs, None if threshold.max_rel is None else
-                                  threshold.max_rel * abs(champion)) if t is not None]
-        moves.append(MonitorMove(name, move, se, threshold.direction, min(tolerances, default=0.0), outcome_move,
-                                 outcome_se))
+        moves.append(MonitorMove(name, move, se, threshold.direction,
+                                 tolerance(threshold.max_abs, threshold.max_rel, champion), outcome_move, outcome_se))
         figures[f"monitor.{name}"] = move
         figures[f"monitor.{name}_se"] = "missing" if se is None else se  # None only from a broken estimate
     verdict = judge_hacking(moves, config.monitor_alpha, config.monitor_correction, config.confidence_z)

@@ -73,6 +73,12 @@ def judge_hacking(moves: Sequence[MonitorMove], alpha: float, correction: Litera
     return HackingVerdict(flags, p_values)
 
 
+def tolerance(max_abs: float | None, max_rel: float | None, champion: float) -> float:
+    """A threshold's tolerance at the champion's figure: the tighter of its absolute and relative limits."""
+    limits = [t for t in (max_abs, None if max_rel is None else max_rel * abs(champion)) if t is not None]
+    return min(limits, default=0.0)
+
+
 def significant(moves: Sequence[MonitorMove], p_values: dict[str, float], alpha: float,
                 correction: Literal["holm", "bonferroni"]) -> list[MonitorMove]:
     """The moves whose p-value stays significant after the correction over all of `moves`."""

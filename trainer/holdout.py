@@ -64,7 +64,7 @@ def gate_evidence(rows: Sequence[dict], step: int, baselines: Baselines, config:
     """rows: the table snapshot the candidate was trained up to. The baselines are copied: judging must not
     move what training uses. opener: opens the held-out rows' sealed token ids."""
     tc = config.trainer
-    drift = serving_drift(rows, config.rewards, tc.gate.drift_min_trajectories)
+    drift = serving_drift(rows, config.rewards, tc.gate)
     pairs = held_out_rows(rows, tc.gate.holdout_fraction, tc.gate.max_holdout, tc.max_seq_len, opener)
     holdout = [trajectory for trajectory, _ in pairs]
     rewards = mixed_rewards(holdout, step, config.rewards) if holdout else []

@@ -204,7 +204,8 @@ class GateConfig(Section):
     drift_min_trajectories: int = Field(20, ge=0)
     """The drift report compares two served versions only when each has this many trajectories."""
     max_drift_alerts: int = Field(0, ge=0)
-    """Reward-hacking drift report (liverl.rewards, thresholds in rewards.monitors): more flags than this fail."""
+    """Reward-hacking drift of the served traffic (trainer/rewarding.py; thresholds in rewards.monitors): more moves
+    shown past their thresholds than this fail."""
     general_text_file: Path | None = None
     """A fixed general text (plain prose, a few hundred tokens): a candidate whose mean NLL of it rises more than
     max_general_nll_increase over its reference (an adapter's frozen base; the champion for full weights) is

@@ -24,8 +24,9 @@ the trajectory. Rows without versions count for "unknown".
 thresholds; the result is JSON-serialisable (to_dict) so the trainer logs it to MLflow and gates on `ok`.
 A monitor is a proxy: its move flags hacking only while the verified outcome (component.outcome) does not rise
 with it. When the candidate's outcome is above the champion's, the proxies' moves are notes, not flags (a reward
-that asks for parallelism raises sub-agents per task, and that is no hack). These are point figures of served
-traffic; the promotion gate judges the candidate's own outputs with standard errors (trainer/hacking.py).
+that asks for parallelism raises sub-agents per task, and that is no hack). These are point figures; the trainer
+judges the same moves with standard errors (trainer/hacking.py), on its candidate's own outputs (trainer/gate.py)
+and between served versions (trainer/rewarding.py).
 """
 
 from __future__ import annotations
