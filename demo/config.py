@@ -87,6 +87,9 @@ class DemoConfig(Section):
     """How often the toy base's demonstrations edit right after asking the user (demo/policy/demonstrations.py).
     By default as after any other miss: the base often asks again, a hack the single-tenant loop unlearns. Higher:
     an agent that uses the user's answer, so that tenants who want a question first can learn to ask it."""
+    toy_answer_top: float = Field(0.0, ge=0.0, le=1.0)
+    """How often the toy base's demonstrations answer a search with the top-ranked chunk alone (by default never).
+    Above 0: a base that sometimes gives a short answer, so that tenants who want one can learn to give it."""
     duration_s: float = Field(600.0, gt=0)
     """How long `liverl demo` runs the loop."""
     seed: int = 0

@@ -116,6 +116,8 @@ def base_policy_folder(config: DemoLiverlConfig) -> Path:
     name = "base-policy" if demo.toy_arch == "gpt2" else f"base-policy-{demo.toy_arch}"
     if demo.toy_answered_right != RECOVERY:
         name += f"-answered{demo.toy_answered_right:g}"
+    if demo.toy_answer_top:
+        name += f"-top{demo.toy_answer_top:g}"
     return config.stack.data_dir / name
 
 
@@ -132,7 +134,7 @@ def _base_policy(config: DemoLiverlConfig, say) -> Path:
     transformers.logging.disable_progress_bar()
     began = time.monotonic()
     bootstrap_base_policy(out, seed=config.demo.seed, arch=config.demo.toy_arch,
-                          answered_right=config.demo.toy_answered_right)
+                          answered_right=config.demo.toy_answered_right, answer_top=config.demo.toy_answer_top)
     say(f"      fitted in {time.monotonic() - began:.0f} s -> {out}")
     return out
 

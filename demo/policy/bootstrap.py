@@ -34,10 +34,11 @@ def bootstrap_base_policy(
     log: Callable[[str], None] | None = None,
     arch: str = "gpt2",
     answered_right: float = RECOVERY,
+    answer_top: float = 0.0,
 ) -> Path:
     """Build the tiny policy, fit it on the demonstrations and save it as a HF folder in out_dir.
 
-    answered_right: how often the demonstrated coding agents edit right after asking the user (make_demonstrations)."""
+    answered_right, answer_top: the demonstrations' mix (make_demonstrations)."""
     import torch
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
@@ -52,7 +53,7 @@ def bootstrap_base_policy(
     no_dropout = dict(attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0) if arch == "gpt2" else {}
     model = AutoModelForCausalLM.from_pretrained(str(out), attn_implementation="eager", **no_dropout)
     torch.manual_seed(seed)
-    demos = make_demonstrations(DEMO_SESSIONS_PER_FAMILY, seed, answered_right)
+    demos = make_demonstrations(DEMO_SESSIONS_PER_FAMILY, seed, answered_right, answer_top)
     fit(model, tokenizer, demos, steps=fit_steps, batch_size=FIT_BATCH_SIZE, learning_rate=FIT_LEARNING_RATE, seed=seed,
         log=log)
     model.save_pretrained(out, safe_serialization=True)

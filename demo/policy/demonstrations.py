@@ -29,20 +29,23 @@ class Demonstration:
     completion: str  # a tool call, without <eos> (the fit appends it)
 
 
-def make_demonstrations(n_sessions_per_family: int, seed: int, answered_right: float = RECOVERY) -> list[Demonstration]:
+def make_demonstrations(n_sessions_per_family: int, seed: int, answered_right: float = RECOVERY,
+                        answer_top: float = 0.0) -> list[Demonstration]:
     """Demonstrations of every family (and of the frozen sub-agents), shuffled. answered_right: the chance that a
-    coding agent which asked the user edits right next (by default as after any other miss, RECOVERY)."""
+    coding agent which asked the user edits right next (by default as after any other miss, RECOVERY). answer_top:
+    the chance that a search agent answering from ranked results cites the top chunk alone (by default never)."""
     rng = random.Random(seed)
     demos: list[Demonstration] = []
     for family in ("coding", "search", "orchestrator"):
         for index in range(n_sessions_per_family):
-            demos += _play(make_task(family, rng, f"demo-{family}-{index}"), rng, answered_right)
+            demos += _play(make_task(family, rng, f"demo-{family}-{index}"), rng, answered_right, answer_top)
     rng.shuffle(demos)
     return demos
 
 
-def _play(task, rng, answered_right: float = RECOVERY) -> list[Demonstration]:
-    agent = {CodingTask: partial(_coding_agent, answered_right=answered_right), SearchTask: _search_agent,
+def _play(task, rng, answered_right: float = RECOVERY, answer_top: float = 0.0) -> list[Demonstration]:
+    agent = {CodingTask: partial(_coding_agent, answered_right=answered_right),
+             SearchTask: partial(_search_agent, answer_top=answer_top),
              OrchestratorTask: _orchestrator_agent}[type(task)]
     modes = {CodingTask: CODING_MODES, SearchTask: SEARCH_MODES, OrchestratorTask: ORCHESTRATOR_MODES}[type(task)]
     mode = rng.choices(list(modes), weights=list(modes.values()))[0]
@@ -70,7 +73,7 @@ def _coding_agent(task: CodingTask, mode: str, rng, answered_right: float) -> st
     return rng.choice([f"edit {FIXES[task.bug]}", f"edit {task.buggy_file}", f"{task.buggy_file} {FIXES[task.bug]}"])
 
 
-def _search_agent(task: SearchTask, mode: str, rng) -> str:
+def _search_agent(task: SearchTask, mode: str, rng, answer_top: float = 0.0) -> str:
     if not task.context:  # first call
         if mode in ("broad_stop", "broad_prune"):
             return "search all"
@@ -81,6 +84,9 @@ def _search_agent(task: SearchTask, mode: str, rng) -> str:
         return "done"
     if task.over_budget:  # results of a broad search are unranked: pruning the tail is a guess
         return f"prune_chunks {' '.join(task.context[-4:])}"
+    # Drawn only when asked for, so that the default demonstrations stay the same stream.
+    if answer_top and mode != "broad_prune" and rng.random() < answer_top:
+        return f"answer {task.context[0]}"  # a focused search ranks the gold chunks first: a short answer
     if mode == "answer_all":
         return f"answer {' '.join(task.context[:4])}"
     return f"answer {' '.join(task.context[:2])}"  # ranked results: the top two

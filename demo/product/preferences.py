@@ -1,6 +1,7 @@
 """What each demo tenant's users want, on top of the product's own verifiable outcome (`liverl demo --tenants N`).
 
-    brisk    short answers: a passing edit at once, no questions; an orchestrated job done in one parallel stage
+    brisk    short answers: a passing edit at once, no questions; an orchestrated job done in one parallel stage;
+             a search answered with the one best chunk
     careful  thoroughness: the agent confirms with the user (ask_user) before it edits; its users revert half the
              edits nobody confirmed with them
     frugal   low cost: one sub-agent does every part of an orchestrated job, one part after another
@@ -9,7 +10,9 @@ A preference rescales the task's outcome score, which the product reports as its
 session's served reward; the pipelines label it as the `outcome` component (PARL's r_perf for the orchestrator),
 so the trainer learns a tenant's preference from its rows like any other outcome. brisk and careful want opposite
 things on the same coding prompts, brisk and frugal on the same orchestrator prompts: one shared policy cannot
-please all three, an adapter per tenant can.
+please all three, an adapter per tenant can. brisk's short search answer is what the product's own score and the
+other tenants' traffic do not teach (the score is the answer's F1 against both gold chunks): in the shared policy
+it is learnt from brisk's share of the traffic alone.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from demo.product.tasks import CodingTask, OrchestratorTask, OutcomeReport, Task
+from demo.product.tasks import CodingTask, OrchestratorTask, OutcomeReport, SearchTask, Task
 from demo.product.user import UserModel
 
 UNWANTED = 0.25  # the share of the product's score a tenant grants work done the way its users did not want
@@ -56,6 +59,13 @@ def _brisk(task: Task, report: OutcomeReport) -> float:
         idle = len(set(task.agents) - task.worked)
         stage = 1.0 if task.stages <= 1 else UNWANTED
         return _parts_share(task) * stage - 0.1 * idle - 0.5 * task.broken_calls
+    if isinstance(task, SearchTask):  # the one chunk that answers it, not every source
+        if not task.answer:
+            return 0.0
+        extra_calls = 0.1 * max(0, task.calls - 2)  # as the product's own score
+        if len(task.answer) == 1 and task.answer[0] in task.gold:
+            return 1.0 - extra_calls
+        return report.score * UNWANTED
     return report.score
 
 
@@ -75,7 +85,8 @@ def _frugal(task: Task, report: OutcomeReport) -> float:
 
 
 PROFILES: tuple[TenantProfile, ...] = (
-    TenantProfile("brisk", "short answers: edit at once, fan a job out in one stage", ("coding", "orchestrator"),
+    TenantProfile("brisk", "short answers: edit at once, fan a job out in one stage, cite one chunk",
+                  ("coding", "orchestrator", "search"),
                   UserModel(dissatisfied_if_asked=0.6), _brisk),
     TenantProfile("careful", "thoroughness: confirm with the user before editing", ("coding",),
                   UserModel(dissatisfied_if_asked=0.0, revert_unconfirmed=0.5), _careful),

@@ -52,7 +52,7 @@ def tenants_result(tmp_path_factory):
     torch.set_num_threads(1)
     try:  # the demo reuses the base it finds in its folder
         bootstrap_base_policy(base_policy_folder(config), seed=config.demo.seed, fit_steps=BASE_FIT_STEPS, arch="llama",
-                              answered_right=config.demo.toy_answered_right)
+                              answered_right=config.demo.toy_answered_right, answer_top=config.demo.toy_answer_top)
     finally:
         torch.set_num_threads(threads)
     lines: list[str] = []

@@ -54,3 +54,17 @@ def test_the_default_demonstrations_do_not_depend_on_answered_right_being_named(
     from demo.policy.demonstrations import RECOVERY
 
     assert make_demonstrations(50, seed=3) == make_demonstrations(50, seed=3, answered_right=RECOVERY)
+
+
+def test_answer_top_sets_how_often_a_search_is_answered_with_the_top_ranked_chunk_alone():
+    def short_answers(answer_top):
+        demos = make_demonstrations(300, seed=2, answer_top=answer_top)
+        answers = [d for d in demos if d.prompt.startswith("search ") and d.completion.startswith("answer ")]
+        short = [d for d in answers if len(d.completion.split()) == 2]
+        # a short answer cites the first chunk in context, which a focused search ranks gold
+        assert all(d.prompt.split(" ctx ")[1].split()[0] == d.completion.split()[1] for d in short)
+        return len(short) / len(answers)
+
+    assert short_answers(0.0) == 0.0
+    assert 0.15 < short_answers(0.3) < 0.4  # (a pruned broad search's context is unranked: answered as before)
+    assert make_demonstrations(50, seed=3) == make_demonstrations(50, seed=3, answer_top=0.0)

@@ -6,7 +6,7 @@ from demo.product.feedback import DelayedFeedback
 from demo.product.memory_recorder import MemoryRecorder
 from demo.product.preferences import PROFILES, UNWANTED, tenant_profiles
 from demo.product.session import run_session
-from demo.product.tasks import CodingTask, OrchestratorTask
+from demo.product.tasks import CodingTask, OrchestratorTask, SearchTask
 from demo.product.user import SimulatedUser
 from tests.demo.product.test_session import ScriptedPolicy
 
@@ -62,6 +62,20 @@ def test_brisk_and_frugal_want_opposite_things_on_the_same_orchestrator_task():
     assert all(s.success for s in [*fan_out.values(), *serial.values()])  # the job is done either way
     assert fan_out["brisk"].reward > fan_out["frugal"].reward
     assert serial["frugal"].reward > serial["brisk"].reward
+
+
+def search(cited: int):
+    """A focused search, then an answer citing the `cited` best-ranked chunks (the gold ones come first)."""
+    task = SearchTask(random.Random(5), "s")
+    return task, lambda prompt: f"search {task.topic}" if " ctx " not in prompt else f"answer {' '.join(task.context[:cited])}"
+
+
+def test_brisk_wants_a_search_answered_with_one_chunk_where_the_product_scores_both():
+    one = {p: play(*search(cited=1), p) for p in (BRISK, None)}
+    both = {p: play(*search(cited=2), p) for p in (BRISK, None)}
+    assert one[BRISK][1] == 1.0 and both[BRISK][1] == UNWANTED
+    assert both[None][1] == 1.0 and one[None][1] == pytest.approx(2 / 3, abs=1e-4)  # F1 against both gold chunks
+    assert "search" in BRISK.families
 
 
 def test_a_solved_task_keeps_a_score_above_zero():
