@@ -4,15 +4,17 @@
              a search answered with the one best chunk
     careful  thoroughness: the agent confirms with the user (ask_user) before it edits; its users revert half the
              edits nobody confirmed with them
-    frugal   low cost: one sub-agent does every part of an orchestrated job, one part after another
+    frugal   low cost: one sub-agent does every part of an orchestrated job, one part after another; a search
+             scored as the product scores it
 
 A preference rescales the task's outcome score, which the product reports as its Outcome event and as the
 session's served reward; the pipelines label it as the `outcome` component (PARL's r_perf for the orchestrator),
 so the trainer learns a tenant's preference from its rows like any other outcome. brisk and careful want opposite
 things on the same coding prompts, brisk and frugal on the same orchestrator prompts: one shared policy cannot
-please all three, an adapter per tenant can. brisk's short search answer is what the product's own score and the
-other tenants' traffic do not teach (the score is the answer's F1 against both gold chunks): in the shared policy
-it is learnt from brisk's share of the traffic alone.
+please all three, an adapter per tenant can. brisk and frugal also disagree on the same search prompts: brisk's
+users want the one best chunk, frugal's the product's own score (the answer's F1 against both gold chunks). frugal's
+search traffic keeps the shared policy's search rows from being brisk's alone, and its orchestrator rows from being
+mostly frugal's (docs/measurements.md, run 9).
 """
 
 from __future__ import annotations
@@ -90,7 +92,7 @@ PROFILES: tuple[TenantProfile, ...] = (
                   UserModel(dissatisfied_if_asked=0.6), _brisk),
     TenantProfile("careful", "thoroughness: confirm with the user before editing", ("coding",),
                   UserModel(dissatisfied_if_asked=0.0, revert_unconfirmed=0.5), _careful),
-    TenantProfile("frugal", "low cost: one sub-agent does every part in turn", ("orchestrator",),
+    TenantProfile("frugal", "low cost: one sub-agent does every part in turn", ("orchestrator", "search"),
                   UserModel(), _frugal),
 )
 

@@ -70,12 +70,13 @@ def search(cited: int):
     return task, lambda prompt: f"search {task.topic}" if " ctx " not in prompt else f"answer {' '.join(task.context[:cited])}"
 
 
-def test_brisk_wants_a_search_answered_with_one_chunk_where_the_product_scores_both():
-    one = {p: play(*search(cited=1), p) for p in (BRISK, None)}
-    both = {p: play(*search(cited=2), p) for p in (BRISK, None)}
+def test_brisk_wants_a_search_answered_with_one_chunk_where_frugal_scores_both_as_the_product_does():
+    one = {p: play(*search(cited=1), p) for p in (BRISK, FRUGAL, None)}
+    both = {p: play(*search(cited=2), p) for p in (BRISK, FRUGAL, None)}
     assert one[BRISK][1] == 1.0 and both[BRISK][1] == UNWANTED
     assert both[None][1] == 1.0 and one[None][1] == pytest.approx(2 / 3, abs=1e-4)  # F1 against both gold chunks
-    assert "search" in BRISK.families
+    assert one[FRUGAL][1] == one[None][1] and both[FRUGAL][1] == both[None][1]
+    assert "search" in BRISK.families and "search" in FRUGAL.families
 
 
 def test_a_solved_task_keeps_a_score_above_zero():
