@@ -12,9 +12,8 @@ session's served reward; the pipelines label it as the `outcome` component (PARL
 so the trainer learns a tenant's preference from its rows like any other outcome. brisk and careful want opposite
 things on the same coding prompts, brisk and frugal on the same orchestrator prompts: one shared policy cannot
 please all three, an adapter per tenant can. brisk and frugal also disagree on the same search prompts: brisk's
-users want the one best chunk, frugal's the product's own score (the answer's F1 against both gold chunks). frugal's
-search traffic keeps the shared policy's search rows from being brisk's alone, and its orchestrator rows from being
-mostly frugal's (docs/measurements.md, run 9).
+users want the one best chunk, frugal's the product's own score (the answer's F1 against both gold chunks), so the
+shared policy's search rows are not brisk's alone (docs/measurements.md, runs 9 and 10).
 """
 
 from __future__ import annotations
