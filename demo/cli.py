@@ -50,6 +50,8 @@ def run(config, args) -> int:
     result = run_demo(config, say=lambda line: print(line, flush=True))
     print(f"liverl demo: {'the served reward rose' if result.verdict.rose else 'the served reward did not rise'}; "
           f"champion v{result.champion}; report in {result.report_dir}")
+    if result.heldout is not None and (verdict := result.heldout.verdict()):
+        print(f"liverl demo: {verdict}")
     if result.tenants:
         ahead = [c.tenant for c in result.tenants if (i := c.interval()) and i[0] > 0]
         print(f"liverl demo: own adapter shown ahead of the shared policy (95 % interval above 0) for "

@@ -47,6 +47,17 @@ class HeldoutComparison:
         """Whether the served version beats the base overall with a 95 % interval above zero (None: unpaired)."""
         return None if not self.paired else self.paired["all"]["ci95"][0] > 0
 
+    def verdict(self) -> str | None:
+        """The run's last word on the real model (None: unpaired). The served reward moves with whichever tasks each
+        version happened to get; the held-out tasks, the same for the base and the last served version, do not."""
+        if not self.paired:
+            return None
+        figures = self.paired["all"]
+        low, high = figures["ci95"]
+        shown = "better than the base" if self.improved() else "not shown better than the base"
+        return (f"held-out success v{self.served_version} - base {figures['difference']:+.3f}, "
+                f"95 % [{low:+.3f}, {high:+.3f}]: {shown}")
+
     def as_dict(self) -> dict:
         return {"served_version": self.served_version, "base": self.base, "served": self.served,
                 "paired": self.paired, "improved": self.improved()}

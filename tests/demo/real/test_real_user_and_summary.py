@@ -49,6 +49,18 @@ def test_heldout_lines_show_both_policies_with_intervals_and_nll():
     assert lines[1] == "general-text NLL (nats/token) base 2.5000  |  v7 2.6000"
 
 
+def _paired(low: float, high: float) -> dict:
+    return {"all": {"difference": (low + high) / 2, "ci95": [low, high], "gained": 9, "lost": 3}}
+
+
+def test_heldout_verdict_says_better_only_when_the_interval_is_above_zero():
+    shown = HeldoutComparison(_result(4, 2.5), _result(6, 2.6), "7", _paired(0.02, 0.18))
+    assert shown.verdict() == "held-out success v7 - base +0.100, 95 % [+0.020, +0.180]: better than the base"
+    unshown = HeldoutComparison(_result(4, 2.5), _result(6, 2.6), "7", _paired(-0.02, 0.18))
+    assert unshown.verdict().endswith("[-0.020, +0.180]: not shown better than the base")
+    assert HeldoutComparison(_result(4, 2.5), _result(6, 2.6), "7").verdict() is None
+
+
 def test_version_folder_is_found_below_a_download(tmp_path):
     (tmp_path / "policy").mkdir()
     (tmp_path / "policy" / "config.json").write_text("{}")
