@@ -9,11 +9,12 @@
 
 A preference rescales the task's outcome score, which the product reports as its Outcome event and as the
 session's served reward; the pipelines label it as the `outcome` component (PARL's r_perf for the orchestrator),
-so the trainer learns a tenant's preference from its rows like any other outcome. brisk and careful want opposite
-things on the same coding prompts, brisk and frugal on the same orchestrator prompts: one shared policy cannot
-please all three, an adapter per tenant can. brisk and frugal also disagree on the same search prompts: brisk's
-users want the one best chunk, frugal's the product's own score (the answer's F1 against both gold chunks), so the
-shared policy's search rows are not brisk's alone (docs/measurements.md, runs 9 and 10).
+so the trainer learns a tenant's preference from its rows like any other outcome (on search too:
+configs/demo-tenants.toml weighs it there, where the reward library's default is Context-1's). brisk and careful
+want opposite things on the same coding prompts, brisk and frugal on the same orchestrator prompts: one shared
+policy cannot please all three, an adapter per tenant can. brisk and frugal also disagree on the same search
+prompts: brisk's users want the one best chunk, frugal's the product's own score (the answer's F1 against both gold
+chunks), so the shared policy's search rows are not brisk's alone (docs/measurements.md, runs 9 to 12).
 """
 
 from __future__ import annotations

@@ -67,3 +67,18 @@ def test_liverl_demo_tenants_reads_the_tenants_config_and_a_named_file_wins(monk
     assert seen[-1].demo.tenants.count == 3 and seen[-1].demo.toy_arch == "llama"
     assert main(["demo", "--tenants", "2", "@", str(CONFIGS / "demo.toml")]) == 1
     assert seen[-1].demo.tenants.count == 2 and seen[-1].demo.toy_arch == "gpt2"  # refused by run_demo, not here
+
+
+def test_search_is_rewarded_by_the_tenants_own_score_not_context1():
+    """brisk's users score a one-chunk answer 1.0 and a two-chunk one 0.25 (demo/product/preferences.py); Context-1,
+    recall first, ranks them the other way. The tenants' adapters must learn what their users score."""
+    from liverl.rewards.mixing import mix
+
+    rewards = tenants_config().rewards
+    found = {"search.traj_recall": 1.0, "search.answer_found": 1.0}
+    one_chunk = {"outcome": 1.0, "search.precision": 1.0, "search.recall": 0.5, **found}
+    both_chunks = {"outcome": 0.25, "search.precision": 1.0, "search.recall": 1.0, **found}
+    assert mix(one_chunk, "search", 0, rewards) == pytest.approx(1.0)
+    assert mix(both_chunks, "search", 0, rewards) == pytest.approx(0.25)
+    default = DemoLiverlConfig().rewards
+    assert mix(both_chunks, "search", 0, default) > mix(one_chunk, "search", 0, default)
