@@ -2,8 +2,9 @@
 base, each under the same concurrent streaming load, side by side in one run.
 
     .venv/bin/python bench/adapter_swap_bench.py --engine vllm --concurrency 4 --max-tokens 8 --phase-s 5
+    .venv/bin/python bench/adapter_swap_bench.py --model .liverl/base-smollm2 ...   # the real model (after `make demo`)
 
-Starts its own embedded stack (broker + MLflow) in a temporary folder and registers a tiny Llama base (version 1,
+Starts its own embedded stack (broker + MLflow) in a temporary folder and registers a tiny Llama base (or `--model`'s folder; version 1,
 the champion), a LoRA adapter of it (version 2) and the same adapter merged into the base's weights (version 3,
 full weights: what the adapter path replaces). Serving starts on version 1 with serving.lora enabled; under load
 it is promoted to version 2 (the adapter path: add_lora, smoke, switch) and then to version 3 (the full in-place
@@ -59,6 +60,8 @@ class SwapFigures:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--engine", choices=["vllm", "hf"], default="vllm")
+    parser.add_argument("--model", type=Path, default=None, help="a Llama-architecture policy folder as the base "
+                        "(e.g. the real demo's .liverl/base-smollm2); default: a tiny Llama")
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--max-tokens", type=int, default=8)
     parser.add_argument("--phase-s", type=float, default=5.0, help="steady load before each swap and after it")
@@ -69,7 +72,7 @@ def main(argv=None) -> None:
     with serving_stack("adapter-swap-bench-", args.engine, "adapter-bench", "--serving.probation_s", "1",
                        "--serving.max_model_len", "128", "--serving.lora.enabled", "true",
                        "--serving.lora.max_lora_rank", "8", "--serving.record", "false") as (config, tmp):
-        base_dir, adapter_dir, merged_dir = _policies(tmp)
+        base_dir, adapter_dir, merged_dir = _policies(tmp, args.model)
         base = register(config, base_dir, alias="champion")
         adapter = register(config, adapter_dir, {names.TAG_WEIGHTS_KIND: names.WEIGHTS_ADAPTER,
                                                  names.TAG_BASE_VERSION: base})
@@ -83,8 +86,9 @@ def main(argv=None) -> None:
           f"{adapter_run['held']}; failed {full_run['failed']} vs {adapter_run['failed']}")
 
 
-def _policies(tmp: Path) -> tuple[Path, Path, Path]:
-    """The base, a LoRA adapter of it (liverl's format, random non-zero lora_B) and the two merged as full weights."""
+def _policies(tmp: Path, model: Path | None) -> tuple[Path, Path, Path]:
+    """The base (model, or a tiny Llama), a LoRA adapter of it (liverl's format, random non-zero lora_B) and the two
+    merged as full weights."""
     import shutil
 
     import torch
@@ -94,7 +98,7 @@ def _policies(tmp: Path) -> tuple[Path, Path, Path]:
     from demo.policy.tiny_policy import build_policy
     from liverl.contracts.adapter import AdapterManifest
 
-    base_dir = build_policy(tmp / "base", WORDS, arch="llama", n_positions=128, seed=0)
+    base_dir = model or build_policy(tmp / "base", WORDS, arch="llama", n_positions=128, seed=0)
     torch.manual_seed(7)
     model = get_peft_model(AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32),
                            LoraConfig(r=8, lora_alpha=16, target_modules=TARGETS, init_lora_weights=False))
