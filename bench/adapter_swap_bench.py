@@ -4,14 +4,14 @@ base, each under the same concurrent streaming load, side by side in one run.
     .venv/bin/python bench/adapter_swap_bench.py --engine vllm --concurrency 4 --max-tokens 8 --phase-s 5
     .venv/bin/python bench/adapter_swap_bench.py --model .liverl/base-smollm2 ...   # the real model (after `make demo`)
 
-Starts its own embedded stack (broker + MLflow) in a temporary folder and registers a tiny Llama base (or `--model`'s folder; version 1,
-the champion), a LoRA adapter of it (version 2) and the same adapter merged into the base's weights (version 3,
-full weights: what the adapter path replaces). Serving starts on version 1 with serving.lora enabled; under load
-it is promoted to version 2 (the adapter path: add_lora, smoke, switch) and then to version 3 (the full in-place
-path: hold new requests, drain, reload the weights, smoke, release). Per swap: promotion -> the first request
-served on the new version (its response complete), requests held (overlapping the swap, their first token later
-than twice the steady p99 and 50 ms past it), failed requests (goal 0), the slowest first token during the swap;
-then the ratios full / adapter.
+Starts its own embedded stack (broker + MLflow) in a temporary folder and registers a tiny Llama base (or
+`--model`'s folder; version 1, the champion), a LoRA adapter of it (version 2) and the same adapter merged into the
+base's weights (version 3, full weights: what the adapter path replaces). Serving starts on version 1 with
+serving.lora enabled; under load it is promoted to version 2 (the adapter path: add_lora, smoke, switch) and then to
+version 3 (the full in-place path: hold new requests, drain, reload the weights, smoke, release). Per swap:
+promotion -> the first request served on the new version (its response complete), requests held (overlapping the
+swap, their first token later than twice the steady p99 and 50 ms past it), failed requests (goal 0), the slowest
+first token during the swap; then the ratios full / adapter.
 """
 
 from __future__ import annotations
@@ -86,9 +86,9 @@ def main(argv=None) -> None:
           f"{adapter_run['held']}; failed {full_run['failed']} vs {adapter_run['failed']}")
 
 
-def _policies(tmp: Path, model: Path | None) -> tuple[Path, Path, Path]:
-    """The base (model, or a tiny Llama), a LoRA adapter of it (liverl's format, random non-zero lora_B) and the two
-    merged as full weights."""
+def _policies(tmp: Path, base_folder: Path | None) -> tuple[Path, Path, Path]:
+    """The base (base_folder, or a tiny Llama), a LoRA adapter of it (liverl's format, random non-zero lora_B) and
+    the two merged as full weights."""
     import shutil
 
     import torch
@@ -98,7 +98,7 @@ def _policies(tmp: Path, model: Path | None) -> tuple[Path, Path, Path]:
     from demo.policy.tiny_policy import build_policy
     from liverl.contracts.adapter import AdapterManifest
 
-    base_dir = model or build_policy(tmp / "base", WORDS, arch="llama", n_positions=128, seed=0)
+    base_dir = base_folder or build_policy(tmp / "base", WORDS, arch="llama", n_positions=128, seed=0)
     torch.manual_seed(7)
     model = get_peft_model(AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32),
                            LoraConfig(r=8, lora_alpha=16, target_modules=TARGETS, init_lora_weights=False))

@@ -5,16 +5,16 @@ and after a forced hot-swap, once in place and once on a second engine (the fall
     .venv/bin/python bench/serving_bench.py --engine vllm --concurrency 8 --requests 64 --max-tokens 16 --rounds 3
     .venv/bin/python bench/serving_bench.py --model .liverl/base-smollm2 ...   # the real model (after `make demo`)
 
-Starts its own embedded stack (broker + MLflow) in a temporary folder, registers three tiny policy versions,
-serves version 1, and prints, per round, requests/s, tokens/s and p50/p99 latency per path with the ratio to
-direct engine calls of the same round, the CPU each process group spent per request and the mean number of
-requests inside the engine; then the medians of the rounds' ratios, the CPU account (what each path adds
-outside the engine, and the ratio that implies), the recording lag (completion finished -> record acknowledged
-by Kafka) at p50/p99, and recording on against off once more, switched every second within one gRPC load
-(--toggle-requests), where the machine's drift falls on both sides alike. Per swap mode: how long new requests
-were held (the pause), failed requests during the swap (goal 0), the worst latency during the swap relative to
-the steady p99 (goal <= 2x) and the peak memory (RSS of this process, which hosts the server, and its
-children, vLLM's engine process) relative to steady (goal <= 1.1x).
+Starts its own embedded stack (broker + MLflow) in a temporary folder, registers three tiny policy versions (or
+`--model`'s folder three times), serves version 1, and prints, per round, requests/s, tokens/s and p50/p99 latency
+per path with the ratio to direct engine calls of the same round, the CPU each process group spent per request and
+the mean number of requests inside the engine; then the medians of the rounds' ratios, the CPU account (what each
+path adds outside the engine, and the ratio that implies), the recording lag (completion finished -> record
+acknowledged by Kafka) at p50/p99, and recording on against off once more, switched every second within one gRPC
+load (--toggle-requests), where the machine's drift falls on both sides alike. Per swap mode: how long new requests
+were held (the pause), failed requests during the swap (goal 0), the worst latency during the swap relative to the
+steady p99 (goal <= 2x) and the peak memory (RSS of this process, which hosts the server, and its children, vLLM's
+engine process) relative to steady (goal <= 1.1x).
 
 Where the load comes from: direct calls run on the server's own event loop (they are engine calls, with
 no client); the gRPC and HTTP clients run in a driver process of their own (this script, `--drive`), as a
