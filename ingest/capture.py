@@ -17,6 +17,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from functools import partial
 
 from ingest.admission import RecentEvents, TenantRateLimiter
 from ingest.delivery import KafkaDelivery, Record
@@ -54,7 +55,7 @@ class CaptureCore:
         self.metrics = metrics
         self.clock = clock
         self.redaction = ingest.redaction
-        self.redactor = Redactor(ingest.redaction)  # the global settings: log lines and tenant-less text
+        self.redactor = Redactor(ingest.redaction)  # log lines and tenant-less text: ids under a key of this process
         self._tenant_redactors: dict[str, Redactor] = {}
         self.recent = RecentEvents(ingest.dedupe_window_events)
         self.rate_limiter = TenantRateLimiter(ingest.rate_limit_events_per_s, ingest.rate_limit_burst_events)
@@ -62,12 +63,15 @@ class CaptureCore:
         self.max_events_per_request = ingest.max_events_per_request
         self.limits = Limits(ingest.max_event_bytes, int(ingest.max_future_skew_s * 1000),
                              int(ingest.max_event_age_s * 1000))
-        self.opt_out = OptOut.of(ingest).with_pseudonyms(self.redactor.redact_id)
+        self.opt_out = OptOut.of(ingest)  # user ids arrive as the product gave them (the SDK spools them so too)
         self._last_prune = 0.0
 
     def redactor_for(self, tenant: str) -> Redactor:
+        """The tenant's overrides, and its ids that hold personal data pseudonymised under its key in the key
+        store (the process's Pseudonyms: one key cache, checked against the store on every use)."""
         if tenant not in self._tenant_redactors:
-            self._tenant_redactors[tenant] = Redactor(self.redaction, tenant)
+            self._tenant_redactors[tenant] = Redactor(self.redaction, tenant,
+                                                      partial(self.subjects.pseudonyms.redacted_id, tenant))
         return self._tenant_redactors[tenant]
 
     def capture(self, tenant: str, items: Sequence, parse: Callable[[object], SessionEvent],
@@ -106,12 +110,18 @@ class CaptureCore:
         duplicates = 0
         redacted: Counter = Counter()
         links: list[tuple[str, str]] = []  # (user, session subject) pairs new to the key store's index
+        lettered: set[str] = set()  # sessions (as keyed) of dead letters that name a user: linked and keyed too
         forgotten = self.subjects.forgotten(tenant)
 
         def refuse(index: int, item, event: SessionEvent | None, rejected: Rejected) -> None:
+            letter = self._refused_letter(tenant, item, event, rejected, now_ms, forgotten, links, lettered)
+            if letter is None:  # an item of a forgotten user: dropped like its valid events, nothing of it kept
+                response.dropped_opt_out += 1
+                self.metrics.dropped.labels("forgotten").inc()
+                return
             response.rejected.add(index=index, event_id=event.event_id if event else "",
                                   reason=rejected.reason, message=rejected.message)
-            dead.append(self.dead_letter(rejected.reason, rejected.message, tenant, item, event, now_ms))
+            dead.append(letter)
         for index, item in enumerate(items):
             if index in taken:
                 continue
@@ -124,11 +134,12 @@ class CaptureCore:
                 if self._opted_out(tenant, event):
                     response.dropped_opt_out += 1
                     continue
-                validate(event, tenant, now_ms, self.limits)
-                if not self.subjects.pseudonymise(tenant, event, forgotten):  # its user was erased (`liverl forget`)
-                    response.dropped_opt_out += 1
+                if self.subjects.forgotten_user(tenant, event.user_id, forgotten):  # erased (`liverl forget`):
+                    response.dropped_opt_out += 1                                    # valid or not, dropped
                     self.metrics.dropped.labels("forgotten").inc()
                     continue
+                validate(event, tenant, now_ms, self.limits)  # the user id as sent: its form is checked too
+                self.subjects.pseudonymise(tenant, event)
                 identity = (tenant, event.event_id)
                 if identity in stored or identity in self.recent:
                     duplicates += 1  # stored before: acknowledged again, never stored twice
@@ -154,7 +165,7 @@ class CaptureCore:
                 stored.discard((tenant, event.event_id))
                 refuse(index, item, event, error if isinstance(error, Rejected) else self._internal(error))
         self.sessions.commit()
-        self.subjects.write(tenant, links, {event.session_id for _, _, event in accepted}, forgotten)
+        self.subjects.write(tenant, links, {event.session_id for _, _, event in accepted} | lettered, forgotten)
         self.delivery.deliver(records + dead)
         self.recent.add(stored)
         if duplicates:
@@ -218,18 +229,39 @@ class CaptureCore:
             response.rejected.add(index=index, reason=DEADLINE_EXCEEDED,
                                   message=f"not stored: {why}")
 
+    def _refused_letter(self, tenant: str, item: object, event: SessionEvent | None, rejected: Rejected,
+                        now_ms: int, forgotten: frozenset[str], links: list[tuple[str, str]],
+                        lettered: set[str]) -> Record | None:
+        """A refused event's dead letter, its user as the keyed pseudonym, keyed (so sealed) by its session,
+        and that session linked to the user in the request's key-store write, as an accepted event's is: so
+        `liverl forget --user` leaves it unreadable. With a user but no session id it is keyed by the user's
+        pseudonym (the session-less key is the whole tenant's: no one user's erasure may destroy it). None:
+        the item names a forgotten user (drop it, keep nothing of it)."""
+        try:
+            item, user, session = self.subjects.of_refused(tenant, item, event)
+            if user and user in forgotten:
+                return None
+            keyed = (self.redactor_for(tenant).redact_id(session) if session else "") or user
+            if user:
+                self.subjects.link(tenant, user, keyed, links)
+                lettered.add(keyed)
+        except Exception as error:  # noqa: BLE001 - whose it is is unknown: dead-lettered without its content
+            log_unexpected(log, "could not name the user of a refused event", error, self._scrub)
+            return self.dead_letter(rejected.reason, rejected.message, tenant, b"", None, now_ms)
+        return self.dead_letter(rejected.reason, rejected.message, tenant, item, event, now_ms, keyed)
+
     def dead_letter(self, reason: str, message: str, tenant: str, raw: object, event: SessionEvent | None,
-                    now_ms: int) -> Record:
-        """The contract's dead-letter JSON; the payload is redacted like anything else bound for Kafka, and
-        the session id (in the value and the key) is the redacted event's: the pseudonym its events carry."""
-        session_id = ""
+                    now_ms: int, session_id: str = "") -> Record:
+        """The contract's dead-letter JSON; the payload is redacted like anything else bound for Kafka.
+        session_id: the session it belongs to as its records are keyed (they are sealed under that session's
+        key); default: the redacted event's (the pseudonym its events carry), none for a raw payload."""
         try:
             if event is not None:
                 copy = SessionEvent()
                 copy.CopyFrom(event)
                 self.redactor_for(tenant).redact_message(copy)
                 payload = copy.SerializeToString()
-                session_id = copy.session_id
+                session_id = session_id or copy.session_id
             else:
                 blob = raw if isinstance(raw, bytes) else json.dumps(raw, default=str).encode("utf-8", "replace")
                 payload, _ = self.redactor_for(tenant).redact_bytes(blob[:DEAD_LETTER_PAYLOAD_LIMIT])

@@ -23,7 +23,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--user", default="",
                         help="end user of every session whose source names none (OpenAI `user`, OTLP user.id): "
                              "stored as the tenant's keyed pseudonym, so `liverl forget --user` finds these "
-                             "sessions; sessions of users in ingest.opt_out_users are dropped")
+                             "sessions; sessions of users in ingest.opt_out_users, or erased by `liverl forget`, "
+                             "are dropped and counted apart")
     parser.add_argument("--task-family", help="task family of every imported session (default: per format)")
     parser.add_argument("--spool-dir", metavar="DIR",
                         help="spool for records Kafka did not take in time (default: <stack.data_dir>/import/spool)")
@@ -38,12 +39,12 @@ def run(config, args) -> int:
     from ingest.importers.build import SessionBuilder
     from ingest.importers.importer import import_files
     from liverl.access.opt_out import OptOut
-    from liverl.redaction import Redactor
+    from liverl.privacy import tenant_redactor
 
     logging.getLogger("kafka").setLevel(logging.CRITICAL)  # the writer logs what matters
     tenant = _checked_tenant(args.tenant, config)
     tokenizer = _load_tokenizer(args.tokenizer or config.serving.policy_dir)
-    builder = SessionBuilder(tenant, args.format, tokenizer, Redactor(config.ingest.redaction, tenant),
+    builder = SessionBuilder(tenant, args.format, tokenizer, tenant_redactor(config, tenant),
                              fallback_time_ms=int(time.time() * 1000))
     paths = [Path(p) for p in args.paths]
     opt_out = OptOut.of(config.ingest)
@@ -62,10 +63,13 @@ def run(config, args) -> int:
         subject = ImportSubject.of(config, tenant)
         sealer = sealer_for(config, subject.pseudonyms)
         with Publisher(config.kafka, spool_dir, seal=sealer.seal_all if sealer else None) as publisher:
-            summary = import_files(args.format, paths, builder,
-                                   lambda session, built: publisher.write(records_of(
-                                       subject.owned(built, session.user_id), tenant, config.kafka)),
-                                   **chosen)
+            def publish(session, built) -> bool:
+                owned = subject.owned(built, session.user_id)
+                if owned is None:  # its user or it was forgotten: nothing of it is published again
+                    return False
+                publisher.write(records_of(owned, tenant, config.kafka))
+                return True
+            summary = import_files(args.format, paths, builder, publish, **chosen)
         spooled = publisher.spooled()
     for line in summary.lines():
         print(("dry run: " if args.dry_run else "") + line, flush=True)

@@ -109,7 +109,7 @@ class OtlpTraces:
         builder = SessionBuilder(tenant, otlp.FORMAT, self.tokenizer(), core.redactor_for(tenant), now_ms)
         dead = [core.dead_letter(b.reason, b.message, tenant, b.source.encode(), None, now_ms) for b in bad]
         refused, first_reason = len(bad), (f"{bad[0].reason}: {bad[0].message}" if bad else "")
-        events, calls = [], []
+        events, calls, links = [], [], []
         for session in sessions:
             session.end_reason = ""  # more spans of this conversation may come: it ends by idleness
             try:
@@ -117,8 +117,10 @@ class OtlpTraces:
                 calls.append((built, session, records_of(built, tenant, core.topics)[len(built.events):]))
             except (ValueError, TypeError, KeyError, AttributeError) as error:  # one session's content
                 message = f"a session cannot be built: {type(error).__name__}: {error}"
+                keyed = core.redactor_for(tenant).redact_id(session.session_id)  # as its events would be keyed
+                core.subjects.link(tenant, session.user_id, keyed, links)  # erased with its user's sessions
                 dead.append(core.dead_letter("unbuildable_session", message, tenant, session.source.encode(), None,
-                                             now_ms))
+                                             now_ms, keyed))
                 refused += len(session.items)
                 first_reason = first_reason or message
                 continue
@@ -135,8 +137,11 @@ class OtlpTraces:
             spans_lost = sum(isinstance(item, Exchange) for item in session.items)
             refused += spans_lost
             first_reason = first_reason or f"{rejection.reason}: {rejection.message}"
+            # keyed (so sealed) by their session, which capture linked to its user with the refused events
             dead += [core.dead_letter(rejection.reason, f"model call of a refused session: {rejection.message}",
-                                      tenant, call.SerializeToString(), None, now_ms) for call in built.calls]
+                                      tenant, call.SerializeToString(), None, now_ms, built.session_id)
+                     for call in built.calls]
+        core.subjects.write(tenant, links, set(), core.subjects.forgotten(tenant))
         core.delivery.deliver(records + dead)
         if response.rejected and not first_reason:
             first = response.rejected[0]

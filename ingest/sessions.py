@@ -187,16 +187,18 @@ class SessionRegistry:
         self._dirty[key] = state
 
 
-def purge_sessions(path: Path, tenant: str, names: set[str] | None = None, user: str | None = None) -> int:
+def purge_sessions(path: Path, tenant: str, names: set[str] | None = None, user: str | None = None,
+                   whole_tenant: bool = False) -> int:
     """Erase a subject from a capture state file (`liverl forget`): the tenant's sessions stored under one of
-    `names` (their keyed pseudonyms) or of `user` (a user pseudonym); every session of the tenant when both are
-    None. The file is then rebuilt so the rows leave no bytes behind. Returns how many sessions went. A running
-    service forgets them from its cache when it next prunes; their records are unreadable already (keys gone)."""
+    `names` (their keyed pseudonyms) or of `user` (a user pseudonym); every session of the tenant only when
+    whole_tenant says so (no names and no user erase nothing: an empty argument never widens an erasure). The
+    file is then rebuilt so the rows leave no bytes behind. Returns how many sessions went. A running service
+    forgets them from its cache when it next prunes; their records are unreadable already (keys gone)."""
     if not path.exists():
         return 0
     db = sqlite3.connect(path, timeout=60, isolation_level=None)
     try:
-        if names is None and user is None:
+        if whole_tenant:
             deleted = db.execute("DELETE FROM sessions WHERE tenant=?", (tenant,)).rowcount
         else:
             marks = ",".join("?" * len(names or ()))

@@ -4,7 +4,9 @@ A user id is personal data whatever it looks like, so it never passes capture as
 tenant's keyed pseudonym (liverl.privacy.pseudonyms, "u-<hex>") before the session state, Kafka or a spool
 sees it. Each (user, session) pair is linked in the key store so that `liverl forget --user` finds every
 session key of the user. Events of a user `liverl forget` erased are dropped: a forgotten subject never
-comes back.
+comes back. Refused events are no exception: their dead letters carry the pseudonym, are keyed (and sealed)
+by their session, and that session is linked to the user like an accepted event's, so forgetting the user
+leaves them unreadable too.
 """
 
 from __future__ import annotations
@@ -12,6 +14,10 @@ from __future__ import annotations
 from ingest.validation import SessionEvent
 from liverl.privacy.keystore import SubjectKeyStore
 from liverl.privacy.pseudonyms import Pseudonyms
+
+# How the protobuf JSON mapping (ingest/http_api.py) may name the two ids of an event that did not parse
+USER_KEYS = ("userId", "user_id")
+SESSION_KEYS = ("sessionId", "session_id")
 
 
 class CaptureSubjects:
@@ -29,12 +35,33 @@ class CaptureSubjects:
         """The tenant's forgotten ids (read once per request)."""
         return self.store.forgotten(tenant)
 
-    def pseudonymise(self, tenant: str, event: SessionEvent, forgotten: frozenset[str]) -> bool:
-        """Replace the event's user id by its pseudonym; False when that user is in `forgotten` (drop the event)."""
-        if not event.user_id:
-            return True
-        event.user_id = self.pseudonyms.user(tenant, event.user_id)
-        return event.user_id not in forgotten
+    def forgotten_user(self, tenant: str, user_id: str, forgotten: frozenset[str]) -> bool:
+        """Whether the user (as sent, or as its pseudonym) is in `forgotten`: drop the event, valid or not."""
+        return bool(user_id) and self.pseudonyms.user(tenant, user_id) in forgotten
+
+    def pseudonymise(self, tenant: str, event: SessionEvent) -> None:
+        """Replace the event's user id by its pseudonym (again: no change)."""
+        if event.user_id:
+            event.user_id = self.pseudonyms.user(tenant, event.user_id)
+
+    def of_refused(self, tenant: str, item: object, event: SessionEvent | None) -> tuple[object, str, str]:
+        """(item, user pseudonym, session id as sent) of a refused event, "" where unknown. A parsed event gets
+        its pseudonym in place; an item that did not parse (a JSON object of the HTTP API) is read for its
+        userId and sessionId and returned as a copy with the pseudonym in place of the user id, so its dead
+        letter holds no raw user id either. Raw bytes that did not parse name nobody that can be read."""
+        if event is not None:
+            self.pseudonymise(tenant, event)
+            return item, event.user_id, event.session_id
+        if not isinstance(item, dict):
+            return item, "", ""
+        user_key = next((key for key in USER_KEYS if isinstance(item.get(key), str) and item[key]), None)
+        session = next((item[key] for key in SESSION_KEYS if isinstance(item.get(key), str)), "")
+        if user_key is None:
+            return item, "", session
+        user = self.pseudonyms.user(tenant, item[user_key])
+        item = {key: value for key, value in item.items() if key not in USER_KEYS}  # a copy: the caller's stays
+        item[user_key] = user
+        return item, user, session
 
     def link(self, tenant: str, user: str, session_id: str, pending: list[tuple[str, str]]) -> None:
         """Index the session (as its records are keyed: the redacted id) under the user (a pseudonym): the

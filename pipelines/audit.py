@@ -3,9 +3,11 @@
 Each run (experiment mlflow.audit_experiment, run name = batch id, tag liverl.batch_id) holds the batch's
 counts and dead-letter reasons as metrics, its Kafka offsets, the distribution of every raw reward
 component (mean/min/max metrics and a histogram figure) and a browsable sample of trajectories
-(`trajectories_sample.json`, an MLflow table). Everything is read back from the committed Delta version,
-so the audit shows exactly what the trainer will read; a batch whose process died before auditing is
-audited by the next run.
+(`trajectories_sample.json`, an MLflow table whose rows carry tenant_id and session_id, so that `liverl forget`
+can drop a subject's: liverl/privacy/erase_audit.py). Nothing else in the run names a session, task or user:
+params, metrics and batch.json are counts and offsets, the figure a histogram. Everything is read back from
+the committed Delta version, so the audit shows exactly what the trainer will read; a batch whose process
+died before auditing is audited by the next run.
 
 Before the run, the batch's sampled trajectories are written as MLflow traces in the same experiment
 (pipelines/traces.py); the run comes last, so a batch with its run has all its traces. The run's tag
@@ -167,9 +169,12 @@ def reward_histograms(rows: list[dict]):
 
 def sample_table(rows: list[dict], size: int) -> dict[str, list]:
     """Columns of a browsable sample: who, how long, how much was trainable, and the raw rewards. No token ids:
-    they are the users' text, exact (the traces show it redacted)."""
+    they are the users' text, exact (the traces show it redacted). Every row carries its tenant_id and
+    session_id, as the table does: `liverl forget` drops a subject's rows by them (liverl/privacy/erase_audit.py),
+    so an id of the row is in a column of its own row, never in a figure or a text beside the table."""
     sample = sorted(rows, key=lambda r: r["trajectory_id"])[:size]
     return {
+        "tenant_id": [r["tenant_id"] for r in sample],
         "session_id": [r["session_id"] for r in sample],
         "agent": [f"{r['agent_role']}:{r['agent_id']}" + (f" <- {r['parent_agent_id']}" if r["parent_agent_id"] else "")
                   for r in sample],

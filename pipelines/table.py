@@ -5,6 +5,13 @@ table schema version and the Delta app transaction (names.DISTILL_APP_ID, versio
 dead-letter table gets the same app transaction first. Before writing either table the distiller asks
 the table for its app-transaction version, so a batch already in a table is never written twice: a
 crash anywhere, followed by a re-run of the same plan, yields every row exactly once.
+
+Neither table keeps column statistics of what names a person or holds their text: a Delta log keeps every
+commit's min/max values for good (the trainer and lineage follow that history, so it is never deleted), and
+after `liverl forget` deletes a row the old commits would still quote its session id, task id or message. Only
+the columns in *_STATS_COLUMNS get statistics (delta.dataSkippingStatsColumns): the batch id, which readers filter
+on (TableHistory.batch_rows), and numbers that say nothing about a session. Other filters still work, they
+read every file's column instead of skipping files. A column added later gets no statistics unless named here.
 """
 
 from __future__ import annotations
@@ -22,6 +29,12 @@ COMMIT_DISTILL_STATE = "liverl.distill.state"  # staging folder holding the pend
 COMMIT_DISTILL_SUMMARY = "liverl.distill.summary"  # JSON counts of the batch (what the audit shows)
 COMMIT_BATCH_SEQ = "liverl.distill.seq"
 COMMIT_REWARD_CONFIG_VERSION = "liverl.reward_config_version"
+
+# Columns whose min/max values the Delta log may keep (none of them names a session, a user or their text):
+# the batch id and the batch's clock, the same on every row of a batch.
+STATS_PROPERTY = "delta.dataSkippingStatsColumns"
+TRAJECTORY_STATS_COLUMNS = ("batch_id", "schema_version", "distilled_at_ms")
+DEAD_LETTER_STATS_COLUMNS = ("batch_id", "recorded_at_ms")
 
 
 @dataclass(frozen=True)
@@ -79,7 +92,8 @@ def commit_dead_letters(uri: str, rows: Rows, seq: int, batch_id: str) -> bool:
     """Append the batch's dead letters unless this batch already did; True when written (callers skip empty ones)."""
     if app_version(uri) >= seq:
         return False
-    _write(uri, rows.cast(DEAD_LETTER_SCHEMA), seq, {names.COMMIT_BATCH_ID: batch_id, COMMIT_BATCH_SEQ: str(seq)})
+    _write(uri, rows.cast(DEAD_LETTER_SCHEMA), seq, {names.COMMIT_BATCH_ID: batch_id, COMMIT_BATCH_SEQ: str(seq)},
+           DEAD_LETTER_STATS_COLUMNS)
     return True
 
 
@@ -91,15 +105,32 @@ def commit_trajectories(uri: str, rows: Rows, seq: int, metadata: dict) -> int:
         raise RuntimeError(f"batch {seq} is already in {uri}: another distiller with the same "
                            "pipelines.consumer_group is running; run one per table")
     _write(uri, rows.cast(TRAJECTORY_SCHEMA),
-           seq, metadata | {COMMIT_BATCH_SEQ: str(seq), names.COMMIT_SCHEMA_VERSION: str(TABLE_SCHEMA_VERSION)})
+           seq, metadata | {COMMIT_BATCH_SEQ: str(seq), names.COMMIT_SCHEMA_VERSION: str(TABLE_SCHEMA_VERSION)},
+           TRAJECTORY_STATS_COLUMNS)
     return DeltaTable(uri).version()
 
 
-def _write(uri: str, rows: Rows, seq: int, metadata: dict) -> None:
+def _write(uri: str, rows: Rows, seq: int, metadata: dict, stats_columns: tuple[str, ...]) -> None:
     from deltalake import CommitProperties, Transaction, write_deltalake
 
+    properties = {STATS_PROPERTY: ",".join(stats_columns)}
+    limit_statistics(uri, properties)
     # "merge": a table written under an older schema version gains the additive columns instead of refusing.
+    # `configuration` applies when this write creates the table (an existing table ignores it).
     write_deltalake(uri, rows, mode="append", partition_by=TRAJECTORY_PARTITION_BY, schema_mode="merge",
-                    commit_properties=CommitProperties(
+                    configuration=properties, commit_properties=CommitProperties(
                         custom_metadata=metadata,
                         app_transactions=[Transaction(app_id=names.DISTILL_APP_ID, version=seq)]))
+
+
+def limit_statistics(uri: str, properties: dict[str, str]) -> None:
+    """Give a table created before its *_STATS_COLUMNS existed the property, in a commit of its own (SET TBLPROPERTIES,
+    no batch), so its later commits carry no statistics of other columns. Its older commits' JSON (and any
+    checkpoint written before) may still hold min/max values of ids and text: Delta never rewrites a commit."""
+    from deltalake import DeltaTable
+
+    if not DeltaTable.is_deltatable(uri):
+        return  # the write creates it, with the property
+    table = DeltaTable(uri)
+    if any(table.metadata().configuration.get(name) != value for name, value in properties.items()):
+        table.alter.set_table_properties(properties)

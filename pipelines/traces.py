@@ -134,6 +134,8 @@ def log_batch_traces(config: LiverlConfig, batch_uri: str | None, rows: list[dic
                     key=lambda r: r["trajectory_id"])[:settings.max_traces_per_batch]
     if not chosen:
         return 0
+    from liverl.privacy import key_store, tenant_redactor
+    from liverl.privacy.pseudonyms import Pseudonyms
     from liverl.redaction import Redactor
     from pipelines.trace_spans import build_trace
 
@@ -141,9 +143,12 @@ def log_batch_traces(config: LiverlConfig, batch_uri: str | None, rows: list[dic
     experiment_id = tracking.experiment_id(config.mlflow.audit_experiment)
     decode = token_decoder(settings.trace_tokenizer)
     redactors: dict[str, Redactor] = {}
+    pseudonyms = Pseudonyms(key_store(config), config.privacy.key_cache_size)  # read only if an id needs one
     for row in chosen:
         tenant = row["tenant_id"]
-        redactor = redactors.setdefault(tenant, Redactor(config.ingest.redaction, tenant=tenant))
+        if tenant not in redactors:
+            redactors[tenant] = tenant_redactor(config, tenant, pseudonyms)
+        redactor = redactors[tenant]
         trace = build_trace(trace_key(config, row), sources[(tenant, row["session_id"])], row, table_version,
                             redactor.redact_text, decode)
         store.write(experiment_id, trace)

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
+import hmac
 import math
 import secrets
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -253,8 +255,11 @@ class Completions:
         self.request_timeout_s = limits.request_timeout_s
         self.default_tenant = default_tenant
         self._redaction = redaction
-        self._redactors: dict[str, Redactor] = {}  # the default one ("") and one per tenant override
+        self._redactors: dict[str, Redactor] = {}  # one per tenant: each pseudonymises ids under its own key
         self.opt_out = opt_out or OptOut()
+        # The tenant's keyed pseudonym of an end-user id: a session named by OpenAI's `user` is named by it. The
+        # server sets the key store's (liverl.privacy.pseudonyms); without one, a key of this process's own.
+        self.user_pseudonym: Callable[[str, str], str] = _process_user_pseudonym(secrets.token_bytes(32))
 
     def sampling(self, temperature: float | None = None, top_p: float | None = None, top_k: int | None = None,
                  max_tokens: int | None = None, seed: int | None = None,
@@ -365,15 +370,20 @@ class Completions:
         return record
 
     def redactor(self, tenant: str) -> Redactor | None:
-        """The redactor of a tenant (its overrides applied), or None when redaction is off."""
+        """The redactor of a tenant (its overrides applied), or None when redaction is off. An id that holds
+        personal data gets the tenant's keyed pseudonym from the recorder's key store (what it redacts is
+        what the recorder writes), as capture gives it; without one, a key of this process."""
         if self._redaction is None or not self._redaction.enabled:
             return None
-        key = tenant if tenant in self._redaction.tenants else ""
-        if key not in self._redactors:
+        if tenant not in self._redactors:
+            from functools import partial
+
             from liverl.redaction import Redactor
 
-            self._redactors[key] = Redactor(self._redaction, tenant=key or None)
-        return self._redactors[key]
+            subjects = getattr(self.recorder, "subjects", None)
+            pseudonym = partial(subjects.pseudonyms.redacted_id, tenant) if subjects is not None else None
+            self._redactors[tenant] = Redactor(self._redaction, tenant, pseudonym)
+        return self._redactors[tenant]
 
     def model_call(self, call: Call, ok: bool, finish_ms: int | None = None) -> model_call_pb2.ModelCall:
         caller, s = call.caller, call.sampling
@@ -402,3 +412,10 @@ class Completions:
             api=caller.api,
         )
 
+
+def _process_user_pseudonym(key: bytes) -> Callable[[str, str], str]:
+    """A user pseudonym under a key only this process holds (a Completions built without a key store)."""
+    def pseudonym(tenant: str, user: str) -> str:
+        digest = hmac.new(key, f"{tenant}\0u\0{user}".encode("utf-8", "surrogatepass"), hashlib.sha256)
+        return f"u-{digest.hexdigest()[:32]}"
+    return pseudonym

@@ -114,7 +114,9 @@ def _name(ctx: HttpContext, principal: Principal, body: Body, request: Sampled, 
     who.request_id = f"{id_prefix}{secrets.token_hex(16)}"  # uuid4().hex's shape, a third the cost
     if not who.session_id:
         try:
-            who.session_id = body_session_id(request.metadata, request.user)
+            tenant = who.tenant_id or ctx.completions.default_tenant
+            who.session_id = body_session_id(request.metadata, request.user,
+                                             lambda user: ctx.completions.user_pseudonym(tenant, user))
         except BadRequest as error:
             raise reject(ctx, principal, body, error, type(request)) from None
 

@@ -83,7 +83,7 @@ class Recorder:
         """seal: see KafkaWriter (each record sealed with its session's key before Kafka or the spool).
         subjects: links each call's user to its session (None: the users of calls are not linked)."""
         self._kafka = kafka_config
-        self._subjects = subjects
+        self.subjects = subjects
         self._metrics = metrics
         self._handoff: BatchHandoff[Record | _Pending] = BatchHandoff(queue_size, linger_s)
         # Registered here rather than in ServingMetrics, which belongs to the server's own metrics set.
@@ -149,7 +149,7 @@ class Recorder:
             log_unexpected(log, "recording: building a ModelCall failed", error)
             self._metrics.records.labels("failed").inc()
             return None
-        if item.user_id and self._subjects is not None and not self._add_link(call, item.user_id, links):
+        if item.user_id and self.subjects is not None and not self._add_link(call, item.user_id, links):
             self._metrics.records.labels("forgotten").inc()
             return None
         return self._model_call_record(call, item.finished_ms)
@@ -158,7 +158,7 @@ class Recorder:
         """False when the call's user was forgotten; True otherwise, also when the key store could not be read
         (the record is kept, and the failure counted: a link may be missing, a record never is)."""
         try:
-            return self._subjects.add(call.tenant_id, user_id, call.session_id, links)
+            return self.subjects.add(call.tenant_id, user_id, call.session_id, links)
         except Exception as error:  # no user id in the log line: the error's type only
             log.warning("recording: a call's user could not be linked to its session (%s)", type(error).__name__)
             self._metrics.user_links.labels("failed").inc()
@@ -170,7 +170,7 @@ class Recorder:
             return
         pairs = sum(len(tenant_pairs) for tenant_pairs in links.values())
         try:
-            self._subjects.write(links)
+            self.subjects.write(links)
         except Exception as error:  # the pairs are pseudonyms, but the log line needs none of them
             log.warning("recording: %d (user, session) links not written to the key store (%s)", pairs,
                         type(error).__name__)

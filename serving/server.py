@@ -64,6 +64,15 @@ class PolicyServer:
         self._tenant_watcher: asyncio.Task | None = None
         self._metrics_server = None
 
+    def _user_pseudonyms(self):
+        """The key store's keyed pseudonyms (the recorder's, when recording: one tenant key cache per process)."""
+        if self.recorder is not None and self.recorder.subjects is not None:
+            return self.recorder.subjects.pseudonyms
+        from liverl.privacy import key_store
+        from liverl.privacy.pseudonyms import Pseudonyms
+
+        return Pseudonyms(key_store(self.config), self.config.privacy.key_cache_size)
+
     async def start(self) -> None:
         c = self.config.serving
         refuse_open_exposure(c.host, self.keys, c.allow_open)  # before anything is loaded or bound
@@ -91,6 +100,7 @@ class PolicyServer:
         self.completions = Completions(self.router, self.recorder, self.metrics, self.config.mlflow.registered_model,
                                        limits, c.tenant_id, self.config.ingest.redaction,
                                        OptOut.of(self.config.ingest))
+        self.completions.user_pseudonym = self._user_pseudonyms().user  # OpenAI's `user` is never stored as given
         await self._start_grpc()
         await self._start_http()
         if c.metrics_port:

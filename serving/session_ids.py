@@ -5,7 +5,9 @@ Strongest first (the first one present wins; the others are ignored):
 2. the per-session base URL, /s/<session_id>/v1/... (for a product that can set only its base URL);
 3. the body's metadata {"liverl_session_id": "..."} (OpenAI's own request-metadata field);
 4. the body's `user` (OpenAI's end-user id): all of that user's calls become ONE session, so rely on it
-   only when the product sets `user` per conversation;
+   only when the product sets `user` per conversation. The session is named by the user's keyed pseudonym
+   ("u-<hex>", liverl.privacy.pseudonyms), never by the id as given: a session id reaches records, the table
+   and the audit, and an end-user id is personal data;
 5. nothing: the call is a session of its own (a one-call session) whose id is its completion id, `reply.id`
    (Completions.begin names it). The SDK's `feedback(reply, ...)` makes such a session trainable.
 
@@ -16,6 +18,7 @@ of the recorded ModelCall, and the headers below repeat the session and request 
 from __future__ import annotations
 
 import string
+from collections.abc import Callable
 from urllib.parse import quote
 
 from liverl.contracts import names
@@ -29,12 +32,13 @@ COMPLETION_ID_PREFIX = "cmpl-"
 _HEADER_SAFE = "".join(c for c in string.printable if c.isprintable() and c != "%")
 
 
-def body_session_id(metadata: dict[str, str] | None, user: object) -> str:
-    """The session the body names (rules 3 and 4), or ""; BadRequest when the name is not a valid id."""
+def body_session_id(metadata: dict[str, str] | None, user: object, user_pseudonym: Callable[[str], str]) -> str:
+    """The session the body names (rules 3 and 4), or ""; BadRequest when the name is not a valid id.
+    user_pseudonym: the tenant's keyed pseudonym of a user id (rule 4 names the session by it)."""
     if metadata and metadata.get(SESSION_METADATA_KEY):
         return check_id(metadata[SESSION_METADATA_KEY], f"metadata.{SESSION_METADATA_KEY}")
     if isinstance(user, str) and user:
-        return check_id(user, "user")
+        return user_pseudonym(check_id(user, "user"))
     return ""
 
 

@@ -119,3 +119,17 @@ def pytest_collection_modifyitems(items) -> None:
     for item in items:
         slow_files[item.path] = slow_files.get(item.path, False) or item.get_closest_marker("slow") is not None
     items.sort(key=rank)
+
+
+def stored_key(config: LiverlConfig, tenant: str, session: str) -> bytes:
+    """The Kafka key a session's records are stored under: a sealed record is keyed by the session's pseudonym
+    (liverl.privacy.sealing), never by the id as given."""
+    from liverl.contracts.keys import session_key
+
+    if not config.privacy.encrypt_payloads:
+        return session_key(tenant, session)
+    from liverl.privacy import key_store
+    from liverl.privacy.pseudonyms import Pseudonyms
+    from liverl.privacy.sealing import sealed_key
+
+    return sealed_key(tenant, Pseudonyms(key_store(config)).session(tenant, session))

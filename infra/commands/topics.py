@@ -8,7 +8,8 @@ TOPIC_OR_ALIAS is a topic name or an alias of the configured ones: "events" (kaf
 SessionEvent), "calls" (kafka.model_calls_topic, ModelCall), "dead-letters" (kafka.dead_letters_topic,
 the JSON envelope). Each line: {"topic", "partition", "offset", "timestamp_ms", "key", "headers",
 "value"} with the value in the protobuf JSON mapping. A session id that holds personal data is stored (and
-keyed) as its pseudonym: --session takes either, the id as the product knows it or the pseudonym.
+keyed) as its pseudonym under its tenant's key: --session takes either, the id as the product knows it or the
+pseudonym.
 Without --follow it stops at the end the topic had when it started. Start: --from-beginning (the default),
 --from-offset N or --tail N, per partition.
 """
@@ -42,9 +43,12 @@ def run(config, args) -> int:
     logging.getLogger("kafka").setLevel(logging.CRITICAL)
     topic = resolve_topic(config.kafka, args.topic)
     decode = decoder_for(config.kafka, topic)
-    from liverl.privacy import opener_for
+    from liverl.privacy import key_store, opener_for, tenant_redactor
+    from liverl.privacy.pseudonyms import Pseudonyms
 
-    for line in read_lines(config.kafka, topic, decode, args, config.ingest.redaction, opener_for(config)):
+    pseudonyms = Pseudonyms(key_store(config), config.privacy.key_cache_size)
+    redactor_of = lambda tenant: tenant_redactor(config, tenant, pseudonyms)  # noqa: E731
+    for line in read_lines(config.kafka, topic, decode, args, redactor_of, opener_for(config)):
         print(line, flush=True)
     return 0
 
@@ -122,22 +126,32 @@ def _text(raw: bytes) -> str:
 
 # --- reading -------------------------------------------------------------------------------------
 
-def stored_session_ids(session: str, redaction=None) -> set[str]:
-    """The ids a session's records may carry: its own, and the pseudonym redaction stores it under when it
-    holds personal data (the same keyed hash in every stage)."""
-    from liverl.redaction import Redactor
+def session_matcher(session: str, redactor_of: Callable[[str], object] | None = None
+                    ) -> Callable[[str | None, str | None], bool]:
+    """(tenant, session id of a record) -> whether the record is the asked session's: its id as given, or the
+    pseudonym the tenant's redaction stores it under when it holds personal data (the tenant's keyed hash, the
+    same in every stage, made once per tenant). redactor_of: tenant -> its Redactor (None: the id as given)."""
+    stored: dict[str, str] = {}
 
-    return {session, Redactor(redaction).redact_id(session)}
+    def matches(tenant: str | None, found: str | None) -> bool:
+        if found == session:
+            return True
+        if found is None or tenant is None or redactor_of is None:
+            return False
+        if tenant not in stored:
+            stored[tenant] = redactor_of(tenant).redact_id(session)
+        return found == stored[tenant]
+    return matches
 
 
-def read_lines(kafka, topic: str, decode: Callable[[bytes], Decoded], args, redaction=None,
-               opener=None) -> Iterator[str]:
+def read_lines(kafka, topic: str, decode: Callable[[bytes], Decoded], args,
+               redactor_of: Callable[[str], object] | None = None, opener=None) -> Iterator[str]:
     """JSON lines of the topic's records that pass the tenant and session filters, in each partition's order.
-    redaction: the RedactionConfig whose pseudonyms --session also matches (None: the defaults); opener: see
-    as_line."""
+    redactor_of: tenant -> the Redactor whose pseudonyms --session also matches (liverl.privacy.tenant_redactor;
+    None: the id as given only); opener: see as_line."""
     from kafka import KafkaConsumer, TopicPartition
 
-    sessions = stored_session_ids(args.session, redaction) if args.session else set()
+    asked = session_matcher(args.session, redactor_of) if args.session else None
     consumer = KafkaConsumer(**kafka.client_kwargs(), group_id=None, enable_auto_commit=False,
                              auto_offset_reset="earliest")
     try:
@@ -160,7 +174,7 @@ def read_lines(kafka, topic: str, decode: Callable[[bytes], Decoded], args, reda
                     if not args.follow and record.offset >= ends[tp]:
                         continue
                     line, tenant, session = as_line(record, decode, opener)
-                    if (args.tenant and tenant != args.tenant) or (sessions and session not in sessions):
+                    if (args.tenant and tenant != args.tenant) or (asked and not asked(tenant, session)):
                         continue
                     yield json.dumps(line, ensure_ascii=False)
                     printed += 1

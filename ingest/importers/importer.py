@@ -30,6 +30,7 @@ class ImportSummary:
     outcomes: int = 0
     skipped: list[BadInput] = field(default_factory=list)
     opted_out: int = 0  # sessions of opted-out users (ingest.opt_out_users): dropped, never built
+    forgotten: int = 0  # sessions of users or sessions `liverl forget` erased: built, never published
     redacted: Counter = field(default_factory=Counter)
 
     def lines(self) -> list[str]:
@@ -37,17 +38,19 @@ class ImportSummary:
         text = [f"imported {self.sessions} sessions ({self.events} events, {self.model_calls} model calls, "
                 f"{self.outcomes} outcomes) from {self.files} files; skipped {len(self.skipped)}"
                 + (f" ({', '.join(f'{r}: {n}' for r, n in sorted(reasons.items()))})" if reasons else "")
-                + (f"; dropped {self.opted_out} sessions of opted-out users" if self.opted_out else "")]
+                + (f"; dropped {self.opted_out} sessions of opted-out users" if self.opted_out else "")
+                + (f"; dropped {self.forgotten} sessions forgotten by `liverl forget`" if self.forgotten else "")]
         if self.redacted:
             text.append("redacted: " + ", ".join(f"{kind} {n}" for kind, n in sorted(self.redacted.items())))
         return text
 
 
 def import_files(fmt: str, paths: Iterable[Path], builder: SessionBuilder,
-                 publish: Callable[[ImportedSession, object], None] | None,
+                 publish: Callable[[ImportedSession, object], bool] | None,
                  say: Callable[[str], None] = print, task_family: str | None = None,
                  user_id: str = "", opted_out: Callable[[str], bool] = lambda user: False) -> ImportSummary:
-    """Import every session of `paths`; publish(session, built) sends one built session (None: dry run).
+    """Import every session of `paths`; publish(session, built) sends one built session and says whether it
+    did (False: its user or it was forgotten, counted apart; None instead of publish: a dry run).
     user_id: the end user of sessions whose source names none; opted_out(user): drop that user's sessions
     (counted) before anything of them is built."""
     reader = importlib.import_module(FORMATS[fmt])
@@ -66,10 +69,12 @@ def import_files(fmt: str, paths: Iterable[Path], builder: SessionBuilder,
                 continue
             try:
                 built = builder.build(found)
-                if publish is not None:
-                    publish(found, built)
+                published = publish is None or publish(found, built)
             except (ValueError, TypeError, KeyError) as error:  # one session's content, never the import
                 _skip(summary, BadInput(found.source, "unbuildable_session", f"{type(error).__name__}: {error}"), say)
+                continue
+            if not published:
+                summary.forgotten += 1
                 continue
             summary.sessions += 1
             summary.events += len(built.events)

@@ -4,7 +4,7 @@ A session's user is the one its source names (OpenAI's `user`, OpenTelemetry's u
 `liverl import --user` names. It is stored as the tenant's keyed pseudonym (never as given, and never as the
 builder's redaction left it: an email would be "[REDACTED:email]" for every user) and each session is linked to it
 in the key store, as the capture service does, so `liverl forget --user` finds imported sessions too. Sessions
-of a forgotten user, or forgotten sessions, are not published again (the sealer drops their records).
+of a forgotten user, or forgotten sessions, are not published again, and counted as such in the summary.
 """
 
 from __future__ import annotations
@@ -29,14 +29,16 @@ class ImportSubject:
         store = key_store(config)
         return cls(store, Pseudonyms(store, config.privacy.key_cache_size), tenant)
 
-    def owned(self, built: BuiltSession, user_id: str) -> BuiltSession:
+    def owned(self, built: BuiltSession, user_id: str) -> BuiltSession | None:
         """built with its user (user_id as the source or --user named it) as a pseudonym on every event and linked
-        to its session; emptied when that user was forgotten; as it is when it has no user."""
+        to its session; None when that user or the session was forgotten (publish nothing of it); as it is when
+        it has no user."""
         user = self.pseudonyms.user(self.tenant, user_id or "")
+        forgotten = self.store.forgotten(self.tenant)
+        if (user and user in forgotten) or self.pseudonyms.session(self.tenant, built.session_id) in forgotten:
+            return None
         if not user:
             return built
-        if user in self.store.forgotten(self.tenant):
-            return BuiltSession(built.session_id)
         for event in built.events:
             event.user_id = user
         self.store.link(self.tenant, user, self.pseudonyms.session(self.tenant, built.session_id))

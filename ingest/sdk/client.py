@@ -21,7 +21,6 @@ from pathlib import Path
 import grpc
 
 from liverl.config.redaction import RedactionConfig
-from liverl.redaction import Redactor
 from ingest.sdk.completions import completion_ref, fixed_event_id, one_call_session
 from ingest.sdk.ids import random_id
 from ingest.sdk.sender import BackgroundSender
@@ -41,14 +40,14 @@ class CaptureClient:
         unreachable (None: in memory only, bounded by max_queue_events). tls/root_certificates: TLS.
         max_attempts: tries of a batch the service fails on before it is dead-lettered locally
         (<spool_dir>/dead-letters.capture); an unreachable service is waited on without limit.
-        redaction: what events written to spool_dir are redacted with, before they touch the disk; pass the
-        service's ingest.redaction (its pseudonym_salt) so a spooled event's ids get the pseudonyms the service
-        gives them (default: the default settings)."""
+        redaction: what events written to spool_dir are redacted with, before they touch the disk (pass the
+        service's ingest.redaction for its custom patterns; default: the default settings). Ids are spooled as
+        given: the service pseudonymises those that hold personal data with the tenant's key."""
         credentials = grpc.ssl_channel_credentials(root_certificates) if tls or root_certificates else None
         self._sender = BackgroundSender(target, token, Path(spool_dir) if spool_dir else None, max_queue_events,
                                         batch_size, request_timeout_s=request_timeout_s,
                                         max_spool_bytes=max_spool_bytes, credentials=credentials,
-                                        max_attempts=max_attempts, redactor=Redactor(redaction))
+                                        max_attempts=max_attempts, redaction=redaction)
         self._sessions: weakref.WeakValueDictionary[str, SessionRecorder] = weakref.WeakValueDictionary()
 
     def start_session(self, task_family: str = "", task_id: str = "", user_id: str = "", token_budget: int = 0,

@@ -13,9 +13,12 @@ service did not settle are resent (its answer lists them: "deadline_exceeded"), 
 was partly stored. A batch too big for the service is split; a rate-limited one waits the delay the
 service asks for. Only an unreachable service (UNAVAILABLE) is waited on without limit: nothing is lost.
 
-Nothing reaches the disk unredacted: events are redacted (the capture service's detectors and keyed pseudonyms
-for ids, `redactor`) on their way into the spool and the dead-letter file, so a copied or forgotten folder holds
-no more than the service would have stored. Events sent straight away are redacted by the service.
+Nothing reaches the disk unredacted but ids: events are redacted (the capture service's detectors, `redaction`)
+on their way into the spool and the dead-letter file, so a copied or forgotten folder holds none of what users
+wrote. Ids (session, call and user ids) are kept as the product gave them, as its own records hold them: the
+service pseudonymises an id that holds personal data with the tenant's key (liverl.privacy.pseudonyms), which
+this process must never hold, and a pseudonym it could make alone would split a spooled session from its events
+sent directly, or be one anyone could recompute. Events sent straight away are redacted by the service.
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ import grpc
 
 from liverl.io.backoff import Backoff
 from liverl.io.spool import Spool, SpoolFull
-from liverl.redaction import Redactor
+from liverl.config.redaction import RedactionConfig
+from liverl.redaction import Redactor, ids_as_given
 from liverl.v1 import capture_pb2, session_event_pb2
 
 log = logging.getLogger("liverl.ingest.sdk")
@@ -66,9 +70,9 @@ class BackgroundSender:
     def __init__(self, target: str, token: str, spool_dir: Path | None, max_queue_events: int = 10_000,
                  batch_size: int = 256, linger_s: float = 0.02, request_timeout_s: float = 10.0,
                  max_spool_bytes: int = 256 << 20, credentials: grpc.ChannelCredentials | None = None,
-                 max_request_bytes: int = 4 << 20, max_attempts: int = 6, redactor: Redactor | None = None):
-        """redactor: applied to every event written to disk (default: the default redaction settings)."""
-        self._redactor = redactor or Redactor()
+                 max_request_bytes: int = 4 << 20, max_attempts: int = 6, redaction: RedactionConfig | None = None):
+        """redaction: applied to every event written to disk, ids excepted (default: the default settings)."""
+        self._redactor = Redactor(redaction, pseudonym=ids_as_given)
         self.batch_size = batch_size
         self.max_attempts = max_attempts
         self._dead_letter_path = spool_dir / DEAD_LETTER_FILE if spool_dir is not None else None
@@ -343,14 +347,14 @@ class BackgroundSender:
         return True
 
     def _for_disk(self, blobs: list[bytes]) -> list[bytes]:
-        """The events as the capture service would store them: redacted (unknown fields dropped too)."""
+        """The events redacted as the capture service redacts them (unknown fields dropped too), but for their
+        ids: kept as given, for the service to pseudonymise with the tenant's key (and to match opt-outs by)."""
         out = []
         for blob in blobs:
             event = session_event_pb2.SessionEvent.FromString(blob)
             user = event.user_id
             self._redactor.redact_message(event)
-            if user:  # a pseudonym, not a marker: the service still finds an opted-out user by it
-                event.user_id = self._redactor.redact_id(user)
+            event.user_id = user  # an id, though no join key (ID_FIELDS): the service makes it "u-<hex>"
             out.append(event.SerializeToString())
         return out
 

@@ -1,7 +1,7 @@
 """Redaction of personal data and secrets, shared by every stage that writes what users sent (ingest's
 events and dead letters, serving's model-call records, the trace export). Read by liverl.redaction."""
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from liverl.config.section import Section
 
@@ -39,8 +39,19 @@ class RedactionConfig(Section):
     field cannot make redaction, or anything downstream, arbitrarily slow."""
     phone_region: str = "US"
     """ISO region used to read phone numbers written without a country code (e.g. "4155550134")."""
-    pseudonym_salt: str = "liverl"
-    """Id fields (session id, call id, ...) that hold personal data are replaced by a keyed hash of the
-    value, the same in every stage, so joins still work; change it to make pseudonyms unlinkable."""
+    pseudonym_salt: str | None = None
+    """Gone: setting it is an error. Id fields (session id, call id, ...) that hold personal data are replaced
+    by an HMAC under the tenant's own pseudonym key in the key store (privacy.keys_dir), which `liverl forget
+    --tenant T --all` destroys; a salt shared by every tenant and kept in config could be used to test guesses."""
     tenants: dict[str, TenantRedaction] = {}
     """tenant id -> its overrides."""
+
+    @field_validator("pseudonym_salt")
+    @classmethod
+    def _salt_is_gone(cls, value: str | None) -> None:
+        if value is not None:
+            raise ValueError("ingest.redaction.pseudonym_salt is no longer used: ids that hold personal data are "
+                             "pseudonymised with each tenant's key from the key store (privacy.keys_dir), destroyed "
+                             "by `liverl forget --tenant T --all`. Remove the setting (and "
+                             "LIVERL_INGEST__REDACTION__PSEUDONYM_SALT) from your config and environment.")
+        return None

@@ -21,6 +21,7 @@ MODEL_CALL = b"model-call"
 DEAD_LETTER = b"dead-letter"
 
 _SCHEMA_VERSION = str(names.EVENT_SCHEMA_VERSION).encode()
+KIND_HEADER = names.HEADER_KIND  # what readers look up to tell the kinds above apart
 
 
 @lru_cache(maxsize=4096)  # built once per tenant and kind, not once per record

@@ -102,6 +102,26 @@ class Tracking:
                         lambda run_id=run.info.run_id: self.client.delete_run(run_id))
         return None
 
+    def run_ids(self, experiment: str, deleted: bool = False) -> list[str]:
+        """The ids of every run of `experiment`, [] when there is no such experiment (nothing is created).
+        deleted=True includes deleted runs: their artifacts stay in the store until `mlflow gc`."""
+        from mlflow.entities import ViewType
+
+        what = f"finding experiment {experiment!r}"
+        found = self.lookup(what, lambda: self.client.get_experiment_by_name(experiment))
+        if found is None:
+            return []
+        view = ViewType.ALL if deleted else ViewType.ACTIVE_ONLY
+        ids: list[str] = []
+        token = None
+        while True:
+            page = self.answer(f"listing the runs of {experiment!r}", lambda: self.client.search_runs(
+                [found.experiment_id], run_view_type=view, max_results=1000, page_token=token))
+            ids += [run.info.run_id for run in page]
+            token = page.token
+            if not token:
+                return ids
+
     @contextmanager
     def run(self, experiment: str, run_name: str, tags: Mapping[str, str] | None = None) -> Iterator[TrackingRun]:
         """A new run of `experiment`, ended FINISHED, or FAILED when the block raises."""
@@ -170,8 +190,33 @@ class TrackingRun:
         self._call(f"logging {artifact_file}", "log_figure", figure, artifact_file)
 
     def log_table(self, data: dict[str, list], artifact_file: str) -> None:
-        """A browsable table (columns of equal length) in the MLflow UI."""
+        """A browsable table (columns of equal length) in the MLflow UI. Appends when artifact_file exists
+        (MLflow's rule): to replace a table, write its JSON with log_text."""
         self._call(f"logging {artifact_file}", "log_table", data, artifact_file)
+
+    def log_text(self, text: str, artifact_file: str) -> None:
+        """Write text as artifact_file, replacing the artifact of that path if there is one."""
+        self._call(f"logging {artifact_file}", "log_text", text, artifact_file)
+
+    def artifact_files(self, folder: str | None = None) -> list[str]:
+        """The paths of every file artifact of the run under `folder` (all of them by default), folders walked."""
+        client = self.tracking.client
+        found = self.tracking.answer(f"listing the artifacts of run {self.run_id}",
+                                     lambda: client.list_artifacts(self.run_id, folder))
+        files: list[str] = []
+        for item in found:
+            files += self.artifact_files(item.path) if item.is_dir else [item.path]
+        return files
+
+    def read_artifact(self, artifact_file: str) -> bytes:
+        """The bytes of one artifact (downloaded into a temporary folder, removed before returning)."""
+        import tempfile
+
+        client = self.tracking.client
+        with tempfile.TemporaryDirectory(prefix="liverl-artifact-") as folder:
+            local = self.tracking.answer(f"downloading {artifact_file} of run {self.run_id}",
+                                         lambda: client.download_artifacts(self.run_id, artifact_file, folder))
+            return Path(local).read_bytes()
 
     def log_artifacts(self, folder: Path, artifact_path: str | None = None) -> None:
         self._call(f"uploading {folder}", "log_artifacts", str(folder), artifact_path)

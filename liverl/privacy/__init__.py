@@ -2,6 +2,7 @@
 token ids and of the distiller's staged trace sources (ciphers cached per process, checked against the key store
 on every use: liverl.privacy.ciphers), and erasure.
 
+Redactors of a tenant's records pseudonymise ids under the same per-tenant key (tenant_redactor).
 Built from the config by the stages that write (capture, serving, import) and read (the pipelines,
 `liverl topics`) records, and by the trainer, which opens table rows (liverl.privacy.row_sealing);
 `liverl forget` erases a subject everywhere (infra/commands/forget.py).
@@ -15,6 +16,20 @@ def key_store(config):
     from liverl.privacy.keystore import FileKeyStore
 
     return FileKeyStore(config.privacy.keys_dir)
+
+
+def tenant_redactor(config, tenant: str, pseudonyms=None):
+    """The liverl.redaction.Redactor of one tenant's records: config.ingest.redaction with the tenant's overrides,
+    and an id (a join key) that holds personal data replaced by its keyed pseudonym under the tenant's key in the
+    key store (liverl.privacy.pseudonyms), the same in every stage and gone with `liverl forget --tenant T --all`.
+    pseudonyms: the process's Pseudonyms to share (one is made otherwise). The key is read on first need only."""
+    from functools import partial
+
+    from liverl.privacy.pseudonyms import Pseudonyms
+    from liverl.redaction import Redactor
+
+    pseudonyms = pseudonyms or Pseudonyms(key_store(config), config.privacy.key_cache_size)
+    return Redactor(config.ingest.redaction, tenant, pseudonym=partial(pseudonyms.redacted_id, tenant))
 
 
 def sealer_for(config, pseudonyms=None):

@@ -6,7 +6,8 @@ destroyable; a per-tenant secret for keyed pseudonyms; a tombstone list; a user 
 id is a safe file name) of 0600 files in a 0700 folder, shared by several processes (capture, serving, import,
 the pipelines, `liverl forget`):
 
-    <keys_dir>/<tenant hex>/pseudonym.key   32 random bytes: the tenant's HMAC key for pseudonyms
+    <keys_dir>/<tenant hex>/pseudonym.key   32 random bytes: the tenant's HMAC key for pseudonyms (its inode and
+                                            mtime, random in the ns, tell a running process it was replaced)
     <keys_dir>/<tenant hex>/keys.log        "<subject id> <key hex>" lines: every live subject key, and
                                             "<user id> <subject id>" lines: the user -> sessions index
     <keys_dir>/<tenant hex>/tombstones      forgotten subject and user ids, one a line
@@ -28,6 +29,7 @@ import re
 import secrets
 import shutil
 import threading
+import time
 from collections.abc import Iterable
 from contextlib import contextmanager
 from pathlib import Path
@@ -53,6 +55,10 @@ class SubjectKeyStore(Protocol):
     def pseudonym_key(self, tenant: str) -> bytes:
         """The tenant's secret for keyed pseudonyms, made on first use (kept when subjects are forgotten)."""
 
+    def pseudonym_key_version(self, tenant: str) -> object | None:
+        """A cheap token that changes whenever the tenant's pseudonym key is replaced (forget_tenant, in any
+        process), None while it has none; never makes one. Pseudonyms compares it on every call."""
+
     def link_many(self, tenant: str, pairs: Iterable[tuple[str, str]]) -> None:
         """Record that each (user, session subject) pair belongs together (both pseudonyms)."""
 
@@ -68,6 +74,9 @@ class SubjectKeyStore(Protocol):
     def forgotten(self, tenant: str) -> frozenset[str]:
         """The tenant's tombstoned subject and user ids."""
 
+    def knows_tenant(self, tenant: str) -> bool:
+        """Whether the tenant has a pseudonym key here (anything of it ever arrived); never makes one."""
+
 
 class FileKeyStore:
     """SubjectKeyStore on a local folder (the demo's and a single machine's; a KMS replaces it in production)."""
@@ -78,6 +87,7 @@ class FileKeyStore:
         self._read_to: dict[str, tuple[int, int]] = {}  # tenant -> (keys.log inode, bytes read)
         self._tombstones: dict[str, tuple[tuple[int, int], frozenset[str]]] = {}  # tenant -> (file stat, ids)
         self._reading = threading.RLock()  # one thread at a time reads keys.log into the index (gRPC threads)
+        self._key_paths: dict[str, str] = {}  # tenant -> its pseudonym.key path (a stat per call: no Path ops)
 
     # --- keys ------------------------------------------------------------------------------------
 
@@ -126,6 +136,7 @@ class FileKeyStore:
             pass
         temporary = path.with_name(f".pseudonym.{secrets.token_hex(8)}")
         _write_new(temporary, secrets.token_bytes(KEY_BYTES))
+        _tag_mtime(temporary)
         try:
             os.link(temporary, path)  # of several processes making it at once, one wins; all read its key
         except FileExistsError:
@@ -133,6 +144,19 @@ class FileKeyStore:
         finally:
             temporary.unlink()
         return path.read_bytes()
+
+    def pseudonym_key_version(self, tenant: str) -> tuple[int, int] | None:
+        """(inode, mtime in ns) of pseudonym.key: forget_tenant removes the file and the next key is a new one.
+        Its mtime carries random nanoseconds (_tag_mtime), so a new key on a reused inode within the same clock
+        tick still differs."""
+        path = self._key_paths.get(tenant)
+        if path is None:
+            path = self._key_paths[tenant] = str(self._folder(tenant, make=False) / "pseudonym.key")
+        try:
+            found = os.stat(path)
+        except FileNotFoundError:
+            return None
+        return found.st_ino, found.st_mtime_ns
 
     # --- the user -> sessions index --------------------------------------------------------------
 
@@ -174,6 +198,9 @@ class FileKeyStore:
         self._keys.pop(tenant, None)
         self._read_to.pop(tenant, None)
         return keys
+
+    def knows_tenant(self, tenant: str) -> bool:
+        return (self._folder(tenant, make=False) / "pseudonym.key").exists()
 
     def forgotten(self, tenant: str) -> frozenset[str]:
         path = self._folder(tenant, make=False) / "tombstones"
@@ -285,6 +312,12 @@ def _write_new(path: Path, data: bytes) -> None:
         os.fsync(descriptor)
     finally:
         os.close(descriptor)
+
+
+def _tag_mtime(path: Path) -> None:
+    """Set the file's mtime to now with random nanoseconds: with its inode, a version no later file repeats."""
+    now = time.time_ns()
+    os.utime(path, ns=(now, now - now % 1_000_000_000 + secrets.randbelow(1_000_000_000)))
 
 
 def _rewrite(path: Path, pairs: list[tuple[str, str]]) -> None:

@@ -2,8 +2,10 @@
 
 Every record that belongs to a session is keyed "<tenant>/<session>" (liverl.contracts.keys); its subject is
 the keyed pseudonym of that session, and its value is sealed under the subject's own key before it reaches
-Kafka or a spool. The record's identity (topic, key, subject) is the associated data, so a sealed value
-moved to another record does not open. The header names.HEADER_SEALED carries the subject id; the value is
+Kafka or a spool. Sealing also re-keys the record "<tenant>/<subject>": a Kafka key cannot be erased, so the
+session id as the product sent it never reaches one (the pseudonym keeps one session in one partition, as the
+id did). The record's identity (topic, sealed key, subject) is the associated data, so a sealed value moved
+to another record does not open. The header names.HEADER_SEALED carries the subject id; the value is
 VERSION + 12-byte nonce + ciphertext and tag. Deleting the subject's key (`liverl forget`) leaves every copy
 (Kafka segments, spools, backups, the pipelines' dead letters) unreadable.
 """
@@ -42,14 +44,15 @@ class Sealer:
         """The records sealed; those of forgotten subjects are dropped (counted in dropped_forgotten). The keys
         the records need that this process does not hold yet are fetched (or made) together, per tenant: one
         durable write for a whole capture request."""
-        sealers = self._sealers({record.key for record in records})
+        sealers = self._sealers({record.key for record in records if not is_sealed(record)})
         sealed = []
         for record in records:
+            if is_sealed(record):
+                sealed.append(record)  # sealed before (a spooled record written again): its key is a pseudonym
+                continue
             found = sealers[record.key]
             if found is None:
                 self.dropped_forgotten += 1
-            elif any(name == names.HEADER_SEALED for name, _ in record.headers):
-                sealed.append(record)  # sealed before (a spooled record written again)
             else:
                 sealed.append(_sealed(record, *found))
         return sealed
@@ -86,11 +89,22 @@ class Sealer:
         return found
 
 
+def is_sealed(record: Record) -> bool:
+    return any(name == names.HEADER_SEALED for name, _ in record.headers)
+
+
 def _sealed(record: Record, subject: str, cipher: AESGCM) -> Record:
+    tenant, _ = split_key(record.key)
+    key = sealed_key(tenant, subject)
     nonce = os.urandom(NONCE_BYTES)
-    value = VERSION + nonce + cipher.encrypt(nonce, record.value, associated_data(record.topic, record.key, subject))
-    return Record(record.topic, record.key, value, (*record.headers, (names.HEADER_SEALED, subject.encode())),
+    value = VERSION + nonce + cipher.encrypt(nonce, record.value, associated_data(record.topic, key, subject))
+    return Record(record.topic, key, value, (*record.headers, (names.HEADER_SEALED, subject.encode())),
                   record.event_time_ms)
+
+
+def sealed_key(tenant: str, subject: str) -> bytes:
+    """The Kafka key of a sealed record: its tenant and its session's pseudonym, never the session id."""
+    return f"{tenant}/{subject}".encode("utf-8")
 
 
 class Opener:

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import hashlib
-import hmac
+import secrets
 import unicodedata
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -13,18 +12,24 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from liverl.config.redaction import DETECTORS, RedactionConfig
+from liverl.privacy.pseudonyms import keyed_digest
 from liverl.redaction.detectors import BUILTIN, TRIGGER, any_finding_pattern, compiled, compiled_bounded
 
 # Join keys: serving's ModelCalls and the pipelines join on them, so a finding in one is replaced by a
-# keyed hash of the whole value (the same in every stage) instead of a marker.
+# keyed hash of the whole value (under the tenant's key: the same in every stage) instead of a marker.
 ID_FIELDS = frozenset({"event_id", "session_id", "tenant_id", "agent_id", "call_id", "request_id", "target_call_id",
                        "subagent_id", "task_id", "chunk_ids", "gold_chunk_ids", "answer_chunk_ids"})
 Check = Callable[[str, str], bool] | None
 Around = Callable[[str, int, int], bool] | None
+IdPseudonym = Callable[[str, str], str]  # (finding kind, id) -> what is stored instead of the id
 
 
 class Redactor:
-    def __init__(self, config: RedactionConfig | None = None, tenant: str | None = None):
+    def __init__(self, config: RedactionConfig | None = None, tenant: str | None = None,
+                 pseudonym: IdPseudonym | None = None):
+        """pseudonym: the stand-in of an id that holds a finding. A tenant's records take its keyed pseudonym
+        (liverl.privacy.tenant_redactor builds such a Redactor); the default, process_pseudonym, joins nothing
+        beyond this process and is for text without a tenant (log lines); ids_as_given keeps ids unchanged."""
         config = config or RedactionConfig()
         override = config.tenants.get(tenant) if tenant is not None else None
         pick = lambda name: getattr(config, name) if override is None or getattr(override, name) is None \
@@ -36,7 +41,7 @@ class Redactor:
         self.enabled: bool = pick("enabled")
         self.max_field_chars: int = pick("max_field_chars")
         self.phone_region: str = pick("phone_region")
-        self._salt = config.pseudonym_salt.encode()
+        self._pseudonym = pseudonym or process_pseudonym
         self._rules: list[tuple[str, object, Check, Around]] = [
             (d.name, compiled_bounded(d.pattern) if d.bounded else compiled(d.pattern), d.check, d.around)
             for name in DETECTORS if name in builtin for d in BUILTIN[name]]
@@ -153,8 +158,7 @@ class Redactor:
 
     def pseudonym(self, value: str, kind: str) -> str:
         """The stand-in for an id that held personal data: equal values give equal pseudonyms."""
-        digest = hmac.new(self._salt, value.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()[:20]
-        return f"redacted-{kind}-{digest}"
+        return self._pseudonym(kind, value)
 
     def _may_need_walk(self, message: Message) -> bool:
         """Whether any string of the message could change: every detector at once (one RE2 scan) over
@@ -173,7 +177,7 @@ class Redactor:
 
     def redact_id(self, value: str, counts: Counter | None = None) -> str:
         """An id (a join key) as redact_message leaves it: unchanged, or the keyed pseudonym of the whole
-        value when it holds a finding, so the same id gets the same stand-in in every stage."""
+        value when it holds a finding, so the same id of a tenant gets the same stand-in in every stage."""
         if not self.enabled:
             return value
         return self._redact_id(value, Counter() if counts is None else counts)
@@ -238,6 +242,22 @@ class Redactor:
                 entries[new].CopyFrom(value)
             else:
                 entries[new] = value
+
+
+def process_pseudonym(kind: str, value: str) -> str:
+    """"redacted-<kind>-<hex>" under a random key this process alone holds: nobody can test a guess, and no
+    other process gives the same stand-in (fine for log lines, which never need to join)."""
+    return f"redacted-{kind}-{keyed_digest(_process_key(), f'redacted-{kind}', value)}"
+
+
+def ids_as_given(kind: str, value: str) -> str:
+    """Ids kept unchanged (the SDK's spool): the capture service pseudonymises them with the tenant's key."""
+    return value
+
+
+@cache
+def _process_key() -> bytes:
+    return secrets.token_bytes(32)
 
 
 def _collect_strings(message: Message, out: list[str]) -> None:

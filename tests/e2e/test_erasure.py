@@ -1,13 +1,12 @@
-"""Erasure, proven black-box on the real stack: one user's marker strings go in through the SDK, OTLP and
-`liverl import`, are distilled into the table, traced in MLflow and trained on (a registered version); the
-`liverl forget` command runs; then no byte of any marker is left anywhere under the data directory (Kafka's log
-segments on the broker's disk, the Delta files and their history, the MLflow database and artifacts, spools,
-the capture state, logs, the key store), the erasure names the version trained on the user's rows and keeps it
-from promotion, and another user's data is intact and still read by the trainer's table reader.
-
-A headerless OpenAI call through serving joins them: serving records its ModelCall (token ids only, so no marker
-string is stored of it) and the user's feedback on the reply links its session to the user, so its row and records
-are erased with the user's.
+"""Erasure, proven black-box on the real stack: one user's marker strings, ids and token ids go in through every
+entry point (the SDK, OTLP, `liverl import`, an OpenAI call through serving with no liverl header, one naming the
+user in OpenAI's `user` field, and a capture event refused for clock skew), are distilled into the table, traced
+and sampled in MLflow and trained on (a registered version); bad `liverl forget` requests are refused with nothing
+lost; then `liverl forget` runs, and no byte under the data directory holds the user's text, raw user id, session
+ids or token ids in any encoding (raw, base64, hex, inside gzip, zlib, zstd or snappy streams, every Parquet
+column: tests/e2e/byte_scan.py), the erasure names the version trained on the user's rows and keeps it from
+promotion, and another user of the same tenant and a user of another tenant are intact and still read by the
+trainer's table reader. Finally a whole tenant is erased with --all.
 """
 
 from __future__ import annotations
@@ -25,10 +24,13 @@ from tests.ingest.conftest import events_of
 
 pytestmark = pytest.mark.slow
 
-DAVE, ERIN = "dave@example.com", "erin-22"
-DAVE_MARKERS = {"sdk": "pangolin-sdk-5521", "otlp": "pangolin-otlp-5522", "import": "pangolin-import-5523"}
-ERIN_MARKER = "wombat-erin-8831"
+DAVE, ERIN, CAROL = "dave@example.com", "erin-22", "carol-globex-7"
+DAVE_MARKERS = {"sdk": "pangolin-sdk-5521", "otlp": "pangolin-otlp-5522", "import": "pangolin-import-5523",
+                "refused": "pangolin-refused-5524"}
+ERIN_MARKER, CAROL_MARKER = "wombat-erin-8831", "quokka-carol-9941"
 OTLP_CONVERSATION = "conv-dave-otlp"
+DAVE_TOKENS = [5, 3, 5, 3, 2, 4, 1, 5, 2, 2, 3]  # a run of the tiny vocabulary's ids nobody else sends
+TOKENS = {"acme": "acme-token", "globex": "globex-token"}
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +44,7 @@ def loop(tmp_path_factory, tiny_policy_dir):
     data_dir = tmp_path_factory.mktemp("erasure")
     config = stack_config(data_dir, storage="disk")
     config.ingest.grpc_port, config.ingest.http_port, config.ingest.metrics_port = free_port(), free_port(), 0
-    config.ingest.tenant_tokens = {"acme": "acme-token"}
+    config.ingest.tenant_tokens = dict(TOKENS)
     config.ingest.otlp_tokenizer_dir = tiny_policy_dir
     config.pipelines.reward_horizon_s = 0.0
     config.pipelines.idle_timeout_s = 1.0
@@ -58,7 +60,7 @@ def loop(tmp_path_factory, tiny_policy_dir):
         down(config, say=lambda *_: None)
 
 
-def sdk_session(config, server, user: str, marker: str, tokens: list[int]) -> str:
+def sdk_session(config, server, user: str, marker: str, tokens: list[int], tenant: str = "acme") -> str:
     """A session through the SDK with one model call, sealed and sent as serving's recorder sends it."""
     from ingest.sdk import CaptureClient
     from liverl.contracts import names
@@ -68,14 +70,14 @@ def sdk_session(config, server, user: str, marker: str, tokens: list[int]) -> st
     from liverl.privacy import sealer_for
     from liverl.v1 import common_pb2, model_call_pb2
 
-    client = CaptureClient(server.grpc_address, "acme-token", None)
+    client = CaptureClient(server.grpc_address, TOKENS[tenant], None)
     session = client.start_session(task_family="coding", task_id="t-1", user_id=user,
-                                   session_id=f"s-{uuid.uuid4().hex[:8]}")
+                                   session_id=f"conv-{user.split('@')[0]}-{uuid.uuid4().hex[:8]}")
     session.user_message(f"please fix {marker} in parser.py")
     now = int(time.time() * 1000)
     call = model_call_pb2.ModelCall(
         event_id=f"c-{session.session_id}", request_id=f"r-{session.session_id}", session_id=session.session_id,
-        tenant_id="acme", schema_version=names.EVENT_SCHEMA_VERSION, agent_role=common_pb2.AGENT_ROLE_SINGLE,
+        tenant_id=tenant, schema_version=names.EVENT_SCHEMA_VERSION, agent_role=common_pb2.AGENT_ROLE_SINGLE,
         agent_id="main", policy_version="1", model_name="liverl-policy", prompt_token_ids=tokens,
         completion_token_ids=[3, 4], completion_logprobs=[-0.5, -0.5], request_time_ms=now,
         first_token_time_ms=now + 5, finish_time_ms=now + 10, finish_reason="stop", api="openai-chat",
@@ -83,8 +85,8 @@ def sdk_session(config, server, user: str, marker: str, tokens: list[int]) -> st
     sealer = sealer_for(config)
     writer = KafkaWriter(config.kafka, Spool(config.stack.data_dir / "serving" / "spool"), 10.0,
                          seal=sealer.seal_all if sealer else None).start()
-    writer.write([Record(config.kafka.model_calls_topic, session_key("acme", session.session_id),
-                         call.SerializeToString(), ((names.HEADER_TENANT, b"acme"),), now)])
+    writer.write([Record(config.kafka.model_calls_topic, session_key(tenant, session.session_id),
+                         call.SerializeToString(), ((names.HEADER_TENANT, tenant.encode()),), now)])
     writer.close()
     session.tool_result(session.tool_call("edit", json.dumps({"note": marker}), request_id=call.request_id), "ok")
     session.outcome(success=True, score=1.0, detail=f"fixed {marker}")
@@ -120,7 +122,7 @@ def otlp_conversation(server, conversation: str, marker: str) -> None:
     assert reply.status_code == 200, reply.text
 
 
-def import_log(config, tmp_path: Path, tokenizer_dir: Path, user: str, marker: str) -> str:
+def import_log(config, tmp_path: Path, tokenizer_dir: Path, user: str, marker: str, imported: int = 1) -> str:
     import argparse
     import contextlib
     import io
@@ -141,13 +143,14 @@ def import_log(config, tmp_path: Path, tokenizer_dir: Path, user: str, marker: s
         code = import_cli.run(config, parser.parse_args(
             ["--format", "openai-chat", "--tenant", "acme", "--user", user, "--tokenizer", str(tokenizer_dir),
              str(log)]))
-    assert code == 0 and "imported 1 sessions" in out.getvalue(), out.getvalue()
+    assert code == 0 and f"imported {imported} sessions" in out.getvalue(), out.getvalue()
     return "conv-import-dave"
 
 
-def headerless_call(config, tiny_policy_dir, tmp_path: Path, capture_server, user: str, text: str) -> str:
-    """One OpenAI chat call with no liverl header through serving (hf engine), then the user's thumbs-up on the
-    reply through the SDK; returns the session id serving recorded it under (the reply's id)."""
+def serving_calls(config, tiny_policy_dir, tmp_path: Path, capture_server, user: str, text: str) -> tuple[str, str]:
+    """Two OpenAI chat calls through serving (hf engine), as an unmodified agent makes them: one with no liverl
+    header, then the user's thumbs-up on its reply through the SDK; one naming the user in OpenAI's `user` field.
+    Returns the session ids serving recorded them under (the first reply's id; the user's pseudonym)."""
     from openai import OpenAI
 
     from ingest.sdk import CaptureClient, FeedbackKind
@@ -158,25 +161,25 @@ def headerless_call(config, tiny_policy_dir, tmp_path: Path, capture_server, use
     with ServerThread(served) as serving:
         llm = OpenAI(base_url=f"{serving.http_base}/v1", api_key="acme-key")
         reply = llm.chat.completions.create(model="liverl-policy", messages=[{"role": "user", "content": text}])
+        named = llm.chat.completions.create(model="liverl-policy", messages=[{"role": "user", "content": text}],
+                                            user=user)
         assert serving.server.recorder.flush(30)
     client = CaptureClient(capture_server.grpc_address, "acme-token", None)
     client.feedback(reply, FeedbackKind.THUMBS_UP, user_id=user)
     assert client.flush(timeout_s=30), client.stats()
     client.close()
-    return reply.id
+    by_user = named.model_extra["liverl"]["session_id"]
+    assert by_user.startswith("u-") and user not in by_user  # the user field names the session by its pseudonym
+    return reply.id, by_user
 
 
-def files_holding(root: Path, needle: str) -> list[str]:
-    """Every file under root whose raw bytes hold needle (as UTF-8, or as JSON escapes it as is)."""
-    found = []
-    for path in root.rglob("*"):
-        if path.is_file() and not path.is_symlink():
-            try:
-                if needle.encode() in path.read_bytes():
-                    found.append(str(path.relative_to(root)))
-            except OSError:
-                continue
-    return sorted(found)
+def refused_event(server, user: str, session: str, marker: str) -> None:
+    """A capture event of the user that is refused (a clock a day ahead): it is dead-lettered, not stored."""
+    event = {"eventId": f"e-{session}", "sessionId": session, "userId": user, "schemaVersion": 1,
+             "eventTimeMs": int(time.time() * 1000) + 86_400_000, "userMessage": {"text": f"urgent {marker}"}}
+    answer = httpx.post(f"http://{server.http_address}/v1/capture", json={"events": [event]},
+                        headers={"authorization": "Bearer acme-token"}, timeout=30)
+    assert answer.status_code == 200 and answer.json()["rejected"][0]["reason"] == "clock_skew", answer.text
 
 
 def read_topic(config, topic: str, want: int) -> list:
@@ -228,8 +231,9 @@ def train_once(config, policy_dir: Path) -> str:
     return max((mv.version for mv in Registry(config.mlflow).versions() if mv.version != base), key=int)
 
 
-def forget_command(config, *args: str) -> dict:
-    """`liverl forget` run as a user runs it, in its own process, handed this config; its printed summary."""
+def forget_command(config, *args: str, code: int = 0) -> dict | str:
+    """`liverl forget` run as a user runs it, in its own process, handed this config: its printed summary (or,
+    when it is expected to refuse with `code`, what it said)."""
     import os
     import subprocess
     import sys
@@ -238,8 +242,8 @@ def forget_command(config, *args: str) -> dict:
 
     done = subprocess.run([sys.executable, "-m", "liverl.cli", "forget", *args], capture_output=True, text=True,
                           timeout=300, env={**os.environ, **config_environment(config)})
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    assert done.returncode == code, (done.returncode, done.stdout, done.stderr)
+    return json.loads(done.stdout.strip().splitlines()[-1]) if code == 0 else done.stderr
 
 
 def distill_until_settled(config) -> None:
@@ -249,64 +253,95 @@ def distill_until_settled(config) -> None:
         distill_once(config, now_ms=int(time.time() * 1000) + 3_600_000)
 
 
-def test_forget_leaves_no_readable_copy_and_keeps_everyone_else(loop, tmp_path, tiny_policy_dir):
-    from deltalake import DeltaTable
-
-    from infra.commands.forget import forget
+def table_sessions(config) -> set[tuple[str, str]]:
+    """(tenant, session id) of every row the trainer's table reader reads."""
     from liverl.io.table_history import TableHistory
+
+    return {(r["tenant_id"], r["session_id"]) for r in TableHistory(config.table.trajectories_uri).rows_up_to()}
+
+
+def test_forget_leaves_no_byte_of_the_user_and_keeps_everyone_else(loop, tmp_path, tiny_policy_dir):
+    from infra.commands.forget import forget
     from liverl.privacy import audit_log, row_opener_for
+    from liverl.io.table_history import TableHistory
+    from tests.e2e.byte_scan import scan
     from tests.trainer.test_gate_promotion import Judged
     from trainer.registry import Registry
 
     config, server = loop
     data_dir = config.stack.data_dir
-    sdk_session(config, server, DAVE, DAVE_MARKERS["sdk"], [1, 2])
+    dave_sdk = sdk_session(config, server, DAVE, DAVE_MARKERS["sdk"], DAVE_TOKENS)
     erin_session = sdk_session(config, server, ERIN, ERIN_MARKER, [1, 2])
+    carol_session = sdk_session(config, server, CAROL, CAROL_MARKER, [1, 2], tenant="globex")
     otlp_conversation(server, OTLP_CONVERSATION, DAVE_MARKERS["otlp"])
-    import_log(config, tmp_path, tiny_policy_dir, DAVE, DAVE_MARKERS["import"])
-    zero_code = headerless_call(config, tiny_policy_dir, tmp_path, server, DAVE, "fix edit file")
+    dave_import = import_log(config, tmp_path, tiny_policy_dir, DAVE, DAVE_MARKERS["import"])
+    zero_code, by_user = serving_calls(config, tiny_policy_dir, tmp_path, server, DAVE, "fix edit file")
+    refused_event(server, DAVE, "conv-dave-refused", DAVE_MARKERS["refused"])
     distill_until_settled(config)
 
-    rows = DeltaTable(config.table.trajectories_uri).to_pyarrow_table(columns=["session_id"]).to_pylist()
-    assert {erin_session, OTLP_CONVERSATION, "conv-import-dave", zero_code} <= {r["session_id"] for r in rows}, rows
-    before = {name: files_holding(data_dir, marker) for name, marker in DAVE_MARKERS.items()}
-    assert all(before.values()), before  # the markers were stored (as the redacted traces show them)
-    print(f"marker copies before forget: {before}")
-    # The grep reads Kafka's segments: the broker's disk holds the records' headers in clear, values sealed.
-    assert files_holding(data_dir / "broker-s3", "liverl-sealed")
-    assert files_holding(data_dir / "broker-s3", "acme/" + erin_session)
-    assert files_holding(data_dir / "mlflow", ERIN_MARKER)
+    dave_sessions = [dave_sdk, dave_import, zero_code, OTLP_CONVERSATION, "conv-dave-refused"]
+    everyone = {("acme", erin_session), ("globex", carol_session), ("acme", OTLP_CONVERSATION),
+                ("acme", dave_import), ("acme", zero_code)}  # the `user`-named call has no reward signal: no row
+    assert everyone <= table_sessions(config), table_sessions(config)
+    before = scan(data_dir, [*DAVE_MARKERS.values(), *dave_sessions], [DAVE_TOKENS])
+    assert {f.needle for f in before} >= {DAVE_MARKERS["sdk"], DAVE_MARKERS["otlp"], DAVE_MARKERS["import"]}, before
+    print(f"copies of dave's markers and ids before forget: {len(before)} in {len({f.path for f in before})} files")
+    assert not scan(data_dir, [DAVE]), "a raw user id was stored"  # never, not even before the erasure
+    assert not scan(data_dir / "broker-s3", [erin_session, dave_sdk])  # Kafka keys: pseudonyms, values: sealed
+    assert scan(data_dir / "mlflow", [ERIN_MARKER]) and scan(data_dir / "mlflow", [CAROL_MARKER])
     trained = train_once(config, tiny_policy_dir)
+
+    # Every bad request is refused (exit code 2) and erases nothing
+    rows_before = table_sessions(config)
+    for args in (["--user", ""], ["--user", " "], ["--session", ""], ["--user", "*"], ["--session", "*"],
+                 ["--user", "nobody@example.com"]):
+        assert "refused, nothing was erased" in forget_command(config, "--tenant", "acme", *args, code=2)
+    assert "refused" in forget_command(config, "--tenant", "globex", "--user", ERIN, code=2)  # the other tenant's
+    assert "refused" in forget_command(config, "--tenant", "*", "--user", DAVE, code=2)
+    assert "required" in forget_command(config, "--tenant", "acme", code=2)  # a tenant alone: --all, said out loud
+    planned = forget_command(config, "--tenant", "acme", "--user", DAVE, "--dry-run")
+    assert planned["dry_run"] and planned["known"] and planned["trajectory_rows"] >= 3, planned
+    assert table_sessions(config) == rows_before and not audit_log.read(config.privacy.audit_log)
 
     started = time.perf_counter()
     by_user = forget_command(config, "--tenant", "acme", "--user", DAVE, "--exclude-versions", "--operator", "test")
     by_session = forget(config, "acme", session=OTLP_CONVERSATION, operator="test")  # OTLP names no user
     seconds = time.perf_counter() - started
     print(f"time to forget: {seconds:.2f} s (user: {by_user['seconds']} s, session: {by_session['seconds']} s)")
+    print(f"erased: {json.dumps(by_user, sort_keys=True)}")
     assert by_user["trained_versions"] == by_user["versions_excluded"] == [trained]
     assert Judged(Registry(config.mlflow)).judge(trained, checkpoint=None).decision == "fail"  # never promoted
-
-    left = {name: files_holding(data_dir, marker) for name, marker in DAVE_MARKERS.items()}
-    assert left == {name: [] for name in DAVE_MARKERS}, left
-    assert by_user["keys_destroyed"] == 3 and by_user["table_rows"] >= 3 and by_user["traces"] >= 3
+    assert by_user["table_rows"] >= 3 and by_user["traces"] >= 3
     assert by_session["keys_destroyed"] == 1 and by_session["table_rows"] >= 1
+
+    left = scan(data_dir, [*DAVE_MARKERS.values(), *dave_sessions, DAVE], [DAVE_TOKENS])
+    assert left == [], left  # in no file, in no encoding
     logged = audit_log.read(config.privacy.audit_log)
     assert [entry["scope"] for entry in logged] == ["user", "session"]
-    assert DAVE not in config.privacy.audit_log.read_text()
 
     kept = TableHistory(config.table.trajectories_uri).rows_up_to()  # the trainer's reader, and its opener
-    assert {r["session_id"] for r in kept} == {erin_session}
+    assert {(r["tenant_id"], r["session_id"]) for r in kept} == {("acme", erin_session), ("globex", carol_session)}
     assert all(row_opener_for(config).open_row(r)["token_ids"] for r in kept)
-    assert files_holding(data_dir / "mlflow", ERIN_MARKER)  # erin's trace is still there
+    assert scan(data_dir / "mlflow", [ERIN_MARKER]) and scan(data_dir / "mlflow", [CAROL_MARKER])  # their traces
     erin_events = [e for e in events_of(read_topic(config, config.kafka.session_events_topic, want=1))
                    if e.session_id == erin_session]  # and her records still open
     assert any(ERIN_MARKER in e.user_message.text for e in erin_events)
 
-    # Nothing of dave comes back: importing his file again and sending his OTLP conversation again store nothing.
+    # Nothing of dave comes back: his file imported again, his OTLP conversation sent again store nothing; forgetting
+    # him again is harmless; a user who has not arrived yet can be opted out on purpose.
     (tmp_path / "again").mkdir()
-    import_log(config, tmp_path / "again", tiny_policy_dir, DAVE, DAVE_MARKERS["import"])
+    import_log(config, tmp_path / "again", tiny_policy_dir, DAVE, DAVE_MARKERS["import"], imported=0)
     otlp_conversation(server, OTLP_CONVERSATION, DAVE_MARKERS["otlp"])
     distill_until_settled(config)
-    assert files_holding(data_dir, DAVE_MARKERS["otlp"]) == []
-    assert files_holding(data_dir, DAVE_MARKERS["import"]) == []
-    assert {r["session_id"] for r in TableHistory(config.table.trajectories_uri).rows_up_to()} == {erin_session}
+    assert scan(data_dir, [DAVE_MARKERS["otlp"], DAVE_MARKERS["import"]]) == []
+    assert table_sessions(config) == {("acme", erin_session), ("globex", carol_session)}
+    again = forget_command(config, "--tenant", "acme", "--user", DAVE)
+    assert again["known"] and again["table_rows"] == 0
+    opted_out = forget_command(config, "--tenant", "acme", "--user", "newcomer-1", "--allow-unknown")
+    assert opted_out["recorded_as_opt_out"] and opted_out["table_rows"] == 0
+
+    # A whole tenant, said out loud: globex is gone, acme's erin is intact
+    tenant = forget_command(config, "--tenant", "globex", "--all")
+    assert tenant["scope"] == "tenant" and tenant["table_rows"] >= 1
+    assert scan(data_dir, [CAROL_MARKER, carol_session]) == []
+    assert table_sessions(config) == {("acme", erin_session)}

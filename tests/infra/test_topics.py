@@ -107,9 +107,9 @@ def test_a_session_stored_under_its_pseudonym_is_found_by_the_id_the_product_kno
     from kafka import KafkaProducer
 
     from liverl.contracts.keys import session_key
-    from liverl.redaction import Redactor
+    from liverl.privacy import tenant_redactor
 
-    pseudonym = Redactor(fresh_topics.ingest.redaction).redact_id("conv-dave@example.com")
+    pseudonym = tenant_redactor(fresh_topics, "acme").redact_id("conv-dave@example.com")  # under acme's key
     assert pseudonym.startswith("redacted-email-")
     kafka = fresh_topics.kafka
     producer = KafkaProducer(**kafka.client_kwargs(), acks="all")

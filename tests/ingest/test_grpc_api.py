@@ -9,11 +9,11 @@ import time
 import grpc
 import pytest
 
-from liverl.contracts.keys import session_key
 from ingest.sdk import CaptureClient, FeedbackKind
 from liverl.contracts import names
 from liverl.v1 import capture_pb2, capture_pb2_grpc, session_event_pb2
 from tests.ingest.conftest import assert_sessions_complete, capture_config, events_of, read_topic
+from tests.conftest import stored_key
 
 
 def stub(server):
@@ -48,7 +48,7 @@ def test_sdk_sessions_land_in_kafka_keyed_ordered_tagged_and_redacted(capture, t
     records = read_topic(config, config.kafka.session_events_topic, want=24)
     events = events_of(records)
     for s in sessions:
-        assert len({r.partition for r in records if r.key == session_key("acme", s.session_id)}) == 1
+        assert len({r.partition for r in records if r.key == stored_key(config, "acme", s.session_id)}) == 1
     assert_sessions_complete(events, {s.session_id: 8 for s in sessions})
     assert all(e.tenant_id == "acme" and e.ingest_time_ms > 0 for e in events)
     assert {dict(r.headers)[names.HEADER_TENANT] for r in records} == {b"acme"}

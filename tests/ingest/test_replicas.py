@@ -15,9 +15,9 @@ import pytest
 from google.protobuf import json_format
 
 from ingest.sdk.sender import _frame
-from liverl.contracts.keys import session_key
 from liverl.v1 import capture_pb2, session_event_pb2
 from tests.ingest.conftest import capture_config, events_of, read_topic
+from tests.conftest import stored_key
 
 AUTH = (("authorization", "Bearer acme-token"),)
 KINDS = ["user_message", "tool_call", "tool_result", "summary", "outcome"]
@@ -133,7 +133,7 @@ def test_round_robin_replicas_store_each_event_once_in_acceptance_order(replicas
     stored: dict[str, list[str]] = defaultdict(list)
     partitions = defaultdict(set)
     for record, event in sorted(zip(records, events_of(records)), key=lambda pair: (pair[0].partition, pair[0].offset)):
-        assert record.key == session_key("acme", event.session_id)
+        assert record.key == stored_key(config, "acme", event.session_id)
         stored[event.session_id].append(event.event_id)
         partitions[event.session_id].add(record.partition)
     assert all(len(p) == 1 for p in partitions.values())  # one session, one partition

@@ -10,9 +10,9 @@ import uuid
 
 import httpx
 
-from liverl.contracts.keys import session_key
 from liverl.v1 import model_call_pb2, session_event_pb2
 from tests.ingest.conftest import capture_config, read_topic
+from tests.conftest import stored_key
 
 ACME = {"authorization": "Bearer acme-token"}
 RAW_SESSION = "conv-dave@example.com"
@@ -32,7 +32,7 @@ def _assert_keyed_by_the_pseudonym(config, records) -> None:
         session = _value_session(record.topic, config, record.value)
         assert "dave@example.com" not in record.key.decode() and "dave@example.com" not in session
         assert session.startswith("redacted-email-"), session
-        assert record.key == session_key("acme", session), (record.topic, record.key)
+        assert record.key == stored_key(config, "acme", session), (record.topic, record.key)
 
 
 def test_capture_events_and_dead_letters_are_keyed_by_the_pseudonym(capture):

@@ -46,3 +46,5 @@ def test_each_committed_batch_gets_one_audit_run_even_after_a_crash(distill_conf
     sample = json.loads(open(client.download_artifacts(second.info.run_id, "trajectories_sample.json",
                                                        str(tmp_path))).read())
     assert len(sample["data"]) == 2
+    assert sample["columns"][:2] == ["tenant_id", "session_id"]  # what `liverl forget` matches rows by
+    assert {row[0] for row in sample["data"]} == {"demo"}

@@ -22,13 +22,6 @@ def test_refuses_to_start_open_on_all_interfaces(tmp_path, tiny_policy_dir):
             pass
 
 
-def test_refuses_the_shipped_pseudonym_salt_beyond_loopback(tmp_path, tiny_policy_dir):
-    config = _config(tmp_path, tiny_policy_dir, host="0.0.0.0", api_keys={"k1": {"tenant": "acme"}})
-    with pytest.raises(ValueError, match="pseudonym salt is the shipped one"):
-        with ServerThread(config):
-            pass
-
-
 def test_each_key_is_rate_limited_on_both_apis(tmp_path, tiny_policy_dir):
     config = _config(tmp_path, tiny_policy_dir, api_keys={"k1": {"tenant": "acme"}, "k2": {"tenant": "acme"}},
                      rate_limit_per_s=0.2, rate_limit_burst=2)

@@ -52,6 +52,9 @@ def test_a_user_named_to_serving_is_linked_to_the_session_forget_user_finds(stac
         store = key_store(config)
         found = resolve(store, "acme", user=alice)  # what `liverl forget --user` erases
         assert found.sessions == alices and len(alices) == 3
+        # OpenAI's `user` names the session by the user's keyed pseudonym, and no Kafka key holds an id as given
+        assert model_call_pb2.ModelCall.FromString(calls[by_body.id].value).session_id == found.user
+        assert all(alice.encode() not in r.key and b"work-" not in r.key for r in records)
         assert server.server.metrics.value("liverl_serving_user_links_total", {"outcome": "linked"}) == 4
         stored = b"".join(path.read_bytes() for path in config.privacy.keys_dir.rglob("*") if path.is_file())
         assert alice.encode() not in stored and bob.encode() not in stored  # pseudonyms only

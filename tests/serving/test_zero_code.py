@@ -5,10 +5,10 @@ import httpx
 import openai
 
 from liverl.contracts import names
-from liverl.contracts.keys import session_key
 from liverl.v1 import common_pb2, model_call_pb2, serving_pb2, serving_pb2_grpc
 from serving.session_ids import REQUEST_ID_HEADER, header_value
 from tests.serving.conftest import read_topic
+from tests.conftest import stored_key
 
 
 def _plain_client(server, base: str = "/v1") -> openai.OpenAI:
@@ -26,7 +26,7 @@ def _recorded(server, request_ids: set[str]) -> dict[str, model_call_pb2.ModelCa
     for record in records:
         call = model_call_pb2.ModelCall.FromString(record.value)
         if call.request_id in request_ids:
-            assert record.key == session_key(call.tenant_id, call.session_id)
+            assert record.key == stored_key(config, call.tenant_id, call.session_id)
             found[call.request_id] = call
     return found
 
@@ -64,10 +64,12 @@ def test_sessions_named_by_url_metadata_or_user_in_that_order(api_server):
         "s-url-2": _plain_client(api_server, "/s/s-url-2/v1").chat.completions.create(
             model="", messages=ask, max_tokens=2, user="s-user"),
     }
-    assert {session: reply.model_extra["liverl"]["session_id"] for session, reply in named.items()} == {
-        session: session for session in named}
+    shown = {session: reply.model_extra["liverl"]["session_id"] for session, reply in named.items()}
+    by_user = shown["s-user"]  # OpenAI's `user` names the session by its keyed pseudonym, never as given
+    assert by_user.startswith("u-") and "s-user" not in by_user
+    assert shown == {**{session: session for session in named}, "s-user": by_user}
     calls = _recorded(api_server, {reply.id for reply in named.values()})
-    assert {session: calls[reply.id].session_id for session, reply in named.items()} == {s: s for s in named}
+    assert {session: calls[reply.id].session_id for session, reply in named.items()} == shown
     assert by_url.models.list().data[0].model_extra["policy_version"] == "1"  # the whole API under the URL
 
 
@@ -101,7 +103,8 @@ def test_bad_session_names_are_refused_like_any_bad_field(api_server):
     blank = httpx.post(base + "/s/%20/v1/chat/completions", json=chat, headers=auth)
     assert blank.status_code == 400 and "session" in blank.json()["error"]["message"]
     # an id that is printable but not ASCII travels percent-encoded in the header, as it is in the body
-    ok = httpx.post(base + "/v1/chat/completions", json={**chat, "user": "séance-1"}, headers=auth)
+    ok = httpx.post(base + "/v1/chat/completions", json={**chat, "metadata": {"liverl_session_id": "séance-1"}},
+                    headers=auth)
     assert ok.status_code == 200 and ok.json()["liverl"]["session_id"] == "séance-1"
     assert ok.headers[names.META_SESSION_ID] == header_value("séance-1") == "s%C3%A9ance-1"
 

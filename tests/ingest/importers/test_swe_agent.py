@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from tests.conftest import with_topics
+from tests.conftest import stored_key, with_topics
 from tests.ingest.conftest import read_topic
 from tests.ingest.importers.conftest import make_tokenizer_dir, messages_of, run_import, source_words
 
@@ -62,13 +62,13 @@ def test_every_turn_of_every_run_is_published(imported, traj_paths):
 
 
 def test_calls_are_off_policy_imports_keyed_by_tenant_and_session(imported):
-    _, _, _, event_records, call_records, _, events, calls = imported
+    config, _, _, event_records, call_records, _, events, calls = imported
     for call in calls:
         assert call.origin == "import:swe-agent" and call.policy_version == "import"
         assert not call.completion_logprobs and call.completion_token_ids and call.prompt_token_ids
         assert call.agent_role == 1 and call.tenant_id == TENANT  # AGENT_ROLE_SINGLE
     for record, message in [*zip(event_records, events), *zip(call_records, calls)]:
-        assert record.key == f"{TENANT}/{message.session_id}".encode()
+        assert record.key == stored_key(config, TENANT, message.session_id)
         assert dict(record.headers)["liverl-tenant"] == TENANT.encode()
     # every tool call names the model call that made it, and every result a call of its session
     request_ids = {c.request_id for c in calls}

@@ -1,6 +1,7 @@
-"""The SDK writes nothing readable to disk: what waits in its spool while the service is down, and what it
-dead-letters locally, is redacted as the capture service redacts; a spooled session still joins up with the
-events sent straight to the service once it is back (the same pseudonym for an id that held an email)."""
+"""The SDK writes nothing users wrote to disk: what waits in its spool while the service is down, and what it
+dead-letters locally, is redacted as the capture service redacts, but for ids, kept as the product gave them;
+the service pseudonymises them with the tenant's key, so a spooled session still joins up with the events sent
+straight to the service once it is back (the same pseudonym for an id that held an email)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from ingest.sdk import CaptureClient
 from tests.ingest.conftest import capture_config, events_of, read_topic
 
 EMAIL, CARD = "dave.marker@example.com", "4111 1111 1111 1111"
-SESSION = "conv-dave.marker@example.com"  # an id holding personal data: pseudonymised, not masked
+SESSION = "conv-erin.id@example.com"  # an id holding personal data: pseudonymised by the service, not masked
 
 
 def _disk_bytes(folder: Path) -> bytes:
@@ -34,17 +35,19 @@ def test_the_spool_holds_events_redacted_and_they_still_arrive_whole(fresh_topic
     session.tool_result("call-1", f"paid with {CARD}")
     processes.wait_until(lambda: client.stats()["spooled"] >= 3, 30, "SDK spooling to disk")
     assert _disk_bytes(tmp_path / "sdk") and _markers_in(_disk_bytes(tmp_path / "sdk")) == []
+    assert SESSION.encode() in _disk_bytes(tmp_path / "sdk")  # the id as the product gave it: the service keys it
 
     server = CaptureServer(config).start()  # back: the spooled events go first, then the end, sent directly
     try:
         session.end("completed")
         assert client.flush(timeout_s=60), client.stats()
         events = events_of(read_topic(config, config.kafka.session_events_topic, want=4))
+        pseudonym = server.core.redactor_for("acme").redact_id(SESSION)  # under acme's key from the key store
     finally:
         client.close()
         server.stop()
     assert [e.WhichOneof("body") for e in events] == ["session_start", "user_message", "tool_result", "session_end"]
-    assert len({e.session_id for e in events}) == 1 and events[0].session_id.startswith("redacted-")
+    assert {e.session_id for e in events} == {pseudonym} and pseudonym.startswith("redacted-email-")
     assert "[REDACTED:" in events[1].user_message.text and _markers_in(b"".join(e.SerializeToString()
                                                                               for e in events)) == []
 
@@ -66,18 +69,17 @@ def test_events_dead_lettered_locally_are_redacted(fresh_topics, tmp_path):
     assert _markers_in(_disk_bytes(tmp_path / "sdk")) == []
 
 
-def test_an_opted_out_user_is_still_dropped_after_the_spool_redacted_their_id(fresh_topics, tmp_path):
+def test_an_opted_out_user_is_still_dropped_after_the_spool(fresh_topics, tmp_path):
     from ingest.service import CaptureServer
 
     config = capture_config(fresh_topics, tmp_path / "service-spool", opt_out_users={"acme": [EMAIL]})
     client = CaptureClient(f"127.0.0.1:{config.ingest.grpc_port}", "acme-token", tmp_path / "sdk",
                            request_timeout_s=2, redaction=config.ingest.redaction)
-    private = client.start_session(user_id=EMAIL)  # a user id that is personal data: pseudonymised on disk
+    private = client.start_session(user_id=EMAIL)  # spooled as given: the service matches and keys it
     private.user_message("private words")
     public = client.start_session(user_id="bob")
     public.user_message("public words")
     processes.wait_until(lambda: client.stats()["spooled"] >= 4, 30, "SDK spooling to disk")
-    assert _markers_in(_disk_bytes(tmp_path / "sdk")) == []
 
     server = CaptureServer(config).start()
     try:

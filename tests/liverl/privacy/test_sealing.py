@@ -21,9 +21,10 @@ def record(session: str = "conv-1", value: bytes = MARKER, topic: str = "events"
 def test_a_sealed_value_opens_only_with_its_key_and_its_record(tmp_path):
     store = FileKeyStore(tmp_path)
     sealed = Sealer(store).seal(record())
-    assert MARKER not in sealed.value and sealed.key == b"acme/conv-1" and sealed.event_time_ms == 5
     subject = dict(sealed.headers)[names.HEADER_SEALED].decode()
     assert subject.startswith("s-") and "conv" not in subject
+    # Kafka keys cannot be erased: the sealed record is keyed by the session's pseudonym, not its id
+    assert MARKER not in sealed.value and sealed.key == f"acme/{subject}".encode() and sealed.event_time_ms == 5
     opener = Opener(store)
     assert opener.open(sealed.topic, sealed.key, sealed.headers, sealed.value) == MARKER
     with pytest.raises(ValueError, match="altered or moved"):
@@ -41,7 +42,17 @@ def test_forgetting_the_subject_makes_every_copy_unreadable_and_drops_new_record
     with pytest.raises(Forgotten):
         Opener(store).open(sealed.topic, sealed.key, sealed.headers, sealed.value)
     assert Opener(store).open(kept.topic, kept.key, kept.headers, kept.value) == MARKER
-    assert Sealer(store).seal_all([record(), record("conv-2")])[0].key == b"acme/conv-2"  # conv-1: dropped
+    assert [r.key for r in Sealer(store).seal_all([record(), record("conv-2")])] == [kept.key]  # conv-1: dropped
+
+
+def test_a_record_sealed_before_is_passed_on_as_it_is_and_makes_no_key(tmp_path):
+    """A spooled record is sealed again when it is sent: its key is a pseudonym by then, never hashed again."""
+    store = FileKeyStore(tmp_path)
+    sealer = Sealer(store)
+    sealed = sealer.seal(record())
+    assert sealer.seal_all([sealed]) == [sealed]
+    assert len(list((tmp_path).rglob("keys.log"))) == 1
+    assert sum(1 for line in next(tmp_path.rglob("keys.log")).read_text().splitlines() if line) == 1
 
 
 def test_the_writer_spools_only_sealed_values(tmp_path):
@@ -52,7 +63,7 @@ def test_the_writer_spools_only_sealed_values(tmp_path):
     writer = KafkaWriter(config.kafka, spool, 0.1, seal=Sealer(store).seal_all)
     writer.park([record(), record("conv-2")])
     raw = b"".join(p.read_bytes() for p in (tmp_path / "spool").rglob("*") if p.is_file())
-    assert raw and MARKER not in raw and b"dave@example.com" not in raw
+    assert raw and MARKER not in raw and b"dave@example.com" not in raw and b"conv-" not in raw
     spool.close()
 
 
