@@ -2,7 +2,8 @@
 
 A prompt is rarely sampled several times in production, so GRPO-style groups are the exception: a
 trajectory is compared with the other trajectories of its (task_family, task_id) in the same step
-when there are any, and with its family's running mean reward otherwise.
+when there are any, and with its family's running mean reward otherwise (a family seen for the first time: the
+mean of its other trajectories in the step; never a mean that holds the trajectory's own reward).
 
 Imported trajectories (`liverl import`) get no advantage: their rewards measure the policy that produced the
 traces, not ours, so they never move a baseline, join a group or the batch normalisation. `step_signals` gives
@@ -55,14 +56,26 @@ def compute_advantages(
             baseline = sum(others) / len(others)
         else:
             running = baselines.get(trajectory.task_family)
-            family = by_family[trajectory.task_family]
-            # A family seen for the first time has no history: its batch mean is the best guess.
-            baseline = running if running is not None else sum(family) / len(family)
+            baseline = running if running is not None else _first_seen_baseline(by_family[trajectory.task_family],
+                                                                                 rewards[index])
         advantages.append(rewards[index] - baseline)
     if config.normalize == "batch" and advantages:
         advantages = _standardised(advantages)
     baselines.update(by_family, config.baseline_momentum)
     return advantages
+
+
+def _first_seen_baseline(family_rewards: list[float], own: float) -> float:
+    """A family with no running baseline yet: the mean reward of its other trajectories in this step.
+
+    Not the batch mean with the trajectory's own reward in it: that baseline moves with the reward it is subtracted
+    from, which shrinks every advantage by 1 - 1/n (a half at n = 2) and biases the gradient; the others' mean is
+    independent of it, as the leave-one-out group baseline is. Alone in the step, nothing else measures what its
+    family earns: the baseline is its own reward, advantage 0 (it neither pushes nor pulls its tokens), rather than
+    a guess such as 0 or another family's mean that would train its tokens on how unrelated tasks score. Its reward
+    still starts the family's running baseline (Baselines.update), so the family's next trajectory is judged."""
+    n = len(family_rewards)
+    return (sum(family_rewards) - own) / (n - 1) if n > 1 else own
 
 
 def step_signals(

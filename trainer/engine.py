@@ -44,7 +44,25 @@ def deepspeed_config(config: TrainerConfig) -> dict:
         "fp16": {"enabled": ds.precision == "fp16"},
         "steps_per_print": 10**9,  # the trainer prints its own line per step
         "wall_clock_breakdown": False,
+        **_warmup(config),
     }
+
+
+def _warmup(config: TrainerConfig) -> dict:
+    """DeepSpeed's WarmupLR for trainer.warmup_steps W: linear from learning_rate/(W + 1) to learning_rate.
+
+    Built at iteration 0 (its default, -1, would take the minimum for two updates and log a warning), which
+    build_engine then applies to the optimizer: update k (1-based) takes min + (lr - min)·(k - 1)/W, which with
+    min = lr/(W + 1) is lr·k/(W + 1), and the full rate from update W + 1. Saved and restored with each checkpoint
+    (engine.save_checkpoint / load_checkpoint), so a resume goes on where the schedule was."""
+    steps = config.warmup_steps
+    if not steps:
+        return {}
+    lr = config.learning_rate
+    return {"scheduler": {"type": "WarmupLR", "params": {
+        "warmup_min_lr": lr / (steps + 1), "warmup_max_lr": lr, "warmup_num_steps": steps, "warmup_type": "linear",
+        "last_batch_iteration": 0,
+    }}}
 
 
 def start_distributed(config: TrainerConfig) -> Ranks:
@@ -82,7 +100,8 @@ def start_distributed(config: TrainerConfig) -> Ranks:
 
 def build_engine(model: torch.nn.Module, config: TrainerConfig) -> DeepSpeedEngine:
     """deepspeed.initialize with a torch AdamW (no fused/CPU Adam op build) over the parameters that require
-    gradients: all of them for full fine-tuning, only the adapter's with LoRA (the base stays frozen)."""
+    gradients: all of them for full fine-tuning, only the adapter's with LoRA (the base stays frozen); its learning
+    rate warms up over trainer.warmup_steps from this build on (a loaded checkpoint brings its own schedule)."""
     import deepspeed
     import torch
 
@@ -93,6 +112,8 @@ def build_engine(model: torch.nn.Module, config: TrainerConfig) -> DeepSpeedEngi
                          "load the policy with trainer.policy_io.load_policy or trainer.adapters.trainable_policy")
     optimizer = torch.optim.AdamW(trainable, lr=config.learning_rate, weight_decay=config.weight_decay)
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=deepspeed_config(config))
+    if engine.lr_scheduler is not None:  # trainer.warmup_steps: the first update's rate, lr/(W + 1) (see _warmup)
+        engine.lr_scheduler.step(0)
     return engine
 
 

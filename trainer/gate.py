@@ -11,8 +11,14 @@ held-out trajectory so that it has a standard error:
   judged only when max_loss_increase is set (a clipped surrogate is pessimistic for moves past its clip range);
 - reward_change: the candidate's expected reward minus the champion's, each estimated on the held-out rows
   by self-normalised importance sampling of the reward library's labels, w_i = π(traj_i) / π_behaviour(traj_i)
-  from the served tokens' logprobs, truncated at exp(±max_log_weight); effective_fraction is the Kish
-  effective sample size of the candidate's weights over the held-out count (too small: cannot be judged);
+  from the served tokens' logprobs, truncated at exp(±max_log_weight), jackknifed over sessions; judged with stated
+  error rates (trainer/gate_statistics.py): a candidate worse by max_reward_drop passes at most max_false_promotion
+  of the time, an equal one is refused at most max_false_refusal of the time, and where the evidence cannot keep
+  both the gate DEFERS (decision "defer": neither promoted nor refused; the report says how many more held-out
+  sessions it needs). reward_false_promotion and reward_false_refusal record the two rates for this evidence.
+  effective_fraction is the Kish effective sample size of the candidate's weights over the held-out count (too
+  small a fraction: the candidate is too far from the served traffic, fail; fewer than min_effective_sessions
+  effective sessions: too little evidence, defer);
 - monitor.*: the reward-hacking figures of liverl.rewards (clarifying, broken calls, edits, sub-agents, ...)
   estimated for the candidate's own outputs the same importance-weighted way, each judged together with the
   verified outcome (the "outcome" component) on the same rows: a move past the library's threshold that is
@@ -20,20 +26,23 @@ held-out trajectory so that it has a standard error:
   outcome is hacking (trainer/hacking.py); plus the drift report of the traffic served so far.
 
 Fail-closed: a NaN figure, a missing drift report, evidence whose parts disagree, fewer than two (or
-min_holdout) held-out trajectories, or too small an effective sample all fail. Only a pass moves `champion`.
+min_holdout) held-out trajectories, or too small an effective fraction all fail. Any failed check decides "fail";
+else too little evidence (the reward test or the monitors' minimum) decides "defer"; else "pass". The report's
+`decided_by` says in words which check decided. Only a pass moves `champion`.
 
 Thresholds from observed noise: every figure is judged at its confidence bound in the direction that hurts,
-estimate ± z·SE (upper for KL, NLL and loss; lower for reward), where SE is the standard error
-over the held-out trajectories of this very evaluation (paired candidate-minus-champion differences; the
-delta method for ratios and importance-weighted means). So the gate widens by itself when the held-out set
-is small or noisy, and `confidence_z` (2: about 97.5 % one-sided) says how much of that noise it tolerates.
+estimate ± z·SE (upper for KL, NLL and loss), where SE is the standard error over the held-out trajectories of
+this very evaluation (paired candidate-minus-champion differences; the delta method for ratios). So the gate
+widens by itself when the held-out set is small or noisy, and `confidence_z` (2: about 97.5 % one-sided) says how
+much of that noise it tolerates. The reward is judged at t quantiles of its stated error rates instead (above).
 The absolute tolerances (max_kl, max_nll_increase, max_reward_drop, max_loss_increase) are for what healthy
 training moves beyond noise: every verdict records its figures and their SEs on the version (TAG_GATE_REPORT);
 set each tolerance to the 95th percentile of that figure's bound over the recent versions of a healthy run.
 The hacking monitors are the exception: a healthy candidate may move many of them at once, so they are tested
-for hacking shown (family-wise level monitor_alpha), not for safety shown: a monitor measured on fewer than two
-held-out rows is not judged (one row shows no more than none; `monitor.<name>_rows` records it), and one whose
-SE is not finite fails.
+for hacking shown (family-wise level monitor_alpha, t p-values on the candidate's effective rows less one degree of
+freedom, so that the level holds at a few rows), not for safety shown: a monitor measured on fewer than two
+held-out rows is not judged (one row shows no more than none; `monitor.<name>_rows` records it), one whose
+SE is not finite fails, and fewer effective rows than rewards.monitors.min_trajectories defer the decision.
 """
 
 from __future__ import annotations
@@ -42,11 +51,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from liverl.config.rewards import MonitorsConfig
 from liverl.config.trainer import GateConfig, LossConfig
 from trainer.batching import collate, pack, score_batch_pair, trajectory_samples
+from trainer.gate_statistics import DEFER, FAIL, reward_change, reward_verdict
 from trainer.holdout import GateEvidence
 from trainer.losses import token_losses
 
@@ -58,13 +69,17 @@ MODELS = ("candidate", "champion")
 class GateReport:
     """Produced by evaluate; the publisher records it on the candidate's version (TAG_GATE_REPORT)."""
 
-    decision: str  # "pass" | "fail"
-    reasons: list[str]
+    decision: str  # "pass" | "fail" | "defer" (too little evidence to decide: neither promoted nor refused)
+    reasons: list[str]  # why it failed, or why it deferred
     figures: dict[str, float | int | str] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
         return self.decision == "pass"
+
+    @property
+    def deferred(self) -> bool:
+        return self.decision == "defer"
 
 
 @dataclass(frozen=True)
@@ -89,6 +104,7 @@ def evaluate(
     max_seq_len: int,
 ) -> GateReport:
     reasons: list[str] = []
+    deferrals: list[str] = []  # too little evidence to decide: a "defer" unless a check failed
     n = len(evidence.holdout)
     figures: dict = {"holdout_trajectories": n}
     finite = all(bool(torch.isfinite(p).all()) for p in candidate.parameters())
@@ -102,16 +118,21 @@ def evaluate(
         reasons.append(f"only {n} held-out trajectories (need min_holdout {config.min_holdout} and 2 for an error)")
     elif finite:
         scores = _score(candidate, champion, evidence, loss_config, max_seq_len)
-        reasons += _judge_scores(scores, evidence, config, monitors, figures)
+        reasons += _judge_scores(scores, evidence, config, monitors, figures, deferrals)
     reasons += _judge_drift(evidence.drift, config, figures)
     not_finite = sorted(k for k, v in figures.items() if isinstance(v, float) and not math.isfinite(v))
     if not_finite:
         reasons.append(f"non-finite figures {not_finite}: a comparison that cannot be made fails")
-    return GateReport(decision="fail" if reasons else "pass", reasons=reasons, figures=figures)
+    decision = "fail" if reasons else "defer" if deferrals else "pass"
+    figures["decided_by"] = {"fail": f"refused by: {reasons[0] if reasons else ''}",
+                             "defer": f"deferred: {deferrals[0] if deferrals else ''}",
+                             "pass": "promoted: every check passed, the reward shown no worse than "
+                                     f"{config.max_reward_drop} at level {config.max_false_promotion}"}[decision]
+    return GateReport(decision=decision, reasons=reasons or deferrals, figures=figures)
 
 
 def _judge_scores(scores: _Scores, evidence: GateEvidence, config: GateConfig, monitors: MonitorsConfig,
-                  figures: dict) -> list[str]:
+                  figures: dict, deferrals: list[str]) -> list[str]:
     reasons = []
     z = config.confidence_z
     figures["holdout_tokens"] = int(scores.tokens.sum())
@@ -131,26 +152,48 @@ def _judge_scores(scores: _Scores, evidence: GateEvidence, config: GateConfig, m
         if limit is not None and not mean + z * se <= limit:  # written so that NaN fails
             reasons.append(f"{name} {mean:.4f} ± {z:g}·{se:.4f} exceeds {limit}")
 
-    rewards = torch.tensor(evidence.rewards, dtype=torch.float64)
     weights = {name: _truncated_weights(scores.log_ratio[name], config.max_log_weight) for name in MODELS}
-    estimates = {name: _weighted_mean(weights[name], rewards) for name in MODELS}
-    change = estimates["candidate"][0] - estimates["champion"][0]
-    se = _se(estimates["candidate"][1] - estimates["champion"][1])
-    effective = float(weights["candidate"].sum() ** 2 / (weights["candidate"] ** 2).sum()) / len(rewards)
-    figures.update(candidate_reward=estimates["candidate"][0], champion_reward=estimates["champion"][0],
-                   reward_change=change, reward_change_se=se, effective_fraction=effective)
+    effective = float(weights["candidate"].sum() ** 2 / (weights["candidate"] ** 2).sum()) / len(evidence.rewards)
+    figures["effective_fraction"] = effective
     if not effective >= config.min_effective_fraction:
         reasons.append(f"effective sample {effective:.3f} of the held-out set < {config.min_effective_fraction}: "
                        "the candidate is too far from the served traffic to estimate its reward")
-    if not change - z * se >= -config.max_reward_drop:
-        reasons.append(f"expected reward {change:+.4f} ± {z:g}·{se:.4f} vs champion: may drop more than "
-                       f"{config.max_reward_drop}")
-    reasons += _judge_monitors(evidence.rows, weights, config, monitors, figures)
+    reasons += _judge_reward(scores, evidence, config, figures, deferrals)
+    reasons += _judge_monitors(evidence.rows, weights, config, monitors, figures, deferrals)
     return reasons
 
 
+def _judge_reward(scores: _Scores, evidence: GateEvidence, config: GateConfig, figures: dict,
+                  deferrals: list[str]) -> list[str]:
+    """The expected reward change with stated error rates (trainer/gate_statistics.py): a reason to fail, or a
+    deferral ("needs about N more held-out sessions")."""
+    estimate = reward_change(scores.log_ratio["candidate"].numpy(), scores.log_ratio["champion"].numpy(),
+                             np.asarray(evidence.rewards, dtype=np.float64), config.max_log_weight)
+    verdict = reward_verdict(estimate, config.max_reward_drop, config.max_false_promotion, config.max_false_refusal,
+                             config.min_effective_sessions)
+    change, se, lower = float(estimate.change), float(estimate.se), float(verdict.lower)
+    figures.update(candidate_reward=float(estimate.candidate), champion_reward=float(estimate.champion),
+                   reward_change=change, reward_change_se=se, reward_lower=lower,
+                   effective_sessions=float(estimate.effective),
+                   reward_false_promotion=float(verdict.false_promotion),
+                   reward_false_refusal=float(verdict.false_refusal), reward_decision=str(verdict.decision))
+    bound = (f"expected reward {change:+.4f} (SE {se:.4f}, {float(estimate.effective):.1f} effective of "
+             f"{estimate.n} held-out sessions), lower bound {lower:+.4f} at level {config.max_false_promotion:g}")
+    if verdict.decision == FAIL:
+        return [f"{bound}: not shown within {config.max_reward_drop} of the champion; an equal candidate is refused "
+                f"{float(verdict.false_refusal):.0%} of the time on such evidence"]
+    if verdict.decision == DEFER:
+        more = int(verdict.needed_sessions) - estimate.n
+        figures["reward_needed_sessions"] = int(verdict.needed_sessions)
+        deferrals.append(f"insufficient evidence: {bound}; needs about {more} more held-out sessions "
+                         f"({int(verdict.needed_sessions)} in all at this spread) to keep false promotion <= "
+                         f"{config.max_false_promotion:g} and false refusal <= {config.max_false_refusal:g} with "
+                         f"at least {config.min_effective_sessions:g} effective sessions")
+    return []
+
+
 def _judge_monitors(rows: Sequence[dict], weights: dict[str, torch.Tensor], config: GateConfig,
-                    monitors: MonitorsConfig, figures: dict) -> list[str]:
+                    monitors: MonitorsConfig, figures: dict, deferrals: list[str]) -> list[str]:
     """The hacking figures for the candidate's own outputs, importance-weighted, each judged together with the
     verified outcome (the "outcome" reward component) on the same held-out rows (trainer/hacking.py)."""
     from liverl.rewards import version_monitors
@@ -158,9 +201,10 @@ def _judge_monitors(rows: Sequence[dict], weights: dict[str, torch.Tensor], conf
 
     reasons = []
     effective = float(weights["candidate"].sum() ** 2 / (weights["candidate"] ** 2).sum())
-    if effective < monitors.min_trajectories:
-        reasons.append(f"hacking monitors: an effective {effective:.1f} held-out trajectories of the candidate's "
-                       f"outputs, fewer than rewards.monitors.min_trajectories={monitors.min_trajectories}")
+    if effective < monitors.min_trajectories:  # too little to show hacking: more held-out sessions, not a refusal
+        deferrals.append(f"insufficient evidence: hacking monitors on an effective {effective:.1f} held-out "
+                         "trajectories of the candidate's outputs, fewer than rewards.monitors.min_trajectories="
+                         f"{monitors.min_trajectories}")
     per_row = [next(iter(version_monitors([row]).values())) for row in rows]  # the library's figure definitions
     outcomes = [_outcome(row) for row in rows]
     moves = []
@@ -169,12 +213,13 @@ def _judge_monitors(rows: Sequence[dict], weights: dict[str, torch.Tensor], conf
         figures[f"monitor.{name}_rows"] = len(have)
         if len(have) < 2:  # one row carries no error to judge a move by, and no more evidence than none
             continue
-        move, se, champion = _weighted_move(weights, have, [per_row[i][name] for i in have])
+        move, se, champion, df = _weighted_move(weights, have, [per_row[i][name] for i in have])
         verified = [i for i in have if outcomes[i] is not None]
-        outcome_move, outcome_se, _ = (_weighted_move(weights, verified, [outcomes[i] for i in verified])
-                                       if verified else (math.nan, None, math.nan))
+        outcome_move, outcome_se, _, _ = (_weighted_move(weights, verified, [outcomes[i] for i in verified])
+                                          if verified else (math.nan, None, math.nan, None))
         moves.append(MonitorMove(name, move, se, threshold.direction,
-                                 tolerance(threshold.max_abs, threshold.max_rel, champion), outcome_move, outcome_se))
+                                 tolerance(threshold.max_abs, threshold.max_rel, champion), outcome_move, outcome_se,
+                                 df=df))
         figures[f"monitor.{name}"] = move
         figures[f"monitor.{name}_se"] = "missing" if se is None else se  # None only from a broken estimate
     verdict = judge_hacking(moves, config.monitor_alpha, config.monitor_correction, config.confidence_z)
@@ -184,14 +229,17 @@ def _judge_monitors(rows: Sequence[dict], weights: dict[str, torch.Tensor], conf
 
 
 def _weighted_move(weights: dict[str, torch.Tensor], rows: list[int], values: list[float]
-                   ) -> tuple[float, float | None, float]:
+                   ) -> tuple[float, float | None, float, float]:
     """Candidate minus champion of the importance-weighted mean of `values` over `rows`, its SE (None with fewer
-    than two rows: no error to judge it by) and the champion's mean."""
+    than two rows: no error to judge it by), the champion's mean, and the degrees of freedom of its t p-value
+    (the candidate's effective rows less one: heavy weights carry fewer rows' worth of evidence)."""
     tensor = torch.tensor(values, dtype=torch.float64)
     cand, cand_influence = _weighted_mean(weights["candidate"][rows], tensor)
     champ, champ_influence = _weighted_mean(weights["champion"][rows], tensor)
     se = _se(cand_influence - champ_influence) if len(rows) > 1 else None
-    return cand - champ, se, champ
+    mine = weights["candidate"][rows]
+    df = max(float(mine.sum() ** 2 / (mine ** 2).sum()) - 1.0, 1.0)
+    return cand - champ, se, champ, df
 
 
 def _outcome(row: dict) -> float | None:

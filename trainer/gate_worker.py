@@ -7,7 +7,9 @@ serving (trainer.gate.background).
 
 One candidate is judged at a time, in order. A candidate still waiting when a newer one arrives is refused
 unjudged ("superseded by vN"): the newer one was trained on everything it was, and more, and judging both would
-only let the queue grow. The loop collects verdicts between steps (`finished()`): they move the staleness
+only let the queue grow. A judged candidate the gate deferred (too little held-out evidence, decision "defer") is
+not queued again: it keeps its "defer" tag, the champion stays, and the next candidate, trained on more and judged
+on the then most recent held-out sessions, takes its place. The loop collects verdicts between steps (`finished()`): they move the staleness
 timeline and the progress line's "blocked" note as a gate in the loop did. `drain()` waits for everything
 submitted (the end of a run); a trainer stopped while a candidate waits or is judged leaves it without a
 decision, and the next start settles it (Publisher.refuse_unjudged: a promotion cut short is finished, an

@@ -311,6 +311,9 @@ class Trainer:
     def _record(self, result: PublishResult) -> None:
         if result.decision == "pass":
             self.state.gate_refusals, self.state.last_refusal = 0, ""
+        elif result.deferred:  # too little evidence: no refusal; the next candidate is judged on more sessions
+            if self.ranks.main and self.gates is None:
+                self.say(f"gate deferred v{result.version}: {'; '.join(result.reasons)[:300]}")
         else:
             self.state.gate_refusals += 1
             self.state.last_refusal = "; ".join(result.reasons)

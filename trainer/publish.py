@@ -4,7 +4,8 @@
 
 Idempotent, because a crash may land anywhere in here: the version is found again by its checkpoint key,
 and a version that already carries a gate decision is not judged twice. The gate's verdict (decision and
-report) is recorded on the candidate's version either way; only a pass moves `champion`.
+report) is recorded on the candidate's version either way; only a pass moves `champion`, and a "defer" (too little
+held-out evidence to keep the gate's error rates) neither moves it nor counts as a refusal.
 
 A pass is one recoverable step, compare-and-set under the registry's promotion lease (liverl/io/lease.py): with
 the lease held, the champion is read again; if it is still the one the candidate was judged against, the report
@@ -63,13 +64,18 @@ class CheckpointToPublish:
 @dataclass(frozen=True)
 class PublishResult:
     version: str  # the registered candidate
-    decision: str  # the gate's decision recorded on it: "pass" | "fail"
-    reasons: tuple[str, ...]  # why it failed (empty on pass)
+    decision: str  # the gate's decision recorded on it: "pass" | "fail" | "defer" (too little evidence: neither)
+    reasons: tuple[str, ...]  # why it failed or deferred (empty on pass)
     champion: str | None  # the champion after publishing
 
     @property
     def promoted(self) -> bool:
         return self.decision == "pass" and self.champion == self.version
+
+    @property
+    def deferred(self) -> bool:
+        """Judged on too little evidence to decide: not promoted, not refused (a later candidate supersedes it)."""
+        return self.decision == "defer"
 
 
 class Publisher:
@@ -119,8 +125,9 @@ class Publisher:
         if not report:
             return None
         if report.get("decision") != "pass":
-            self.registry.set_tag(version, names.TAG_GATE_DECISION, "fail")
-            return PublishResult(version, "fail", tuple(report.get("reasons", ())), champion)
+            decision = "defer" if report.get("decision") == "defer" else "fail"
+            self.registry.set_tag(version, names.TAG_GATE_DECISION, decision)
+            return PublishResult(version, decision, tuple(report.get("reasons", ())), champion)
         judged_against = report.get("champion")
         refusal = self._promote(version, report)
         if refusal is None:
@@ -161,7 +168,7 @@ class Publisher:
                 body["alias_champion"] = holder
             if not report.passed:  # report, then decision: the decision tag marks the gate as done for a restart
                 self.registry.set_tag(version, names.TAG_GATE_REPORT, _report_tag(body))
-                self.registry.set_tag(version, names.TAG_GATE_DECISION, "fail")
+                self.registry.set_tag(version, names.TAG_GATE_DECISION, report.decision)  # "fail" or "defer"
             else:
                 refusal = self._promote(version, body)
                 if refusal is not None and refusal.moved:
@@ -233,7 +240,8 @@ class Publisher:
         figures = " | ".join(f"{key} {value:.4f}" if isinstance(value, float) else f"{key} {value}"
                              for key, value in report.figures.items() if not key.startswith("monitor."))
         why = f" ({'; '.join(report.reasons)})" if report.reasons else ""
-        outcome = "champion" if report.passed else f"champion stays v{champion}"
+        outcome = ("champion" if report.passed else f"deferred, judged again on a later candidate; champion stays "
+                   f"v{champion}" if report.deferred else f"champion stays v{champion}")
         self.say(f"gate v{version}{self._for()} vs v{champion}: {report.decision}{why} -> {outcome} | {figures} "
                  f"| {time.perf_counter() - started:.1f}s")
 
@@ -263,7 +271,7 @@ class Publisher:
                 if result is None:
                     result = self.refuse(mv.version, "not judged: the trainer stopped while it waited for or ran "
                                                      "its gate")
-                if result.decision != "pass":
+                if result.decision == "fail":
                     refused.append(mv.version)
         return refused
 
@@ -285,9 +293,13 @@ class Publisher:
         offline_s = time.perf_counter() - started
         reasons, figures = self.online_verdict(checkpoint.folder, champion_folder)
         general_reasons, general_figures = self.general_text_verdict(checkpoint.folder, champion_folder)
-        reasons, figures = [*offline.reasons, *general_reasons, *reasons], {**general_figures, **figures}
-        seconds = {"offline_s": offline_s, "online_s": time.perf_counter() - started - offline_s}
-        return GateReport("fail" if reasons else "pass", reasons, {**offline.figures, **figures, **seconds})
+        failures = [*([] if offline.deferred else offline.reasons), *general_reasons, *reasons]
+        figures = {**offline.figures, **general_figures, **figures,
+                   "offline_s": offline_s, "online_s": time.perf_counter() - started - offline_s}
+        if failures:  # a failed check decides over too little evidence for another
+            figures["decided_by"] = f"refused by: {failures[0]}"
+            return GateReport("fail", failures, figures)
+        return GateReport(offline.decision, offline.reasons, figures)
 
     def general_text_verdict(self, candidate: Path, champion: Path) -> tuple[list[str], dict]:
         """The general-text NLL check (gate.general_text_file), if configured; an unreadable text fails closed."""

@@ -61,26 +61,32 @@ def serving_drift(rows: Sequence[dict], rewards: RewardsConfig, gate: GateConfig
 
 def _judged_drift(newest: list[dict], previous: list[dict], monitors: MonitorsConfig, gate: GateConfig
                   ) -> HackingVerdict:
-    """Each monitor's move between two served versions' sessions (two samples: Welch's standard error), judged
-    with the verified outcome's move (trainer/hacking.py)."""
+    """Each monitor's move between two served versions' sessions (two samples: Welch's standard error and its
+    Welch-Satterthwaite degrees of freedom for a t p-value), judged with the verified outcome's move
+    (trainer/hacking.py)."""
     outcome = _move(newest, previous, OUTCOME_FIGURE)
     moves = []
     for name, threshold in sorted(monitors.thresholds.items()):
         move = _move(newest, previous, name)
         if move is None:  # fewer than two sessions carry it on a side: no error to judge a move by
             continue
-        change, se, before = move
-        outcome_change, outcome_se, _ = outcome or (math.nan, None, math.nan)
+        change, se, before, df = move
+        outcome_change, outcome_se, _, _ = outcome or (math.nan, None, math.nan, None)
         moves.append(MonitorMove(name, change, se, threshold.direction,
-                                 tolerance(threshold.max_abs, threshold.max_rel, before), outcome_change, outcome_se))
+                                 tolerance(threshold.max_abs, threshold.max_rel, before), outcome_change, outcome_se,
+                                 df=df))
     return judge_hacking(moves, gate.monitor_alpha, gate.monitor_correction, gate.confidence_z)
 
 
-def _move(newest: list[dict], previous: list[dict], name: str) -> tuple[float, float, float] | None:
-    """(newest mean - previous mean, its standard error, previous mean) of one per-session figure."""
+def _move(newest: list[dict], previous: list[dict], name: str) -> tuple[float, float, float, float | None] | None:
+    """(newest mean - previous mean, its Welch standard error, previous mean, Welch-Satterthwaite degrees of freedom;
+    None where both variances are 0) of one per-session figure."""
     after = [figures[name] for figures in newest if name in figures]
     before = [figures[name] for figures in previous if name in figures]
     if len(after) < 2 or len(before) < 2:
         return None
-    se = math.sqrt(statistics.variance(after) / len(after) + statistics.variance(before) / len(before))
-    return statistics.fmean(after) - statistics.fmean(before), se, statistics.fmean(before)
+    parts = (statistics.variance(after) / len(after), statistics.variance(before) / len(before))
+    se = math.sqrt(sum(parts))
+    spread = parts[0] ** 2 / (len(after) - 1) + parts[1] ** 2 / (len(before) - 1)
+    df = sum(parts) ** 2 / spread if spread > 0 else None
+    return statistics.fmean(after) - statistics.fmean(before), se, statistics.fmean(before), df

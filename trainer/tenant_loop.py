@@ -11,7 +11,8 @@ table versions and Kafka offset ranges of the commits its rows came from, then j
 sessions against its champion (the shared one until it has its own), and a pass moves that group's alias alone
 (trainer/publish.py). Staleness counts the promotions that changed what served the group
 (served_lineage.promoted_versions), and each group's refusals in a row show on its progress lines; after
-trainer.tenants.rewind_after_refusals of them the group's adapter starts again from its champion.
+trainer.tenants.rewind_after_refusals of them the group's adapter starts again from its champion. A tenant without a
+champion of its own starts (and restarts) from the shared champion's adapter, the policy serving it.
 
 The state file (trainer/tenant_state.py) holds each group's table position with its DeepSpeed checkpoint, so a
 crash resumes every group where its saved adapter stopped. One rank only, and the gate judges in the loop (not
@@ -38,7 +39,8 @@ from trainer.registry import Registry
 from trainer.served_lineage import promoted_versions
 from trainer.state import PendingPublish
 from trainer.step_builder import StepPlan
-from trainer.tenant_groups import SHARED_GROUP, build_tenant_steps, group_evidence, group_streams, groups
+from trainer.tenant_groups import (SHARED_GROUP, build_tenant_steps, champion_alias, group_evidence, group_streams,
+                                   groups)
 from trainer.tenant_state import GroupState, TenantState
 
 
@@ -133,17 +135,23 @@ class TenantTrainer:
                 self._publish(group, state.groups[group].pending, [])
 
     def _fresh_parent(self, group: str, base_version: str) -> str | None:
-        """A new group's parent: its champion adapter (the shared champion for the shared group) when it is an
-        adapter of this base; otherwise None, a new adapter on the base."""
-        from trainer.tenant_groups import champion_alias
-
-        version = self.registry.alias_version(champion_alias(group))
+        """A new or rewound group's parent: the champion that serves the group, when it is an adapter of this base;
+        otherwise None, a new adapter on the base (the base's policy). That champion is the group's own, or, for a
+        tenant without one yet, the shared champion: serving gives such a tenant the shared policy, so its rows were
+        sampled from that adapter, and an adapter of its own that began from the base would learn away from the
+        behaviour policy (and a rewind would take it further away still)."""
+        version = self._serving_champion(group)
         if version is None or version == base_version:
             return None
         tags = self.registry.tags(version)
         if tags.get(names.TAG_WEIGHTS_KIND) != names.WEIGHTS_ADAPTER or tags.get(names.TAG_BASE_VERSION) != base_version:
             return None
         return version
+
+    def _serving_champion(self, group: str) -> str | None:
+        """The version serving follows for the group: its champion alias, else (a tenant) the shared champion."""
+        own = self.registry.alias_version(champion_alias(group))
+        return own if own is not None or group == SHARED_GROUP else self.registry.alias_version(names.ALIAS_CHAMPION)
 
     # ---- the loop -----------------------------------------------------------------------------------------------
     def run(self, follow: bool) -> int:
@@ -247,6 +255,8 @@ class TenantTrainer:
         if result.decision == "pass":
             gs.gate_refusals, gs.last_refusal = 0, ""
             return
+        if result.deferred:  # too little evidence is no refusal: it neither counts toward a rewind nor resets one
+            return
         gs.gate_refusals += 1
         gs.last_refusal = "; ".join(result.reasons)
         every = self.tc.tenants.rewind_after_refusals
@@ -254,13 +264,15 @@ class TenantTrainer:
             self._rewind(group)
 
     def _rewind(self, group: str) -> None:
-        """The group's adapter and optimizer back to its champion's (trainer.tenants.rewind_after_refusals), as a
-        fresh start of the group would hold them (the caller saves the state: a restart then starts from there)."""
+        """The group's adapter back to the champion that serves it (trainer.tenants.rewind_after_refusals) with a new
+        optimizer, whose learning rate warms up again (trainer.warmup_steps), as a fresh start of the group would hold
+        them (the caller saves the state: a restart then starts from there)."""
         gs = self.state.groups[group]
         target = self._fresh_parent(group, self.base.version)
         self.policies.rewind(group, self.registry.download(target, self.dir / "registry") if target else None, self.tc)
         gs.parent_version, gs.checkpoint_tag = target, None  # a restart loads the parent, no checkpoint of the drift
-        to = f"its champion v{target}" if target else f"a new adapter on base v{self.base.version}"
+        whose = "its" if target == self.registry.alias_version(champion_alias(group)) else "the shared"
+        to = f"{whose} champion v{target}" if target else f"a new adapter on base v{self.base.version}"
         self.say(f"{group} | rewound to {to} after {gs.gate_refusals} candidates refused in a row "
                  "(trainer.tenants.rewind_after_refusals)")
 

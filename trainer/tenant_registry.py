@@ -25,7 +25,7 @@ class TenantVersion:
     """One registered adapter version of a tenant, with its lineage and the gate's decision."""
 
     version: str
-    decision: str  # "pass" | "fail" | "" (not judged yet)
+    decision: str  # "pass" | "fail" | "defer" (too little evidence) | "" (not judged yet)
     parent_version: str | None
     base_version: str
     table_versions: tuple[int, ...]

@@ -194,6 +194,16 @@ class GateConfig(Section):
     max_reward_drop: float = Field(0.01, allow_inf_nan=False)
     """Largest drop of the expected reward, candidate minus champion, each importance-weighted on the held-out
     rows (lower confidence bound): the candidate must be shown no worse than this (in reward units)."""
+    max_false_promotion: float = Field(0.05, gt=0.0, lt=0.5)
+    """The reward test's stated error rates (trainer/gate_statistics.py): a candidate worse than the champion by
+    max_reward_drop passes at most this often (the lower bound's level; replaces confidence_z for the reward)."""
+    max_false_refusal: float = Field(0.20, gt=0.0, lt=0.5)
+    """An equal candidate is refused at most this often; where the held-out evidence cannot keep both rates the gate
+    defers (decision "defer": no promotion, no refusal) and says how many more held-out sessions it needs."""
+    min_effective_sessions: float = Field(10.0, ge=2.0)
+    """The reward test decides only on at least this many effective sessions (Kish ESS of the candidate's weights);
+    fewer: defer. An absolute floor: the fraction floor below cannot fail at 8 sessions (ESS >= 1). Below about 10,
+    the t interval's level is not kept (tests/trainer/test_gate_error_rates.py)."""
     confidence_z: float = Field(2.0, ge=0.0)
     """Each figure is judged at its confidence bound: estimate ± z × its standard error over held-out trajectories."""
     max_log_weight: float = Field(3.0, gt=0.0)
@@ -265,6 +275,13 @@ class TrainerConfig(Section):
     <data_dir>/keys/signing.pem. In production mount it from a secret only the trainer reads."""
     learning_rate: float = Field(1e-4, gt=0.0, le=1.0)
     """AdamW learning rate (a torch optimizer: no DeepSpeed op build)."""
+    warmup_steps: int = Field(10, ge=0, le=1_000_000)
+    """After every engine build (a start, a tenant's rewind) the learning rate climbs linearly over this many
+    optimizer steps (DeepSpeed's WarmupLR): step k of them takes learning_rate·k/(warmup_steps + 1), the full rate
+    from the next. A new AdamW's first step is learning_rate·sign(g) on every coordinate, 2.8-4.3x a warmed step
+    for noisy gradients, so without it the first candidate after a start or a rewind is the largest move of the
+    run. A resumed checkpoint goes on with its saved schedule. 0: no warm-up; 1 is refused (WarmupLR ramps over 2
+    steps at least)."""
     weight_decay: float = Field(0.0, ge=0.0, le=1.0)
     """AdamW weight decay."""
     torch_threads: int | None = Field(None, ge=1, le=1024)
@@ -310,6 +327,14 @@ class TrainerConfig(Section):
     """Which tenants get an adapter of their own, and each tenant's token budget per step."""
     gate: GateConfig = GateConfig()
     """The promotion gate's held-out set and thresholds."""
+
+    @field_validator("warmup_steps")
+    @classmethod
+    def _warmup_of_two_steps_or_none(cls, steps: int) -> int:
+        if steps == 1:
+            raise ValueError("trainer.warmup_steps 1: DeepSpeed's WarmupLR ramps over 2 steps at least; set 0 (no "
+                             "warm-up) or 2 or more")
+        return steps
 
     @model_validator(mode="after")
     def _tenant_adapters_need_lora(self) -> "TrainerConfig":

@@ -58,7 +58,7 @@ TAG_PARENT_VERSION = "liverl.parent_version"  # the registry version training st
 TAG_CODE_VERSION = "liverl.code_version"  # git commit of the trainer, or the package version
 TAG_TRAJECTORIES = "liverl.trajectories"  # how many trajectories the version was trained on
 TAG_TRAINER_STEP = "liverl.trainer_step"
-TAG_GATE_DECISION = "liverl.gate.decision"  # "pass" | "fail"
+TAG_GATE_DECISION = "liverl.gate.decision"  # "pass" | "fail" | "defer" (too little evidence: neither)
 TAG_GATE_REPORT = "liverl.gate.report"  # JSON figures behind the decision
 TAG_SERVING_ROLLBACK = "liverl.serving.rollback"  # set by serving when it rolled a version back
 # Set by `liverl forget --exclude-versions` on versions trained on an erased subject's data (the value: the

@@ -147,6 +147,11 @@ def trainer_config(stack: LiverlConfig, tmp_path: Path, **trainer_overrides) -> 
     config.trainer.checkpoint_dir = tmp_path / "checkpoints"
     config.trainer.deepspeed.micro_batch_tokens = 24  # 3 trajectories a micro-batch
     config.trainer.gate.holdout_fraction = 0.25
+    # A few held-out sessions: the gate's evidence floors would defer every candidate (trainer/gate_statistics.py);
+    # these tests are about the loop's plumbing; the error rates are tests/trainer/test_gate_error_rates.py's.
+    config.trainer.gate.min_effective_sessions = 2.0
+    config.trainer.gate.max_reward_drop = 0.5  # the demo's: at 0.01 three sessions can never show a candidate
+    config.rewards.monitors.min_trajectories = 0
     for key, value in trainer_overrides.items():
         setattr(config.trainer, key, value)
     return config

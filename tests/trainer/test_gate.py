@@ -57,9 +57,8 @@ def _evidence(rows: list[dict], drift: dict | None = None) -> GateEvidence:
                         {"ok": True, "flags": [], "notes": []} if drift is None else drift)
 
 
-def _judge(candidate, champion, evidence: GateEvidence, **config):
-    return evaluate(candidate, champion, evidence, GateConfig(**config), LossConfig(), REWARDS.monitors,
-                    max_seq_len=64)
+def _judge(candidate, champion, evidence: GateEvidence, monitors=REWARDS.monitors, **config):
+    return evaluate(candidate, champion, evidence, GateConfig(**config), LossConfig(), monitors, max_seq_len=64)
 
 
 def _train(model, trajectories, preferred: str, steps: int = 5, lr: float = 1e-3):
@@ -96,7 +95,9 @@ def champion(tiny_policy_dir):
 
 @pytest.fixture(scope="module")
 def held_out(trajectories) -> GateEvidence:
-    return _evidence(_rows(trajectories, "held", 6))
+    # 12 of each behaviour: the improved candidate's weights keep ~13 effective sessions, past the reward test's
+    # floor (gate.min_effective_sessions); at 6 of each it had 6.4 and the gate deferred it for more evidence.
+    return _evidence(_rows(trajectories, "held", 12))
 
 
 def test_gate_verdicts_on_degraded_inverted_hacking_and_improved_candidates(champion, trajectories, held_out):
@@ -157,8 +158,9 @@ def test_a_monitor_with_one_row_is_not_judged_as_with_none(champion, trajectorie
     # by, and no more evidence than none, which passes; the figures say why it was not judged.
     coding = [trajectories.row(f"c-{i}", EDIT[0], 1.0, signals={"tool_calls": 1.0, "turns": 1.0}) for i in range(5)]
     orchestrator = trajectories.row("o-0", EDIT[0], 1.0, signals=EDIT[3], task_family="orchestrator")
-    alone = _judge(copy.deepcopy(champion), champion, _evidence(coding))
-    report = _judge(copy.deepcopy(champion), champion, _evidence([*coding, orchestrator]))
+    few = {"min_effective_sessions": 2}  # the reward test's evidence floor is not what this is about
+    alone = _judge(copy.deepcopy(champion), champion, _evidence(coding), **few)
+    report = _judge(copy.deepcopy(champion), champion, _evidence([*coding, orchestrator]), **few)
     assert alone.passed and report.passed, report.reasons
     assert report.figures["monitor.mean.subagents_per_task_rows"] == 1
     assert "monitor.mean.subagents_per_task_se" not in report.figures
@@ -173,7 +175,8 @@ def test_gate_scores_each_segment_as_its_own_sequence(champion, trajectories):
                                                    "ask : search file"][i:], 1.0) for i in range(2)]
     rows.append(trajectories.row("old", "fix the file : ask ask ask", 0.0))  # no segment_starts: one segment
     evidence = _evidence(rows)
-    report = _judge(copy.deepcopy(champion), champion, evidence)
+    few = REWARDS.monitors.model_copy(update={"min_trajectories": 0})  # 3 sessions: this is about scoring only
+    report = _judge(copy.deepcopy(champion), champion, evidence, monitors=few, min_effective_sessions=2)
     assert report.passed and report.figures["kl"] < 1e-9
     # Behaviour logprobs come from scoring each segment alone: the served-token NLL is exactly theirs.
     served = [-lp for t in evidence.holdout for s, e in t.segments() for lp, m in
@@ -193,7 +196,7 @@ def test_gate_refuses_a_degraded_candidate_and_records_why(stack, tiny_policy_di
     assert trainer.run(follow=False) == 1
     registry = Registry(config.mlflow)
     good = registry.alias_version(names.ALIAS_CANDIDATE)
-    assert registry.alias_version(names.ALIAS_CHAMPION) == good, lines  # a sound candidate is promoted
+    assert registry.alias_version(names.ALIAS_CHAMPION) == good, [l for l in lines if "gate" in l]  # promoted
 
     _degrade(trainer.engine.module)  # a broken training run: weights far from anything sensible
     trainer.state.step += 1  # as if one more (broken) step had run

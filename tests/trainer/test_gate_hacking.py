@@ -33,7 +33,8 @@ def test_a_proxy_that_rises_with_the_outcome_passes():
 @pytest.mark.parametrize("outcome", [(0.0, 0.03), (-0.03, 0.03), (0.04, 0.03)])  # stays, falls, not shown to rise
 def test_a_proxy_that_rises_while_the_outcome_does_not_is_refused(outcome):
     [reason] = judge_online(_evaluation(outcome, {SUBAGENTS: (0.3, 0.03)}), GateConfig(max_online_reward_drop=1.0))
-    assert SUBAGENTS in reason and "did not rise" in reason
+    # "did not rise" would be false for +0.04 ± 2·0.03: it rose, by less than its error; it was not shown to.
+    assert SUBAGENTS in reason and "the verified outcome was not shown to rise with it" in reason
 
 
 def test_a_monitor_without_a_standard_error_is_refused_not_read_as_zero():

@@ -190,3 +190,13 @@ def test_two_trainers_promoting_at_once_never_lose_an_update(model):
     assert publishers[first].judged_against == ["1"] and publishers[second].judged_against == ["1", first]
     assert registry.alias_version(names.ALIAS_CHAMPION) == second
     assert (_report(registry, first)["champion"], _report(registry, second)["champion"]) == ("1", first)
+
+
+def test_a_deferred_candidate_is_neither_promoted_nor_refused(model):
+    registry = Registry(model.mlflow)
+    result = Judged(registry, decision="defer").judge("2", checkpoint=None)
+    assert result.deferred and not result.promoted and result.decision == "defer"
+    assert registry.alias_version(names.ALIAS_CHAMPION) == "1"
+    assert registry.tags("2")[names.TAG_GATE_DECISION] == "defer" and _report(registry, "2")["decision"] == "defer"
+    assert Judged(registry).refuse_unjudged(RUN) == []  # a restart does not refuse it: it was judged
+    assert Judged(registry).settle("2").decision == "defer"  # and not judged twice on the same evidence

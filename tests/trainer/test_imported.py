@@ -82,7 +82,9 @@ def test_only_successful_imports_get_a_weight_and_none_moves_the_baselines(traje
     assert [t.imported for t in plan] == [False, False, True, True]
     baselines = Baselines()
     signals = step_signals(plan, [1.0, 0.0, 1.0, 0.2], baselines, AdvantageConfig(), LossConfig(import_weight=0.7))
-    assert signals == pytest.approx([0.5, -0.5, 0.7, 0.0])  # default import_min_reward 0.5: the failed import is 0
+    # Served: each against the other's reward (coding is first seen); default import_min_reward 0.5: the failed
+    # import is 0.
+    assert signals == pytest.approx([1.0, -1.0, 0.7, 0.0])
     assert baselines.means == {"coding": 0.5}  # the served pair's mean; with the imports it would be 0.55
 
 

@@ -162,11 +162,15 @@ def test_a_rewind_brings_a_group_back_to_its_parent_with_a_new_optimizer_and_lea
     assert not all(torch.equal(p, champion_weights[n]) for n, p in _snapshot(policies, "a").items())
     b_weights, b_optimizer = _snapshot(policies, "b"), _optimizer_state(policies.engines["b"])
     old_engine = policies.engines["a"]
+    lr, warmup = config.trainer.learning_rate, config.trainer.warmup_steps
+    assert old_engine.get_lr()[0] == pytest.approx(lr * 4 / (warmup + 1))  # a took 3 steps of its warm-up
 
     policies.rewind("a", champion, config.trainer)
 
     _assert_identical(champion_weights, _snapshot(policies, "a"), "a's adapter")
     assert _moments(old_engine) and not _moments(policies.engines["a"])  # a new optimizer: no AdamW moments yet
+    assert policies.engines["a"].get_lr()[0] == pytest.approx(lr / (warmup + 1))  # and it warms up again
+    assert policies.engines["b"].get_lr()[0] == pytest.approx(lr * 2 / (warmup + 1))  # b's schedule goes on
     _assert_identical(b_weights, _snapshot(policies, "b"), "b's adapter")
     _assert_identical(b_optimizer, _optimizer_state(policies.engines["b"]), "b's optimizer")
     run_step(policies.activate("a"), _plan(llama_rows, "again", 4), 4, Baselines({}), config)  # and it trains on

@@ -264,3 +264,54 @@ def test_a_group_whose_candidates_keep_being_refused_is_rewound_to_its_champion(
     held = get_peft_model_state_dict(trainer.policies.peft, adapter_name="tenant-acme")
     saved = load_peft_weights(str(registry.download(champion, tmp_path / "champion")))
     assert held.keys() == saved.keys() and all(torch.equal(held[k].detach(), saved[k]) for k in held)
+
+
+def test_a_tenant_without_a_champion_of_its_own_starts_from_the_shared_champion(stack, tmp_path):
+    """Serving gives a tenant without a champion of its own the shared policy, so its rows are sampled from the
+    shared champion's adapter: its own adapter starts from a copy of that one, not from the base, and a rewind goes
+    back there too."""
+    import torch
+    from peft import get_peft_model_state_dict
+    from peft.utils import load_peft_weights
+
+    from demo.policy.tiny_policy import build_policy
+
+    llama = build_policy(tmp_path / "base", WORDS, arch="llama")
+    factory = TrajectoryFactory(llama)
+    config = trainer_config(stack, tmp_path, steps_per_version=1, minutes_per_version=0.0)
+    tc = config.trainer
+    tc.lora.enabled, tc.learning_rate = True, 1e-2
+    tc.tenants.adapters = ["acme"]
+    tc.gate.holdout_fraction = 0.0  # no held-out rows: the gate refuses every candidate
+    tc.deepspeed.zero_stage, tc.deepspeed.gradient_accumulation_steps = 0, 1
+    base = register_base(config, llama, say=lambda *_: None)
+    registry = Registry(config.mlflow)
+    commit_batch(config.table.trajectories_uri, _rows(factory, "zed", 2), "batch-0", 0)  # the shared group's rows
+    first = TenantTrainer(config, say=lambda *_: None)
+    first.start()
+    first.run(follow=False)
+    first.close()
+    shared = [mv.version for mv in registry.versions() if mv.version != base][-1]
+    registry.set_alias(names.ALIAS_CHAMPION, shared)  # as a promotion would have
+
+    tc.tenants.adapters, tc.tenants.rewind_after_refusals = ["acme", "beta"], 1  # beta is named from now on
+    lines: list[str] = []
+    trainer = TenantTrainer(config, say=lines.append)
+    trainer.start()
+    assert trainer.state.groups["beta"].parent_version == shared
+    assert any(f"beta (parent v{shared}, step 0)" in line for line in lines if line.startswith("tenant trainer ready"))
+    held = get_peft_model_state_dict(trainer.policies.peft, adapter_name="tenant-beta")
+    saved = load_peft_weights(str(registry.download(shared, tmp_path / "shared")))
+    assert held.keys() == saved.keys() and all(torch.equal(held[k].detach(), saved[k]) for k in held)
+    assert any(saved[k].any() for k in saved if ".lora_B." in k)  # a trained adapter, not a new one (lora_B 0)
+
+    commit_batch(config.table.trajectories_uri, _rows(factory, "beta", 2), "batch-1", 1)
+    trainer.run(follow=False)  # beta's candidate is refused: rewind_after_refusals 1 takes it back to the shared one
+    trainer.close()
+    print("\n".join(lines))
+    assert f"beta | rewound to the shared champion v{shared} after 1 candidates refused in a row " \
+           "(trainer.tenants.rewind_after_refusals)" in lines
+    held = get_peft_model_state_dict(trainer.policies.peft, adapter_name="tenant-beta")
+    assert all(torch.equal(held[k].detach(), saved[k]) for k in held)
+    beta = [mv for mv in registry.versions() if mv.tags.get(names.TAG_TENANT) == "beta"]
+    assert [mv.tags[names.TAG_PARENT_VERSION] for mv in beta] == [shared]

@@ -56,6 +56,7 @@ def test_every_zero_stage_accumulates_like_torch(tiny_policy_dir, torch_weights,
         "--trainer.deepspeed.zero_stage", str(stage), "--trainer.deepspeed.precision", "fp32",
         "--trainer.deepspeed.gradient_accumulation_steps", str(ACCUMULATION),
         "--trainer.deepspeed.gradient_clipping", "0", "--trainer.learning_rate", str(LEARNING_RATE),
+        "--trainer.warmup_steps", "0",  # the reference is a plain AdamW at one rate (the warm-up: test_warmup.py)
     ]).trainer
     initial = load_policy(tiny_policy_dir).state_dict()
     engine = build_engine(load_policy(tiny_policy_dir), config)
