@@ -119,12 +119,13 @@ def main(argv=None) -> None:
     from bench.tiny_server import tiny_server
     from serving.http_api import build_http_app
     from serving.http_guard import HttpContext
+    from serving.response_state import ResponseStore
 
     with tiny_server(KEY, "http-layer-bench-") as tiny:
         server, c = tiny.server, tiny.server.config.serving
         ctx = HttpContext(server.completions, server.model_info, server.swapper, server.keys, server.limiter,
                           c.max_request_bytes, c.body_timeout_s, server.engine_failure)
-        apps = {"fastapi": fastapi_baseline(ctx), "asgi": build_http_app(ctx)}
+        apps = {"fastapi": fastapi_baseline(ctx), "asgi": build_http_app(ctx, ResponseStore.from_config(c))}
         print(environment_line(), flush=True)
         figures = {"requests": args.requests, "rounds": args.rounds, "engine": "hf"}
         for case in CASES:

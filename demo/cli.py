@@ -33,9 +33,11 @@ def config_schema():
     return DemoLiverlConfig
 
 
-def default_config_file(args) -> Path | None:
-    """--tenants without '@ file': the toy loop with LoRA adapters the tenants need."""
-    return Path(__file__).resolve().parents[1] / "configs" / "demo-tenants.toml" if args.tenants else None
+def default_config_file(args) -> Path:
+    """Without '@ file': the demo's own settings, configs/demo.toml (the toy loop at a demo's pace: the production
+    defaults hold each session an hour for late feedback, so none would close within the run); with --tenants,
+    configs/demo-tenants.toml (the toy loop with the LoRA adapters the tenants need)."""
+    return Path(__file__).resolve().parents[1] / "configs" / ("demo-tenants.toml" if args.tenants else "demo.toml")
 
 
 def run(config, args) -> int:
@@ -47,8 +49,12 @@ def run(config, args) -> int:
         config.demo.run.keep_stack = True
     if args.tenants:
         config.demo.tenants.count = args.tenants
+    from pipelines.pending import impossible_within
+
+    if problem := impossible_within(config.demo.duration_s, config.pipelines):
+        print(f"liverl demo: warning: {problem}", flush=True)
     result = run_demo(config, say=lambda line: print(line, flush=True))
-    print(f"liverl demo: {'the served reward rose' if result.verdict.rose else 'the served reward did not rise'}; "
+    print(f"liverl demo: {result.verdict.headline()}; "
           f"champion v{result.champion}; report in {result.report_dir}")
     if result.heldout is not None and (verdict := result.heldout.verdict()):
         print(f"liverl demo: {verdict}")

@@ -4,8 +4,9 @@
 
 Each command lives in a light module of its stage exposing `add_arguments(parser)` and
 `run(config, args) -> int`; torch, vLLM and Beam are imported only inside `run`. A module with config
-sections of its own (the demo) names its tree in `config_schema()`, and one whose flags choose a config file
-(`liverl demo --tenants N`) names it in `default_config_file(args)`, read when no '@ file' or --config is given.
+sections of its own (the demo) names its tree in `config_schema()`, and one with settings of its own (`liverl demo`:
+configs/demo.toml, or configs/demo-tenants.toml with --tenants N) names its file in `default_config_file(args)`,
+read when no '@ file' or --config is given.
 """
 
 from __future__ import annotations
@@ -69,19 +70,25 @@ def split_argv(argv: list[str]) -> tuple[list[str], str | None, list[str]]:
     return own, config_file, overrides
 
 
+def command_config(args: argparse.Namespace, config_file: str | None, overrides: list[str]):
+    """The command's config: its own schema, layered over '@ file' / --config, or over the file the command
+    chooses itself when none is named (`default_config_file`: `liverl demo` reads configs/demo.toml)."""
+    from liverl.config import load_config
+
+    module = importlib.import_module(COMMANDS[args.command][0])
+    schema = module.config_schema() if hasattr(module, "config_schema") else None
+    chosen = args.config or config_file
+    if chosen is None and hasattr(module, "default_config_file"):
+        chosen = module.default_config_file(args)
+    return load_config(chosen, overrides, **({"schema": schema} if schema else {}))
+
+
 def main(argv: list[str] | None = None) -> int:
     own, config_file, overrides = split_argv(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(own)
-    from liverl.config import load_config
-
     try:
-        module = importlib.import_module(COMMANDS[args.command][0])
-        schema = module.config_schema() if hasattr(module, "config_schema") else None
-        chosen = args.config or config_file
-        if chosen is None and hasattr(module, "default_config_file"):
-            chosen = module.default_config_file(args)
-        config = load_config(chosen, overrides, **({"schema": schema} if schema else {}))
-        return int(module.run(config, args) or 0)
+        config = command_config(args, config_file, overrides)
+        return int(importlib.import_module(COMMANDS[args.command][0]).run(config, args) or 0)
     except KeyboardInterrupt:
         return 130
     except Exception as error:  # the one clean exit wrapper: a message, not a stack, unless asked

@@ -27,8 +27,11 @@ import pyarrow as pa
 from liverl.contracts import names
 from liverl.config import LiverlConfig
 from liverl.contracts.table_schema import DEAD_LETTER_SCHEMA, TRAJECTORY_SCHEMA
+from liverl.rewards.custom import reward_version
 from pipelines import table
 from pipelines.kafka_source import earliest_offsets, find_retention_gaps, high_water_marks, plan_ranges, record_gaps
+from pipelines.pending import PendingSessions, pending_sessions
+from pipelines.records import RAW_RECORD_SCHEMA
 from pipelines.sessionize import Timing
 from pipelines.state import BatchPlan, StagedOutput, StateStore
 
@@ -46,10 +49,11 @@ class BatchReport:
     workers: dict[str, int] = field(default_factory=dict)  # worker process ("host:pid") -> Kafka records it read
     offsets: dict = field(default_factory=dict)
     seconds: float = 0.0
+    pending: PendingSessions | None = None  # what the batch held back and why (None: the graph did not run)
 
     def summary(self) -> dict:
         return {"sessions": self.sessions, "trajectories": self.trajectories, "dead_letters": self.dead_letters,
-                **self.counters}
+                **self.counters, **({"pending": self.pending.to_summary()} if self.pending else {})}
 
     def line(self) -> str:
         """One dense line per batch, as `liverl distill` prints it."""
@@ -58,10 +62,13 @@ class BatchReport:
         offsets = " ".join(f"{topic.rsplit('.', 1)[-1]}[" + " ".join(f"{p}:{a}-{b}" for p, (a, b) in parts.items())
                            + "]" for topic, parts in self.offsets.items())
         state = f"table v{self.table_version}" if self.committed else "nothing new"
-        return (f"batch {self.batch_id} | sessions {self.sessions} (pending {self.counters.get('sessions_pending', 0)})"
+        pending = self.pending.note() if self.pending else f"pending {self.counters.get('sessions_pending', 0)}"
+        warning = self.pending.warning(emitted=self.sessions) if self.pending else None
+        return (f"batch {self.batch_id} | sessions {self.sessions} ({pending})"
                 f" | trajectories {self.trajectories} | dead letters {dead}{f' ({reasons})' if reasons else ''}"
                 f" | dup {self.counters.get('duplicates', 0)} late {self.counters.get('late_events', 0)}"
-                f" | offsets {offsets} | workers {len(self.workers)} | {state} | {self.seconds:.1f}s")
+                f" | offsets {offsets} | workers {len(self.workers)} | {state} | {self.seconds:.1f}s"
+                + (f" | {warning}" if warning else ""))
 
 
 class Auditor(Protocol):
@@ -106,6 +113,9 @@ def distill_once(config: LiverlConfig, now_ms: int | None = None,
         return report
     store.reset_batch_dir(seq)
     report.counters, report.workers = run_pipeline(config, plan, store.batch_dir(seq))
+    staged_pending = store.open_staged(store.batch_dir(seq), "pending", RAW_RECORD_SCHEMA)
+    report.pending = pending_sessions(config.pipelines, plan.as_of_ms, report.counters.get("sessions_pending", 0),
+                                      staged_pending.files, staged_pending.filesystem)
     on_phase("distilled")
     # Staged outputs are streamed into the commit; the driver reads only footers and id columns.
     rows = store.open_staged(store.batch_dir(seq), "trajectories", TRAJECTORY_SCHEMA)
@@ -142,7 +152,7 @@ def commit_batch(config: LiverlConfig, store: StateStore, plan: BatchPlan, rows:
         names.COMMIT_KAFKA_OFFSETS: json.dumps(plan.offsets(), sort_keys=True),
         table.COMMIT_DISTILL_STATE: store.batch_dir(plan.seq),
         table.COMMIT_DISTILL_SUMMARY: json.dumps(report.summary(), sort_keys=True),
-        table.COMMIT_REWARD_CONFIG_VERSION: config.rewards.version,
+        table.COMMIT_REWARD_CONFIG_VERSION: reward_version(config.rewards),  # the rows' version, custom rewards included
     })
 
 

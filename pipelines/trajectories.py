@@ -235,9 +235,14 @@ class BuildTrajectories(beam.DoFn):
         self._batch_id = batch_id
         self._distilled_at_ms = distilled_at_ms
         self.trajectories = beam.metrics.Metrics.counter("distill", "trajectories")
+        # rewards.custom calls that failed (raised, timed out): each also flags its row (signal custom.failed)
+        self.custom_failures = beam.metrics.Metrics.counter("distill", "custom_reward_failures")
         self._judge = None
 
     def setup(self):
+        from liverl.rewards.custom import resolve_all
+
+        resolve_all(self._rewards)  # a custom reward that does not import fails the job here, saying which
         if self._rewards.judge.enabled:  # the reward library's only I/O: one client per worker
             from liverl.rewards.judge import Judge
 
@@ -247,6 +252,7 @@ class BuildTrajectories(beam.DoFn):
         rows, dead = build_rows(session, self._rewards, self._batch_id, self._distilled_at_ms, self._judge)
         for row in rows:
             self.trajectories.inc()
+            self.custom_failures.inc(int(row.signals.get("custom.failed", 0)))
             yield row
         for letter in dead:
             yield beam.pvalue.TaggedOutput(DEAD, letter)

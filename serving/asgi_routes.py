@@ -1,6 +1,6 @@
 """The completion routes as plain ASGI, in front of the FastAPI app that serves the rest of the HTTP API.
 
-POST /v1/completions, /v1/chat/completions and their per-session forms /s/<session_id>/v1/... carry
+POST /v1/completions, /v1/chat/completions, /v1/responses and their per-session forms /s/<session_id>/v1/... carry
 nearly all the traffic, and FastAPI's middleware, routing, dependency solving and Request objects cost
 more of the event loop than the guards and handlers themselves (bench/http_layer_bench.py). So they are
 matched here, by path, with the headers decoded once from the scope; the guards of serving.http_guard run in their
@@ -29,6 +29,7 @@ from serving.http_guard import (UNEXPECTED_ERROR, ApiError, Body, ClientLeft, Ht
 
 Handler = Callable[[HttpContext, Principal, Caller, Body], Awaitable[Reply]]
 ROUTES: dict[str, Handler] = {"/v1/completions": complete, "/v1/chat/completions": chat}
+RESPONSES_PATH = "/v1/responses"  # its handler holds the app's kept responses: added per app (CompletionRoutes)
 SESSION_PREFIX = "/s/"  # /s/<session_id>/v1/...: the per-session base URL (serving.session_ids)
 
 JSON = (b"content-type", b"application/json")
@@ -36,14 +37,14 @@ EVENT_STREAM = (b"content-type", b"text/event-stream; charset=utf-8")
 METHOD_NOT_ALLOWED = b'{"detail":"Method Not Allowed"}'  # FastAPI's own 405 body
 
 
-def match(path: str) -> tuple[Handler, str] | None:
+def match(path: str, routes: dict[str, Handler] = ROUTES) -> tuple[Handler, str] | None:
     """The handler of a completion path and the session its URL names ("" for none); None for other paths."""
-    handler = ROUTES.get(path)
+    handler = routes.get(path)
     if handler is not None:
         return handler, ""
     if path.startswith(SESSION_PREFIX):
         session, slash, rest = path[len(SESSION_PREFIX):].partition("/")
-        handler = ROUTES.get("/" + rest) if session and slash else None
+        handler = routes.get("/" + rest) if session and slash else None
         if handler is not None:
             return handler, session
     return None
@@ -61,19 +62,21 @@ def request_headers(scope: Scope) -> dict[str, str]:
 
 
 class CompletionRoutes:
-    """The ASGI app uvicorn serves: the completion routes here, everything else to `fallback`."""
+    """The ASGI app uvicorn serves: the completion routes here (with `responses`, POST /v1/responses),
+    everything else to `fallback`."""
 
-    def __init__(self, ctx: HttpContext, fallback: ASGIApp):
+    def __init__(self, ctx: HttpContext, fallback: ASGIApp, responses: Handler | None = None):
         self.ctx = ctx
         self.fallback = fallback
+        self.routes = {**ROUTES, RESPONSES_PATH: responses} if responses is not None else ROUTES
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.fallback(scope, receive, send)
         path = scope["path"]
-        route = match(path)
+        route = match(path, self.routes)
         if route is None:
-            if path != "/" and path.endswith("/") and match(path.rstrip("/")) is not None:
+            if path != "/" and path.endswith("/") and match(path.rstrip("/"), self.routes) is not None:
                 url = URL(scope={**scope, "path": path.rstrip("/")})  # as Starlette's redirect_slashes does
                 return await RedirectResponse(str(url))(scope, receive, send)
             return await self.fallback(scope, receive, send)

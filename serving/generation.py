@@ -76,7 +76,7 @@ DEADLINE_MESSAGE = "the completion ran past serving.request_timeout_s: ask for f
 class Caller:
     """Who asks: from gRPC metadata, HTTP headers or the request body."""
 
-    api: str  # "grpc" | "openai-chat" | "openai-completions"
+    api: str  # "grpc" | "openai-chat" | "openai-completions" | "openai-responses"
     session_id: str = ""
     agent_role: int = common_pb2.AGENT_ROLE_UNSPECIFIED
     agent_id: str = ""

@@ -1,10 +1,12 @@
-"""The OpenAI-compatible HTTP API: /v1/chat/completions, /v1/completions, /v1/models (+ admin, health).
+"""The OpenAI-compatible HTTP API: /v1/chat/completions, /v1/completions, /v1/responses, /v1/models (+ admin,
+health).
 
 The official `openai` client works against it unchanged, with or without liverl's headers. The session
 is named by a header, a per-session base URL (/s/<session_id>/v1/...), the body's metadata or user, or
 else the call is a session of its own (serving.session_ids); agent id and role travel as x-liverl-*
 headers; the tenant is the API key's. The completion routes, nearly all the traffic, are plain ASGI
-(serving.asgi_routes, handlers in serving.http_completions); the FastAPI app here serves the rest, its
+(serving.asgi_routes, handlers in serving.http_completions and serving.responses_api); the FastAPI app here
+serves the rest (and refuses the Responses API's retrieve/delete/cancel routes, which are not served), its
 handlers guarded by the dependencies of serving.http_dependencies. What they share is an HttpContext.
 """
 
@@ -21,13 +23,16 @@ from serving.http_dependencies import (FastJSONResponse, admin, api_error_respon
                                        json_body, unexpected_error_response)
 from serving.http_guard import ApiError, Body, HttpContext, parse
 from serving.openai_schema import Strict
+from serving.response_state import ResponseStore
+from serving.responses_api import ResponsesApi
 
 router = APIRouter()
 
 
-def build_http_app(http_context: HttpContext) -> CompletionRoutes:
-    """The ASGI app to serve: the completion routes in front, this module's FastAPI app behind them."""
-    return CompletionRoutes(http_context, build_fastapi_app(http_context))
+def build_http_app(http_context: HttpContext, responses: ResponseStore) -> CompletionRoutes:
+    """The ASGI app to serve: the completion routes in front, this module's FastAPI app behind them.
+    responses: what POST /v1/responses keeps for previous_response_id (ResponseStore.from_config(serving))."""
+    return CompletionRoutes(http_context, build_fastapi_app(http_context), ResponsesApi(responses))
 
 
 def build_fastapi_app(http_context: HttpContext) -> FastAPI:
@@ -62,6 +67,16 @@ async def models(principal: Principal = Depends(authenticated),
                      "policy_version": current.canary_version})
     return FastJSONResponse({"object": "list", "data": data},
                             headers={names.META_POLICY_VERSION: current.policy_version})
+
+
+@router.api_route("/v1/responses/{response_id}", methods=["GET", "DELETE"])
+@router.api_route("/v1/responses/{response_id}/{action}", methods=["GET", "POST"])
+@router.api_route("/s/{session_id}/v1/responses/{response_id}", methods=["GET", "DELETE"])
+@router.api_route("/s/{session_id}/v1/responses/{response_id}/{action}", methods=["GET", "POST"])
+async def responses_not_served(principal: Principal = Depends(authenticated)) -> FastJSONResponse:
+    raise ApiError(404, "only POST /v1/responses is served: responses are kept only to be continued with "
+                   "previous_response_id, not to be retrieved, listed, cancelled or deleted", "invalid_request_error",
+                   "not-served")
 
 
 class SwapBody(Strict):

@@ -4,6 +4,11 @@ Types and wire bounds are checked here; the sampling values' real ranges are che
 APIs in `Completions.sampling()`. Unknown fields are ignored (OpenAI adds fields often), but known
 options that would change sampling and that serving cannot apply are refused, so a recorded
 ModelCall always names the distribution its tokens were really drawn from.
+
+Message content may be a string or a list of text parts (smolagents and the Agents SDK send lists): the parts
+are joined into the string the policy's chat template renders (liverl.contracts.chat.content_text, what
+`liverl import` reads), so a list and its string render alike. Image, audio and file parts are refused: the
+policies served are text-only.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
+from liverl.contracts.chat import content_text
 from serving.generation import INT32_MAX, INT64_MAX, INT64_MIN, MAX_STOP_SEQUENCES
 
 MAX_MESSAGES = 4096
@@ -88,9 +94,26 @@ class CompletionRequest(Sampled):
     logprobs: int | None = Field(None, ge=0, le=5)
 
 
-class TextPart(Strict):
-    type: Literal["text"]
-    text: str
+# Content part types whose text the model reads: chat's "text"; the Responses API's "input_text" and, in an
+# assistant message sent back, "output_text".
+TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
+MEDIA_PART_TYPES = frozenset({"image_url", "input_image", "image", "input_audio", "audio", "input_file", "file"})
+
+
+def text_of(content: Any) -> Any:
+    """A message's content as the string its template renders: a list of text parts joined, anything else
+    unchanged (for the strict type check). ValueError naming the part for a part that is not text."""
+    if not isinstance(content, list):
+        return content
+    for index, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in MEDIA_PART_TYPES:
+            raise ValueError(f"part {index} is {kind!r}: this model reads text only; send the content as a string "
+                             'or as text parts ({"type": "text", "text": ...})')
+        if kind not in TEXT_PART_TYPES or not isinstance(part.get("text"), str):
+            raise ValueError(f"part {index} is not a text part: send parts shaped "
+                             '{"type": "text", "text": "..."} (or "input_text" / "output_text")')
+    return content_text(content)
 
 
 class FunctionCall(Strict):
@@ -106,10 +129,15 @@ class ToolCall(Strict):
 
 class Message(Strict):
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[TextPart] | None = None
+    content: str | None = None  # a list of text parts arrives joined (text_of)
     name: Name | None = None
     tool_calls: Annotated[list[ToolCall], Field(max_length=MAX_TOOLS)] | None = None
     tool_call_id: Name | None = None
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _joined(cls, content: Any) -> Any:
+        return text_of(content)
 
 
 class FunctionDefinition(Strict):

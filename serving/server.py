@@ -162,10 +162,12 @@ class PolicyServer:
 
         from serving.http_api import build_http_app
         from serving.http_guard import HttpContext
+        from serving.response_state import ResponseStore
 
         c = self.config.serving
         app = build_http_app(HttpContext(self.completions, self.model_info, self.swapper, self.keys, self.limiter,
-                                         c.max_request_bytes, c.body_timeout_s, self.engine_failure))
+                                         c.max_request_bytes, c.body_timeout_s, self.engine_failure),
+                             ResponseStore.from_config(c))
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((c.host, c.http_port))

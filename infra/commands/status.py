@@ -27,6 +27,8 @@ def run(config, args) -> int:
 
         try:
             console.print(_loop_state(config))
+            if (pending := _pending_state(config)) is not None:
+                console.print(pending, markup=False, highlight=False, soft_wrap=True)
         except RegistryUnavailable as error:  # healthy a moment ago; say what failed rather than a traceback
             console.print(str(error), style="red", markup=False, highlight=False)
             return 1
@@ -45,6 +47,30 @@ def _loop_state(config) -> str:
     table = "no trajectory table yet" if latest is None else f"table v{latest}"
     alias_text = ", ".join(f"{alias} v{v}" for alias, v in sorted(aliases.items())) or "no aliases"
     return f"registry {registry.name}: {len(versions)} versions ({alias_text}); {table}"
+
+
+def _pending_state(config) -> str | None:
+    """Sessions the distiller's last batch held back: how many, the oldest one's age now, the horizon holding them,
+    and why nothing comes out when that is so (pipelines/pending.py). None before the first batch."""
+    import json
+    import time
+
+    from pipelines.pending import PendingSessions, duration
+    from pipelines.table import COMMIT_DISTILL_SUMMARY, read_committed
+
+    summary = json.loads(read_committed(config.table.trajectories_uri).metadata.get(COMMIT_DISTILL_SUMMARY, "{}"))
+    pending = PendingSessions.from_summary(summary)
+    if pending is None:
+        return None
+    now_ms = int(time.time() * 1000)
+    age = pending.oldest_age_s(now_ms)
+    if not pending.sessions:
+        return f"distiller: no sessions pending (pipelines.reward_horizon_s {duration(pending.reward_horizon_s)})"
+    text = (f"distiller: {pending.sessions} sessions pending" + (f", the oldest {duration(age)} old" if age else "")
+            + f"; held until pipelines.reward_horizon_s {duration(pending.reward_horizon_s)} after their end "
+              f"(or pipelines.idle_timeout_s {duration(pending.idle_timeout_s)} idle)")
+    warning = pending.warning(emitted=summary.get("sessions"), now_ms=now_ms)
+    return text + (f"\n{warning}" if warning else "")
 
 
 def _mark(flag: bool) -> str:

@@ -9,7 +9,8 @@ Two halves, used at two different times:
 
 from __future__ import annotations
 
-from typing import Literal
+import re
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -236,6 +237,39 @@ class JudgeConfig(Section):
     """Sampling temperature of the judge's replies (0: the same transcript is judged the same way)."""
 
 
+class CustomRewardConfig(Section):
+    """A team's own reward function, called on every trajectory beside the built-in components (docs/rewards.md)."""
+
+    function: str
+    """Import path "package.module:function" of a callable (view: liverl.rewards.view.AgentView, **kwargs) ->
+    mapping of component name -> float. Imported by the pipelines' workers, so it must be installed there."""
+    components: list[str] = Field(min_length=1)
+    """The names it may return. Stored as "custom.<entry>.<name>", the name `weights`, `family_weights` and monitor
+    thresholds use; a name it returns that is not listed fails the call (a typo never lands as a new component)."""
+    kwargs: dict[str, Any] = {}
+    """Keyword arguments passed on every call (e.g. a threshold); part of the reward version."""
+    bounds: tuple[float, float] = (-1.0, 1.0)
+    """Each returned value must lie in [low, high]: like the built-ins' [-1, 1], so a weight means the same scale."""
+    out_of_bounds: Literal["clip", "fail"] = "clip"
+    """A value outside `bounds`: "clip" it and count it (signal custom.<entry>.clipped), or "fail" the call."""
+    timeout_s: float = Field(5.0, gt=0.0)
+    """Per call (one trajectory). A call past it is abandoned and flagged, never waited for: labelling goes on."""
+
+    @field_validator("function")
+    @classmethod
+    def _import_path(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*", value):
+            raise ValueError(f"rewards.custom function {value!r} is not an import path: write \"package.module:function\"")
+        return value
+
+    @model_validator(mode="after")
+    def _bounds_in_order(self) -> "CustomRewardConfig":
+        low, high = self.bounds
+        if not low <= high:
+            raise ValueError(f"rewards.custom bounds {list(self.bounds)} must be [low, high] with low <= high")
+        return self
+
+
 class DriftThreshold(Section):
     """When a monitored figure's move from champion to candidate is flagged."""
 
@@ -250,8 +284,11 @@ class DriftThreshold(Section):
 class MonitorsConfig(Section):
     """Hacking monitors per policy version and the drift report the promotion gate reads."""
 
-    min_trajectories: int = Field(0, ge=0)
-    """A candidate with fewer trajectories than this gets an 'insufficient_data' flag."""
+    min_trajectories: int = Field(5, ge=0)
+    """A candidate with fewer (effective) trajectories than this gets an 'insufficient_data' flag; the promotion gate
+    defers on fewer effective held-out trajectories. Below 5, Holm's smallest level (monitor_alpha / ~10 monitors)
+    needs a t statistic past 4.6 on 4 degrees of freedom: a monitor could hardly ever show a move, so the check
+    would pass by having no power rather than by showing no hacking."""
     thresholds: dict[str, DriftThreshold] = {
         "rate.broken_tool_calls": DriftThreshold(direction="up", max_abs=0.05),
         "rate.clarifying": DriftThreshold(direction="up", max_abs=0.05),
@@ -264,6 +301,7 @@ class MonitorsConfig(Section):
         "mean.subagents_per_task": DriftThreshold(direction="both", max_rel=0.5),
         "mean.critical_steps": DriftThreshold(direction="up", max_rel=0.5),
         "component.outcome": DriftThreshold(direction="down", max_abs=0.1),
+        "rate.custom_failed": DriftThreshold(direction="up", max_abs=0.05),
     }
     """Figure name (see liverl.rewards.monitors) -> threshold; figures not listed are reported, never flagged."""
 
@@ -293,23 +331,40 @@ class RewardsConfig(Section):
     listed weigh 0. PARL and Context-1 components are combined by their own formulas, not by these."""
     family_weights: dict[str, dict[str, float]] = Field(default_factory=lambda: {"search": {"outcome": 0.0}})
     """Per task family overrides of `weights` (search: Context-1's answer bonus already is the outcome)."""
+    custom: dict[str, CustomRewardConfig] = {}
+    """Entry name -> a team's own reward function (liverl/rewards/custom.py). Its components are weighted and
+    monitored like the built-ins (they weigh 0 until `weights` names them); the function's import path and source
+    are part of every labelled row's reward_config_version."""
 
     @field_validator("weights", mode="before")
     @classmethod
     def _merge_over_defaults(cls, value):
         return {**DEFAULT_WEIGHTS, **value} if isinstance(value, dict) else value
 
+    @field_validator("custom")
+    @classmethod
+    def _entry_names(cls, value: dict) -> dict:
+        for name in value:
+            if not re.fullmatch(r"[A-Za-z0-9_-]+", name):
+                raise ValueError(f"rewards.custom entry {name!r}: use letters, digits, '_' or '-' (it names components)")
+        return value
+
     @model_validator(mode="after")
     def _weights_name_known_components(self) -> "RewardsConfig":
+        known = list(KNOWN_COMPONENTS) + self.custom_components()
         named = [("weights", self.weights)] + [(f"family_weights.{f}", w) for f, w in self.family_weights.items()]
         for where, weights in named:
-            unknown = sorted(set(weights) - set(KNOWN_COMPONENTS))
+            unknown = sorted(set(weights) - set(known))
             if unknown:
-                raise ValueError(f"rewards.{where} names unknown components {unknown}; known: {list(KNOWN_COMPONENTS)}")
+                raise ValueError(f"rewards.{where} names unknown components {unknown}; known: {known}")
         if self.judge.min_rubrics > len(self.judge.rubrics):
             raise ValueError(f"rewards.judge.min_rubrics={self.judge.min_rubrics} exceeds the "
                              f"{len(self.judge.rubrics)} rubrics configured; lower it or add rubrics")
         return self
+
+    def custom_components(self) -> list[str]:
+        """Every component the custom functions may write, as stored: "custom.<entry>.<name>"."""
+        return [f"custom.{entry}.{name}" for entry, custom in self.custom.items() for name in custom.components]
 
     def weights_for(self, task_family: str) -> dict[str, float]:
         """`weights` with the family's overrides applied."""

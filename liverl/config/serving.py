@@ -186,6 +186,14 @@ class ServingConfig(Section):
     """How long a client may take to send its HTTP body (slow senders are refused with 408)."""
     request_timeout_s: float = Field(300.0, gt=0)
     """Deadline of one completion, from its start to its last token."""
+    responses_max_stored: int = Field(10_000, ge=0, le=10_000_000)
+    """Responses (POST /v1/responses) kept so a later request can continue them with previous_response_id, over
+    all tenants; the least recently used goes first. A conversation's text is shared by its responses, not copied.
+    0: keep none (every previous_response_id is refused: clients send the whole conversation)."""
+    responses_max_per_tenant: int = Field(2_000, ge=0, le=10_000_000)
+    """The most of those one tenant may hold, so one tenant's traffic never evicts another's conversations."""
+    responses_ttl_s: float = Field(3600.0, gt=0, le=30 * 86400.0)
+    """How long after it was made a response can be continued with previous_response_id."""
     default_max_tokens: int = Field(64, ge=1)
     """Completion length when a request does not say."""
     gpu_memory_utilization: float = Field(0.2, gt=0.0, le=1.0)

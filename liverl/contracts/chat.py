@@ -14,8 +14,10 @@ from typing import Any
 
 def render_chat(tokenizer, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
     if getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template(messages, tools=tools or None, add_generation_prompt=True,
-                                             tokenize=False)
+        # Content given as a list of text parts renders as its text: many templates concatenate content as a string
+        flat = [{**m, "content": content_text(m["content"])} if isinstance(m.get("content"), list) else m
+                for m in messages]
+        return tokenizer.apply_chat_template(flat, tools=tools or None, add_generation_prompt=True, tokenize=False)
     lines = []
     if tools:
         lines.append("tools: " + json.dumps([t.get("function", t) for t in tools], separators=(",", ":")))

@@ -11,6 +11,7 @@
     rate.give_up               share of trajectories that gave up early
     rate.prune_streaks         share of trajectories with a prune streak past the free length
     rate.unjudged              share of judged-eligible trajectories the judge could not score
+    rate.custom_failed         share of trajectories on which a rewards.custom function failed (raised, timed out)
     rate.critical_steps_over_budget  share over parl.critical_steps_budget (when one is set)
     mean.edits, mean.turns, mean.tool_calls, mean.critical_steps
     mean.subagents_per_task    instantiated sub-agents per orchestrator trajectory (orchestrator families,
@@ -82,6 +83,9 @@ def _figures(rows: list[dict], orchestrator_families: tuple[str, ...]) -> dict[s
     judged = [s["judge.unjudged"] for s in signals if "judge.unjudged" in s]
     if judged:
         figures["rate.unjudged"] = sum(judged) / len(judged)
+    custom = [s["custom.failed"] > 0 for s in signals if "custom.failed" in s]
+    if custom:
+        figures["rate.custom_failed"] = sum(custom) / len(custom)
     orchestrating = [s for r, s in zip(rows, signals)
                      if r.get("task_family") in orchestrator_families or s.get("subagents_created", 0) > 0]
     if orchestrating:

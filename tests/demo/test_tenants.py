@@ -49,7 +49,7 @@ def test_the_tenants_flag_is_refused_outside_the_defined_tenants(text, message):
 def test_the_tenants_flag_reads_the_tenants_config_unless_a_file_is_named():
     assert tenant_count("3") == 3
     assert default_config_file(argparse.Namespace(tenants=3)) == CONFIGS / "demo-tenants.toml"
-    assert default_config_file(argparse.Namespace(tenants=None)) is None
+    assert default_config_file(argparse.Namespace(tenants=None)) == CONFIGS / "demo.toml"  # the demo's own pace
 
 
 def test_liverl_demo_tenants_reads_the_tenants_config_and_a_named_file_wins(monkeypatch):

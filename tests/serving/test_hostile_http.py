@@ -70,6 +70,39 @@ CHAT = {
     "max_completion_tokens": [(OMIT, True), (2, True), (0, False), (2**40, False)],
     "logprobs": [(OMIT, True), (True, True), (False, True), ("yes", False)],
 }
+EDIT_TOOL = {"type": "function", "name": "edit", "parameters": {"type": "object"}}
+RESPONSES = {
+    "input": [(f"fix file {SECRET}", True), ([{"role": "user", "content": "fix"}], True),
+              ([{"role": "user", "content": [{"type": "input_text", "text": "ask"}]}], True),
+              ([{"role": "user", "content": "fix"}, {"type": "function_call", "call_id": "c1", "name": "edit",
+                                                     "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "c1", "output": [{"type": "input_text", "text": "ok"}]}],
+               True),
+              ([], False), ([{"type": "function_call_output", "call_id": "nobody", "output": "x"}], False),
+              ([{"type": "web_search_call", "id": "w", "status": "completed"}], False),
+              ([{"type": "item_reference", "id": "msg_1"}], False), ([{"type": "reasoning", "summary": []}], False),
+              ([{"role": "user", "content": [{"type": "input_image", "image_url": "data:,"}]}], False),
+              ([{"role": "boss", "content": "x"}], False), ([{"role": "user"}], False), ([5], False), (5, False),
+              (None, False), ("fix " * 600, False), (OMIT, False)],
+    "instructions": [(OMIT, True), ("be brief", True), (None, True), (5, False)],
+    "tools": [(OMIT, True), ([EDIT_TOOL], True), ([{"type": "web_search"}], False),
+              ([{"type": "file_search", "vector_store_ids": ["v"]}], False),
+              ([{"type": "function", "name": "bad name!"}], False), ([TOOLS[0]], False), ({"a": 1}, False)],
+    "tool_choice": [(OMIT, True), ("auto", True), ("none", True), ("required", False),
+                    ({"type": "function", "name": "edit"}, False), ("sometimes", False)],
+    "max_output_tokens": [(OMIT, True), (None, True), (2, True), (0, False), (2**40, False), ("3", False)],
+    "temperature": [(OMIT, True), (0, True), (1.0, True), (2.5, False), ("1", False)],
+    "top_p": [(OMIT, True), (0.5, True), (0, False)],
+    "stream": [(OMIT, True), (True, True), (False, True), ("yes", False)],
+    "user": [(OMIT, True), ("someone", True), ({"any": ["thing"]}, True)],
+    "metadata": [(OMIT, True), ({"liverl_session_id": "s-r"}, True), ({"k": 5}, False)],
+    "previous_response_id": [(OMIT, True), ("resp_unknown", False), (5, False)],
+    "background": [(OMIT, True), (False, True), (True, False)],
+    "reasoning": [(OMIT, True), (None, True), ({"effort": "low"}, False)],
+    "include": [(OMIT, True), (["message.output_text.logprobs"], True), (["reasoning.encrypted_content"], False)],
+    "store": [(OMIT, True), (False, True), (True, True), ("no", False)],
+    "text": [(OMIT, True), ({"format": {"type": "text"}}, True), ({"format": {"type": "json_object"}}, False)],
+}
 HEADERS = {
     names.META_AGENT_ROLE: [(OMIT, True), ("orchestrator", True), ("subagent", True), ("boss", False)],
     names.META_SESSION_ID: [(OMIT, True), ("s-hostile", True), ("x" * 300, False)],
@@ -98,8 +131,12 @@ def _check(server, client: httpx.Client, path: str, body: dict, headers: dict, v
         COUNTS["served"] += 1
         assert response.status_code == 200, (body, headers, response.text)
         assert response.headers[names.META_POLICY_VERSION] == "local"
-        if body.get("stream"):
+        if body.get("stream") and path == "/v1/responses":
+            assert "event: response.completed" in response.text or "event: response.incomplete" in response.text
+        elif body.get("stream"):
             assert response.text.rstrip().endswith("data: [DONE]")
+        elif path == "/v1/responses":
+            assert response.json()["usage"]["output_tokens"] >= 1
         else:
             assert response.json()["usage"]["completion_tokens"] >= 1
         assert rejected_total(server) == before
@@ -133,15 +170,24 @@ def test_chat_serves_the_valid_and_refuses_the_invalid(hostile_server, client, f
     _check(hostile_server, client, "/v1/chat/completions", body, head, body_ok and head_ok)
 
 
+@SETTINGS
+@given(fields=_pick(RESPONSES), headers=_pick(HEADERS))
+def test_responses_serve_the_valid_and_refuse_the_invalid(hostile_server, client, fields, headers):
+    body, body_ok = _assemble(fields)
+    head, head_ok = _assemble(headers)
+    _check(hostile_server, client, "/v1/responses", body, head, body_ok and head_ok)
+
+
 JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
                     | st.text(max_size=30), lambda inner: st.lists(inner, max_size=4)
                     | st.dictionaries(st.text(max_size=12), inner, max_size=4), max_leaves=20)
 FIELD_NAMES = st.sampled_from(["model", "prompt", "messages", "max_tokens", "temperature", "top_p", "top_k", "seed",
-                               "stop", "n", "stream", "tools", "tool_choice", "logprobs", "x"])
+                               "stop", "n", "stream", "tools", "tool_choice", "logprobs", "x", "input", "instructions",
+                               "max_output_tokens", "previous_response_id", "include", "text", "reasoning"])
 
 
 @SETTINGS
-@given(path=st.sampled_from(["/v1/completions", "/v1/chat/completions", "/admin/rollback"]),
+@given(path=st.sampled_from(["/v1/completions", "/v1/chat/completions", "/v1/responses", "/admin/rollback"]),
        body=st.one_of(st.dictionaries(FIELD_NAMES, JSON, max_size=6).map(lambda d: json.dumps(d).encode()),
                       st.binary(max_size=200), JSON.map(lambda v: json.dumps(v).encode())))
 def test_arbitrary_bodies_never_yield_a_server_error(hostile_server, client, path, body):
@@ -188,6 +234,19 @@ def test_a_key_cannot_record_calls_as_another_tenant(hostile_server, client):
     assert metrics.value("liverl_serving_cross_tenant_refusals_total", {"tenant": "acme"}) == before + 1
 
 
+def test_a_key_cannot_continue_another_tenants_response(hostile_server, client):
+    made = client.post("/v1/responses", json={"input": "fix", "max_output_tokens": 1}, headers=ACME)
+    assert made.status_code == 200
+    before = rejected_total(hostile_server)
+    taken = client.post("/v1/responses", json={"input": "ask", "previous_response_id": made.json()["id"]},
+                        headers={"authorization": "Bearer globex-key"})
+    assert taken.status_code == 404 and taken.json()["error"]["code"] == "unknown-previous-response"
+    assert rejected_total(hostile_server) == before + 1
+    own = client.post("/v1/responses", json={"input": "ask", "previous_response_id": made.json()["id"],
+                                             "max_output_tokens": 1}, headers=ACME)
+    assert own.status_code == 200 and own.headers[names.META_SESSION_ID] == made.headers[names.META_SESSION_ID]
+
+
 def _raw_post(server, path: str, headers: dict[str, str], body: bytes = b"") -> socket.socket:
     sock = socket.create_connection(("127.0.0.1", server.server.http_port), timeout=10)
     head = "".join(f"{k}: {v}\r\n" for k, v in {"host": "127.0.0.1", **headers}.items())
@@ -205,14 +264,15 @@ def _status(sock: socket.socket) -> int:
     return int(reply.split(b" ")[1])
 
 
-def test_the_key_is_checked_before_the_body_is_read(hostile_server):
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/responses"])
+def test_the_key_is_checked_before_the_body_is_read(hostile_server, path):
     metrics = hostile_server.server.metrics
     letters_before = sum(s.value for m in metrics.registry.collect() if m.name == "liverl_serving_dead_letters"
                          for s in m.samples if s.name.endswith("_total"))
     forty_mb = str(40 << 20)
-    with _raw_post(hostile_server, "/v1/completions", {"content-length": forty_mb}) as no_key:
+    with _raw_post(hostile_server, path, {"content-length": forty_mb}) as no_key:
         assert _status(no_key) == 401  # answered with the body unsent
-    with _raw_post(hostile_server, "/v1/completions", {"content-length": forty_mb, **ACME}) as too_big:
+    with _raw_post(hostile_server, path, {"content-length": forty_mb, **ACME}) as too_big:
         assert _status(too_big) == 413
     letters_after = sum(s.value for m in metrics.registry.collect() if m.name == "liverl_serving_dead_letters"
                         for s in m.samples if s.name.endswith("_total"))

@@ -6,6 +6,7 @@ import pytest
 
 from liverl.contracts import names
 from liverl.v1 import model_call_pb2
+from tests.conftest import stored_key
 from tests.serving.conftest import read_topic
 
 HEADERS = {names.META_SESSION_ID: "s-http", names.META_AGENT_ROLE: "orchestrator"}
@@ -35,7 +36,8 @@ def test_chat_completion_with_version_header_and_record(api_server):
     wanted = extension["request_id"].encode()
     records = read_topic(config, config.kafka.model_calls_topic, expect=1000,
                          until=lambda got: any(wanted in r.value for r in got))
-    calls = [model_call_pb2.ModelCall.FromString(r.value) for r in records if r.key.endswith(b"/s-http")]
+    key = stored_key(config, "acme", "s-http")  # user-key is acme's
+    calls = [model_call_pb2.ModelCall.FromString(r.value) for r in records if r.key == key]
     mine = [c for c in calls if c.request_id == extension["request_id"]]
     assert len(mine) == 1 and mine[0].api == "openai-chat" and mine[0].policy_version == "1"
     assert list(mine[0].completion_token_ids) == extension["token_ids"]

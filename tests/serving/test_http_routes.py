@@ -19,6 +19,7 @@ import pytest
 from liverl.contracts import names
 from serving.asgi_routes import match, request_headers
 from serving.http_api import build_http_app
+from serving.response_state import ResponseStore
 from serving.http_completions import chat, complete
 from serving.http_guard import HttpContext
 from serving.rate_limit import RateLimiter
@@ -84,7 +85,7 @@ def _front(server, **changes):
                       c.body_timeout_s, s.engine_failure)
     for key, value in changes.items():
         setattr(ctx, key, value)
-    return build_http_app(ctx)
+    return build_http_app(ctx, ResponseStore.from_config(c))
 
 
 def _json_headers(body: bytes, *extra: tuple[bytes, bytes]) -> list[tuple[bytes, bytes]]:

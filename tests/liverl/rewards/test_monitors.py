@@ -93,23 +93,24 @@ def test_direction_and_relative_thresholds():
 
 
 def test_a_proxy_flags_only_while_the_verified_outcome_does_not_rise_with_it(config):
-    champion = {"mean.subagents_per_task": 2.0, "rate.broken_tool_calls": 0.1, "component.outcome": 0.5}
-    with_outcome = drift_report({"mean.subagents_per_task": 3.3, "rate.broken_tool_calls": 0.1,
+    champion = {"n": 10.0, "mean.subagents_per_task": 2.0, "rate.broken_tool_calls": 0.1, "component.outcome": 0.5}
+    with_outcome = drift_report({"n": 10.0, "mean.subagents_per_task": 3.3, "rate.broken_tool_calls": 0.1,
                                  "component.outcome": 0.7}, champion, config.monitors)
     assert with_outcome.ok and any("mean.subagents_per_task" in note and "with the verified outcome" in note
                                    for note in with_outcome.notes)
     for outcome in (0.5, 0.45):  # stays, falls (within the outcome's own threshold)
-        without = drift_report({"mean.subagents_per_task": 3.3, "rate.broken_tool_calls": 0.1,
+        without = drift_report({"n": 10.0, "mean.subagents_per_task": 3.3, "rate.broken_tool_calls": 0.1,
                                 "component.outcome": outcome}, champion, config.monitors)
         assert [flag["figure"] for flag in without.flags] == ["mean.subagents_per_task"]
 
 
 def test_no_champion_and_too_few_trajectories(config):
-    candidate = version_monitors([row(config, ["1"])])["1"]
+    candidate = version_monitors([row(config, ["1"]) for _ in range(5)])["1"]
     first = drift_report(candidate, None, config.monitors)
     assert first.ok and first.notes
-    config.monitors.min_trajectories = 5
-    scarce = drift_report(candidate, candidate, config.monitors)
+    assert config.monitors.min_trajectories == 5  # the default means something: one trajectory is too few
+    one = version_monitors([row(config, ["1"])])["1"]
+    scarce = drift_report(one, one, config.monitors)
     assert not scarce.ok and "insufficient_data" in scarce.flags[0]["reason"]
 
 
