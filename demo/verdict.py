@@ -2,8 +2,7 @@
 
 The verdict says the served reward rose (or fell) only when the 95 % interval of its trend over versions excludes
 zero; otherwise "no trend shown", with the slope, its interval and each version's mean and sessions. A slope's sign
-alone says nothing: a loaded demo run printed "ROSE" for +0.0014 a version over means that jumped between 0.36 and
-0.59 (issue 39).
+alone says nothing: version means over a few dozen sessions each move by more than a run's trend.
 
 The trend is a weighted least-squares line through the version means (weight: the version's sessions, so the slope
 equals the per-session fit's), its standard error taken from how far the means scatter about that line, with a

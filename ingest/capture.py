@@ -24,7 +24,7 @@ from ingest.delivery import KafkaDelivery, Record
 from ingest.metrics import CaptureMetrics
 from ingest.routing import Forwarded, PeerForwarder, ReplicaRing
 from ingest.sessions import SessionRegistry
-from ingest.subjects import CaptureSubjects
+from ingest.subjects import CaptureSubjects, well_formed
 from ingest.validation import Limits, Rejected, SessionEvent, validate
 from liverl.access.opt_out import OptOut
 from liverl.config import LiverlConfig
@@ -261,7 +261,7 @@ class CaptureCore:
                 copy.CopyFrom(event)
                 self.redactor_for(tenant).redact_message(copy)
                 payload = copy.SerializeToString()
-                session_id = session_id or copy.session_id
+                session_id = session_id or (copy.session_id if well_formed(copy.session_id) else "")
             else:
                 blob = raw if isinstance(raw, bytes) else json.dumps(raw, default=str).encode("utf-8", "replace")
                 payload, _ = self.redactor_for(tenant).redact_bytes(blob[:DEAD_LETTER_PAYLOAD_LIMIT])

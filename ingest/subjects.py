@@ -11,13 +11,19 @@ leaves them unreadable too.
 
 from __future__ import annotations
 
-from ingest.validation import SessionEvent
+from ingest.validation import MAX_ID_CHARS, SessionEvent
 from liverl.privacy.keystore import SubjectKeyStore
 from liverl.privacy.pseudonyms import Pseudonyms
 
 # How the protobuf JSON mapping (ingest/http_api.py) may name the two ids of an event that did not parse
 USER_KEYS = ("userId", "user_id")
 SESSION_KEYS = ("sessionId", "session_id")
+
+
+def well_formed(identifier: object) -> bool:
+    """An id validation would accept (printable, at most MAX_ID_CHARS). Only such ids are hashed or remembered
+    before validation: a refused event's oversized id must not fill the pseudonym and link caches."""
+    return isinstance(identifier, str) and 0 < len(identifier) <= MAX_ID_CHARS and identifier.isprintable()
 
 
 class CaptureSubjects:
@@ -37,7 +43,7 @@ class CaptureSubjects:
 
     def forgotten_user(self, tenant: str, user_id: str, forgotten: frozenset[str]) -> bool:
         """Whether the user (as sent, or as its pseudonym) is in `forgotten`: drop the event, valid or not."""
-        return bool(user_id) and self.pseudonyms.user(tenant, user_id) in forgotten
+        return well_formed(user_id) and self.pseudonyms.user(tenant, user_id) in forgotten
 
     def pseudonymise(self, tenant: str, event: SessionEvent) -> None:
         """Replace the event's user id by its pseudonym (again: no change)."""
@@ -50,17 +56,21 @@ class CaptureSubjects:
         userId and sessionId and returned as a copy with the pseudonym in place of the user id, so its dead
         letter holds no raw user id either. Raw bytes that did not parse name nobody that can be read."""
         if event is not None:
+            if not well_formed(event.user_id):
+                event.user_id = ""  # an id refused for its form names nobody that can be linked: not kept
             self.pseudonymise(tenant, event)
-            return item, event.user_id, event.session_id
+            return item, event.user_id, event.session_id if well_formed(event.session_id) else ""
         if not isinstance(item, dict):
             return item, "", ""
         user_key = next((key for key in USER_KEYS if isinstance(item.get(key), str) and item[key]), None)
         session = next((item[key] for key in SESSION_KEYS if isinstance(item.get(key), str)), "")
+        session = session if well_formed(session) else ""
         if user_key is None:
             return item, "", session
-        user = self.pseudonyms.user(tenant, item[user_key])
+        user = self.pseudonyms.user(tenant, item[user_key]) if well_formed(item[user_key]) else ""
         item = {key: value for key, value in item.items() if key not in USER_KEYS}  # a copy: the caller's stays
-        item[user_key] = user
+        if user:
+            item[user_key] = user
         return item, user, session
 
     def link(self, tenant: str, user: str, session_id: str, pending: list[tuple[str, str]]) -> None:

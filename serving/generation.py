@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import hashlib
-import hmac
 import math
 import secrets
 import time
@@ -415,7 +413,6 @@ class Completions:
 
 def _process_user_pseudonym(key: bytes) -> Callable[[str, str], str]:
     """A user pseudonym under a key only this process holds (a Completions built without a key store)."""
-    def pseudonym(tenant: str, user: str) -> str:
-        digest = hmac.new(key, f"{tenant}\0u\0{user}".encode("utf-8", "surrogatepass"), hashlib.sha256)
-        return f"u-{digest.hexdigest()[:32]}"
-    return pseudonym
+    from liverl.privacy.pseudonyms import keyed_digest
+
+    return lambda tenant, user: f"u-{keyed_digest(key, 'u', f'{tenant}/{user}')}"

@@ -35,6 +35,7 @@ class StoredResponse:
     messages: tuple[dict[str, Any], ...]  # chat messages: its input (instructions excepted) and its output
     call_ids: frozenset[str]  # function call ids of the conversation: what a function_call_output may answer
     stored_at: float  # the store's clock
+    key_version: object = None  # the tenant's pseudonym key when kept: a tenant's erasure replaces it
 
 
 class ResponseStore:
@@ -70,8 +71,14 @@ class ResponseStore:
         self._by_tenant[tenant].move_to_end(response_id)
         return stored
 
-    def new(self, session_id: str, messages: tuple[dict[str, Any], ...], call_ids: frozenset[str]) -> StoredResponse:
-        return StoredResponse(session_id, messages, call_ids, self._clock())
+    def new(self, session_id: str, messages: tuple[dict[str, Any], ...], call_ids: frozenset[str],
+            key_version: object = None) -> StoredResponse:
+        return StoredResponse(session_id, messages, call_ids, self._clock(), key_version)
+
+    def drop(self, tenant: str, response_id: str) -> None:
+        """Forget a kept response now (its session was erased)."""
+        if (tenant, response_id) in self._all:
+            self._drop((tenant, response_id))
 
     def put(self, tenant: str, response_id: str, response: StoredResponse) -> None:
         """Keep a response, evicting the least recently used past either bound."""

@@ -60,7 +60,7 @@ class ResponsesApi:
             who.session_id = previous.session_id  # the conversation's session: one trajectory
         _name(ctx, principal, body, request, who, API, RESPONSE_ID_PREFIX)
         call = await _begin(ctx, principal, body, request, who, prompt, None, request.max_output_tokens)
-        keep = self._keeper(request, tenant, call, messages, call_ids)
+        keep = self._keeper(ctx, request, tenant, call, messages, call_ids)
         created, headers = int(time.time()), _id_headers(call)
         if request.stream:
             return Reply(headers, events=_events(call, request, created, ctx.completions.model_name, keep), call=call)
@@ -78,7 +78,10 @@ class ResponsesApi:
         if not request.previous_response_id:
             return None
         previous = self.store.get(tenant, request.previous_response_id)
-        if previous is None:  # unknown, expired, evicted or another tenant's: the same answer for each
+        if previous is not None and _erased(ctx, tenant, previous):  # `liverl forget` reaches what is kept too
+            self.store.drop(tenant, request.previous_response_id)
+            previous = None
+        if previous is None:  # unknown, expired, evicted, erased or another tenant's: the same answer for each
             raise reject(ctx, principal, body, BadRequest(
                 "unknown-previous-response", f"previous_response_id {request.previous_response_id[:80]!r} is not a "
                 f"response this server keeps for your tenant (responses are kept {self.store.ttl_s:g} s, the most "
@@ -86,15 +89,27 @@ class ResponsesApi:
                 "conversation as input instead", "previous_response_id"), ResponsesRequest, status=404)
         return previous
 
-    def _keeper(self, request: ResponsesRequest, tenant: str, call: Call, messages: list[dict],
+    def _keeper(self, ctx: HttpContext, request: ResponsesRequest, tenant: str, call: Call, messages: list[dict],
                 call_ids: frozenset[str]) -> Callable[[dict, list[dict]], None]:
         """What keeps the finished response for previous_response_id (nothing under store false)."""
         def keep(reply_message: dict, tool_calls: list[dict]) -> None:
             if request.keeps:
                 ids = call_ids | {c["id"] for c in tool_calls}
+                subjects = getattr(ctx.completions.recorder, "subjects", None)
+                version = subjects.store.pseudonym_key_version(tenant) if subjects is not None else None
                 self.store.put(tenant, call.request_id,
-                               self.store.new(call.session_id, (*messages, reply_message), ids))
+                               self.store.new(call.session_id, (*messages, reply_message), ids, version))
         return keep
+
+
+def _erased(ctx: HttpContext, tenant: str, previous: StoredResponse) -> bool:
+    """Whether the kept conversation's session (as its records are keyed) or its tenant was erased since."""
+    subjects = getattr(ctx.completions.recorder, "subjects", None)
+    if subjects is None:  # not recording: nothing of it is stored, and no key store says who was erased
+        return False
+    redactor = ctx.completions.redactor(tenant)
+    keyed = redactor.redact_id(previous.session_id) if redactor is not None else previous.session_id
+    return subjects.erased_since(tenant, keyed, previous.key_version)
 
 
 async def _render(ctx: HttpContext, principal: Principal, body: Body, request: ResponsesRequest,

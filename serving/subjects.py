@@ -42,6 +42,13 @@ class ServingSubjects:
             links.setdefault(tenant, set()).add((user, subject))
         return True
 
+    def erased_since(self, tenant: str, session_id: str, key_version: object) -> bool:
+        """Whether `liverl forget` erased the session (as its records are keyed) or its whole tenant since
+        key_version (pseudonym_key_version when the session's data was kept in memory)."""
+        if self.store.pseudonym_key_version(tenant) != key_version:
+            return True
+        return self.pseudonyms.session(tenant, session_id) in self.store.forgotten(tenant)
+
     def write(self, links: Links) -> None:
         """The links, durably, one append per tenant (with the keys of their sessions when make_keys); raises
         what the key store raises (the caller counts it: a failed write never fails a request)."""

@@ -25,9 +25,9 @@ held-out trajectory so that it has a standard error:
   significant after the correction over the monitors (gate.monitor_alpha) and comes without a rise of the
   outcome is hacking (trainer/hacking.py); plus the drift report of the traffic served so far.
 
-Fail-closed: a NaN figure, a missing drift report, evidence whose parts disagree, fewer than two (or
-min_holdout) held-out trajectories, or too small an effective fraction all fail. Any failed check decides "fail";
-else too little evidence (the reward test or the monitors' minimum) decides "defer"; else "pass". The report's
+Fail-closed: a NaN figure, a missing drift report, evidence whose parts disagree, or too small an effective
+fraction all fail. Any failed check decides "fail"; else too little evidence (fewer than two, or min_holdout,
+held-out trajectories, the reward test or the monitors' minimum) decides "defer"; else "pass". The report's
 `decided_by` says in words which check decided. Only a pass moves `champion`.
 
 Thresholds from observed noise: every figure is judged at its confidence bound in the direction that hurts,
@@ -114,8 +114,9 @@ def evaluate(
     if not len(evidence.rows) == len(evidence.rewards) == len(evidence.advantages) == n:
         reasons.append(f"partial evidence: {n} held-out trajectories but {len(evidence.rows)} rows, "
                        f"{len(evidence.rewards)} rewards and {len(evidence.advantages)} advantages")
-    elif n < max(config.min_holdout, 2):
-        reasons.append(f"only {n} held-out trajectories (need min_holdout {config.min_holdout} and 2 for an error)")
+    elif n < max(config.min_holdout, 2):  # too little evidence yet, not evidence against the candidate
+        deferrals.append(f"insufficient evidence: only {n} held-out trajectories (need min_holdout "
+                         f"{config.min_holdout} and 2 for an error)")
     elif finite:
         scores = _score(candidate, champion, evidence, loss_config, max_seq_len)
         reasons += _judge_scores(scores, evidence, config, monitors, figures, deferrals)
@@ -182,6 +183,14 @@ def _judge_reward(scores: _Scores, evidence: GateEvidence, config: GateConfig, f
     if verdict.decision == FAIL:
         return [f"{bound}: not shown within {config.max_reward_drop} of the champion; an equal candidate is refused "
                 f"{float(verdict.false_refusal):.0%} of the time on such evidence"]
+    if verdict.decision == DEFER and not float(verdict.needed_sessions) <= config.max_holdout:
+        # More held-out sessions than a judgement holds (or a spread that gives no finite figure): say so, since
+        # waiting cannot decide it; refusing would count against an equal candidate's stated false-refusal rate
+        deferrals.append(f"insufficient evidence: {bound}; deciding within the stated error rates needs about "
+                         f"{float(verdict.needed_sessions):.0f} held-out sessions at this spread, more than "
+                         f"gate.max_holdout {config.max_holdout} lets a judgement hold: raise max_holdout or "
+                         "max_reward_drop, or expect candidates this close to the champion to stay unjudged")
+        return []
     if verdict.decision == DEFER:
         more = int(verdict.needed_sessions) - estimate.n
         figures["reward_needed_sessions"] = int(verdict.needed_sessions)

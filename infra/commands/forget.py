@@ -8,16 +8,18 @@
     liverl forget --tenant acme --user dave --exclude-versions # and keep the versions trained on them unpromoted
 
 An erasure cannot be undone, so it is refused (exit code 2, nothing changed) unless it names exactly one known
-subject: an empty or blank id, an id that looks like a pattern, a tenant or subject nothing is known of (unless
---allow-unknown), or a tenant without --all. What it will erase is printed first; --dry-run stops there.
+subject: an empty or blank id, an id that looks like a pattern (unless --literal), a tenant or subject nothing is
+known of (unless --allow-unknown), or a tenant without --all. What it will erase is printed first; --dry-run
+stops there.
 
 In this order: the subject's keys are destroyed and tombstoned first (from then on every copy of their
 records in Kafka, spools and backups is unreadable, and capture, serving, import and replay drop anything new
 of theirs); then their rows leave the trajectory and dead-letter tables (files rewritten, history vacuumed),
 the distiller's staged files of every kind are rewritten without them, their MLflow traces are deleted and the
 audit runs' sample artifacts rewritten without their rows (the embedded tracking database rebuilt), the capture
-service's session state is purged. One JSON line goes to the audit log (privacy.audit_log) and the same summary
-is printed, with the registered versions trained on the subject's data.
+service's session state is purged. The audit log (privacy.audit_log) records the erasure when it starts and, when
+it is done, one JSON line of what each store erased, with the registered versions trained on the subject's data;
+the same summary is printed.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--allow-unknown", action="store_true",
                         help="a subject nothing is known of yet: record the opt-out (its data is dropped if it "
                              "arrives), instead of refusing")
+    parser.add_argument("--literal", action="store_true",
+                        help="the id holds one of *?%%[] as the product sent it (such ids are refused otherwise)")
     parser.add_argument("--dry-run", action="store_true", help="print what would be erased, change nothing")
     parser.add_argument("--exclude-versions", action="store_true",
                         help="tag the registered versions trained on the subject's data so the gate never promotes them")
@@ -52,7 +56,7 @@ def run(config, args) -> int:
     try:
         summary = forget(config, args.tenant, args.user, args.session, args.exclude_versions,
                          args.operator or getpass.getuser(), whole_tenant=args.whole_tenant,
-                         allow_unknown=args.allow_unknown, dry_run=args.dry_run,
+                         allow_unknown=args.allow_unknown, dry_run=args.dry_run, literal=args.literal,
                          say=lambda line: print(line, flush=True))
     except SubjectRefused as refused:
         print(f"liverl forget: refused, nothing was erased: {refused}", file=sys.stderr, flush=True)
@@ -63,18 +67,18 @@ def run(config, args) -> int:
 
 def forget(config, tenant: str, user: str | None = None, session: str | None = None, exclude_versions: bool = False,
            operator: str = "", *, whole_tenant: bool = False, allow_unknown: bool = False, dry_run: bool = False,
-           say=lambda line: None) -> dict:
+           literal: bool = False, say=lambda line: None) -> dict:
     """Erase the subject everywhere (see the module doc); returns the audit entry, also appended to the log (with
     dry_run: the plan, and nothing is changed or logged). SubjectRefused when the request names no one subject."""
     from liverl.privacy import key_store, tenant_redactor
     from liverl.privacy.erasure_plan import plan_erasure
     from liverl.privacy.subject import check_request, resolve
 
-    check_request(tenant, user, session, whole_tenant)  # before anything is read: a refusal changes nothing
+    check_request(tenant, user, session, whole_tenant, literal)  # before anything is read: a refusal changes nothing
     store = key_store(config)
     redact_id = tenant_redactor(config, tenant).redact_id  # a session id holding personal data is stored so
     plan = plan_erasure(config, store, tenant, allow_unknown,
-                        lambda: resolve(store, tenant, user, session, redact_id, whole_tenant))
+                        lambda: resolve(store, tenant, user, session, redact_id, whole_tenant, literal))
     say(f"liverl forget: {plan.describe()}{' (dry run: nothing changed)' if dry_run else ''}")
     if dry_run:
         return {"dry_run": True, **plan.summary()}
@@ -97,6 +101,10 @@ def _erase(config, store, plan, exclude_versions: bool, operator: str) -> dict:
     erasure_id = secrets.token_hex(8)
     subject, tenant = plan.subject, plan.subject.tenant
     whole = subject.scope == "tenant"
+    # Logged before the first key is destroyed: an erasure cut short (a crash, a store that fails) is on record
+    audit_log.append(config.privacy.audit_log, {"erasure_id": erasure_id, "at_ms": int(time.time() * 1000),
+                                                "operator": operator, "tenant": tenant, "scope": subject.scope,
+                                                "status": "started"})
     keys = store.forget_tenant(tenant) if whole else store.forget(tenant, sorted(subject.sessions), subject.user)
     rows = erase_rows(config.table.trajectories_uri, subject, "trajectory_id")
     letters = erase_rows(config.table.dead_letters_uri, subject, "dead_letter_id")
@@ -114,7 +122,7 @@ def _erase(config, store, plan, exclude_versions: bool, operator: str) -> dict:
     sessions = purge_sessions(spool_dir(config) / "sessions.sqlite", tenant, None if whole else set(subject.sessions),
                               subject.user, whole_tenant=whole)
     entry = {"erasure_id": erasure_id, "at_ms": int(time.time() * 1000), "operator": operator, "tenant": tenant,
-             "scope": subject.scope, "known": plan.known, "recorded_as_opt_out": not plan.known,
+             "scope": subject.scope, "status": "done", "known": plan.known, "recorded_as_opt_out": not plan.known,
              "keys_destroyed": keys, "sessions_known": len(subject.sessions),
              "table_rows": rows.rows, "table_files_vacuumed": rows.files_removed, "dead_letters": letters.rows,
              "staged": staged, "staged_sessions": sum(staged.values()),

@@ -191,7 +191,7 @@ class GateConfig(Section):
     max_nll_increase: float = Field(0.5, allow_inf_nan=False)
     """Regression check: largest increase of the mean NLL of the served tokens, candidate minus champion (upper
     bound)."""
-    max_reward_drop: float = Field(0.01, allow_inf_nan=False)
+    max_reward_drop: float = Field(0.01, gt=0.0, allow_inf_nan=False)
     """Largest drop of the expected reward, candidate minus champion, each importance-weighted on the held-out
     rows (lower confidence bound): the candidate must be shown no worse than this (in reward units)."""
     max_false_promotion: float = Field(0.05, gt=0.0, lt=0.5)
@@ -254,6 +254,13 @@ class GateConfig(Section):
     long after a trainer that died holding it took it."""
     promotion_lease_wait_s: float = Field(30.0, ge=0.0, le=3600.0)
     """How long a passed candidate waits for another trainer's promotion lease before it is refused."""
+
+    @model_validator(mode="after")
+    def _floor_within_a_judgement(self) -> "GateConfig":
+        if self.min_effective_sessions > self.max_holdout:
+            raise ValueError(f"trainer.gate.min_effective_sessions {self.min_effective_sessions:g} exceeds "
+                             f"max_holdout {self.max_holdout}: no judgement could ever decide; raise max_holdout")
+        return self
 
     @model_validator(mode="after")
     def _persistent_takes_no_folders(self) -> "GateConfig":

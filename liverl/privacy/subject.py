@@ -44,28 +44,30 @@ class Subject:
         return tenant == self.tenant and (self.scope == "tenant" or subject_id in self.sessions)
 
 
-def checked_name(value: str | None, flag: str) -> str | None:
-    """value as given, or None when the flag was not given at all; SubjectRefused when it names nobody."""
+def checked_name(value: str | None, flag: str, literal: bool = False) -> str | None:
+    """value as given, or None when the flag was not given at all; SubjectRefused when it names nobody, or looks
+    like a pattern (unless literal: the caller says that is the id as sent)."""
     if value is None:
         return None
     if not value.strip():
         raise SubjectRefused(f"{flag} is empty: name the one subject to erase (an unset shell variable?); "
                              "to erase a whole tenant, say --tenant T --all")
-    if WILDCARD_CHARACTERS & set(value):
+    if WILDCARD_CHARACTERS & set(value) and not literal:
         raise SubjectRefused(f"{flag} {value!r} looks like a pattern: liverl forget erases exactly the subject "
-                             f"named, never a match ({''.join(sorted(WILDCARD_CHARACTERS))} are not allowed)")
+                             f"named, never a match; if that is the id as the product sent it, add --literal")
     return value
 
 
-def check_request(tenant: str | None, user: str | None, session: str | None, whole_tenant: bool) -> None:
+def check_request(tenant: str | None, user: str | None, session: str | None, whole_tenant: bool,
+                  literal: bool = False) -> None:
     """Refuse a request that does not name exactly one subject, before anything is looked up or changed."""
-    checked_name(tenant, "--tenant")
+    checked_name(tenant, "--tenant", literal)
     if tenant is None:
         raise SubjectRefused("--tenant is required")
     if "/" in tenant:
         raise SubjectRefused(f"--tenant {tenant!r} is not a tenant id (a name without '/')")
-    checked_name(user, "--user")
-    checked_name(session, "--session")
+    checked_name(user, "--user", literal)
+    checked_name(session, "--session", literal)
     named = [flag for flag, given in (("--user", user is not None), ("--session", session is not None),
                                       ("--all", whole_tenant)) if given]
     if len(named) != 1:
@@ -74,10 +76,10 @@ def check_request(tenant: str | None, user: str | None, session: str | None, who
 
 
 def resolve(store: SubjectKeyStore, tenant: str, user: str | None = None, session: str | None = None,
-            redact_id=None, whole_tenant: bool = False) -> Subject:
+            redact_id=None, whole_tenant: bool = False, literal: bool = False) -> Subject:
     """The subject of `liverl forget --tenant T (--user U | --session S | --all)`. redact_id: the redaction's id
     function (a session id holding personal data is stored as its pseudonym). SubjectRefused as check_request."""
-    check_request(tenant, user, session, whole_tenant)
+    check_request(tenant, user, session, whole_tenant, literal)
     pseudonyms = Pseudonyms(store)
     if user is not None:
         pseudonym = pseudonyms.user(tenant, user)

@@ -22,7 +22,7 @@ def _by_version(means: list[float], counts: list[int], spread: float = 0.3) -> d
     return {str(v + 1): _sessions(m, n, spread) for v, (m, n) in enumerate(zip(means, counts))}
 
 
-# The loaded run of issue 39: 8 hot-swapped versions whose means moved between 0.36 and 0.59 on 11-31 sessions,
+# A loaded demo run: 8 hot-swapped versions whose means moved between 0.36 and 0.59 on 11-31 sessions,
 # a least-squares slope of about +0.0014 a version, the last mean above the first: it printed "ROSE".
 NOISY_MEANS = [0.40, 0.59, 0.36, 0.55, 0.38, 0.52, 0.37, 0.50, 0.49]
 NOISY_COUNTS = [11, 18, 24, 14, 20, 27, 16, 22, 31]

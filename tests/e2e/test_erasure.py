@@ -317,7 +317,8 @@ def test_forget_leaves_no_byte_of_the_user_and_keeps_everyone_else(loop, tmp_pat
     left = scan(data_dir, [*DAVE_MARKERS.values(), *dave_sessions, DAVE], [DAVE_TOKENS])
     assert left == [], left  # in no file, in no encoding
     logged = audit_log.read(config.privacy.audit_log)
-    assert [entry["scope"] for entry in logged] == ["user", "session"]
+    assert [(entry["scope"], entry["status"]) for entry in logged] == [
+        ("user", "started"), ("user", "done"), ("session", "started"), ("session", "done")]
 
     kept = TableHistory(config.table.trajectories_uri).rows_up_to()  # the trainer's reader, and its opener
     assert {(r["tenant_id"], r["session_id"]) for r in kept} == {("acme", erin_session), ("globex", carol_session)}

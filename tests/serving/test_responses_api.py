@@ -239,6 +239,24 @@ def test_previous_response_id_stays_within_its_tenant(server):
     assert headed.model_extra["liverl"]["session_id"] == "s-header"
 
 
+def test_a_forgotten_users_kept_conversation_cannot_be_continued(server):
+    """`liverl forget` reaches what serving keeps in memory for previous_response_id, not only what it stored."""
+    from liverl.privacy import key_store
+    from liverl.privacy.subject import resolve
+
+    acme = _client(server)
+    kept = acme.responses.create(input="fix the file", max_output_tokens=2, user="end-user-forget-me")
+    other = acme.responses.create(input="fix the file", max_output_tokens=2, user="end-user-stays")
+    assert server.server.recorder.flush(30)  # the user is linked to the session by the recording thread
+    store = key_store(server.server.config)
+    found = resolve(store, "acme", user="end-user-forget-me")
+    assert found.sessions
+    store.forget("acme", sorted(found.sessions), found.user)  # what `liverl forget --user` does to the keys
+    with pytest.raises(openai.NotFoundError):
+        acme.responses.create(input="ask", previous_response_id=kept.id, max_output_tokens=1)
+    assert acme.responses.create(input="ask", previous_response_id=other.id, max_output_tokens=1).id
+
+
 @pytest.mark.parametrize("body, param", [
     ({"input": [{"type": "web_search_call", "id": "w", "status": "completed"}]}, "input"),
     ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input"),

@@ -1,4 +1,4 @@
-"""The gate's reward test keeps its stated error rates at the real demo's settings (issue 39, item 1).
+"""The gate's reward test keeps its stated error rates at the real demo's settings.
 
 Simulated held-out evidence drives the gate's own estimator and decision (trainer/gate_statistics.py, which
 trainer/gate.py calls): n sessions served by the champion (it is the behaviour policy), rewards ±1 with mean m0
@@ -103,7 +103,7 @@ def test_eight_sessions_are_too_few_to_promote(demo_gate):
     assert equal[PASS] == 0.0 and equal[DEFER] > 0.9
 
 
-@pytest.mark.xfail(strict=True, reason="left of issue 39: with heavy-tailed weights and a champion reward of 0.4 the "
+@pytest.mark.xfail(strict=True, reason="a known gap: with heavy-tailed weights and a champion reward of 0.4 the "
                                        "t interval on the jackknife SE still under-covers (false promotion ~0.07-0.11 "
                                        "at 32-128 sessions); needs a finite-sample or sequential bound")
 def test_false_promotion_with_a_high_champion_reward_and_heavy_tails(demo_gate):
