@@ -119,7 +119,7 @@ def main(argv=None) -> None:
     from bench.tiny_server import tiny_server
     from serving.http_api import build_http_app
     from serving.http_guard import HttpContext
-    from serving.response_state import ResponseStore
+    from serving.responses.state import ResponseStore
 
     with tiny_server(KEY, "http-layer-bench-") as tiny:
         server, c = tiny.server, tiny.server.config.serving

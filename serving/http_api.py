@@ -5,7 +5,7 @@ The official `openai` client works against it unchanged, with or without liverl'
 is named by a header, a per-session base URL (/s/<session_id>/v1/...), the body's metadata or user, or
 else the call is a session of its own (serving.session_ids); agent id and role travel as x-liverl-*
 headers; the tenant is the API key's. The completion routes, nearly all the traffic, are plain ASGI
-(serving.asgi_routes, handlers in serving.http_completions and serving.responses_api); the FastAPI app here
+(serving.asgi_routes, handlers in serving.http_completions and serving.responses.api); the FastAPI app here
 serves the rest (and refuses the Responses API's retrieve/delete/cancel routes, which are not served), its
 handlers guarded by the dependencies of serving.http_dependencies. What they share is an HttpContext.
 """
@@ -23,8 +23,8 @@ from serving.http_dependencies import (FastJSONResponse, admin, api_error_respon
                                        json_body, unexpected_error_response)
 from serving.http_guard import ApiError, Body, HttpContext, parse
 from serving.openai_schema import Strict
-from serving.response_state import ResponseStore
-from serving.responses_api import ResponsesApi
+from serving.responses.state import ResponseStore
+from serving.responses.api import ResponsesApi
 
 router = APIRouter()
 

@@ -162,7 +162,7 @@ class PolicyServer:
 
         from serving.http_api import build_http_app
         from serving.http_guard import HttpContext
-        from serving.response_state import ResponseStore
+        from serving.responses.state import ResponseStore
 
         c = self.config.serving
         app = build_http_app(HttpContext(self.completions, self.model_info, self.swapper, self.keys, self.limiter,

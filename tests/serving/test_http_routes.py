@@ -19,7 +19,7 @@ import pytest
 from liverl.contracts import names
 from serving.asgi_routes import match, request_headers
 from serving.http_api import build_http_app
-from serving.response_state import ResponseStore
+from serving.responses.state import ResponseStore
 from serving.http_completions import chat, complete
 from serving.http_guard import HttpContext
 from serving.rate_limit import RateLimiter

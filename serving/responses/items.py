@@ -12,8 +12,8 @@ import secrets
 from typing import Any
 
 from serving.generation import BadRequest, Call
-from serving.response_state import StoredResponse
-from serving.responses_schema import FunctionCallItem, FunctionCallOutputItem, ResponsesRequest
+from serving.responses.state import StoredResponse
+from serving.responses.schema import FunctionCallItem, FunctionCallOutputItem, ResponsesRequest
 
 RESPONSE_ID_PREFIX = "resp_"  # the response's id IS the recorded ModelCall's request id, as chat's chatcmpl- ids
 

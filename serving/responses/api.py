@@ -6,7 +6,7 @@ off the loop, the session named (`_name`: header, per-session URL, metadata, the
 session of its own), the version leased and the prompt tokenized (`_begin`), and one ModelCall recorded
 with api "openai-responses" whose request id is the response's `id`.
 
-previous_response_id continues a response this server made for the same tenant (serving.response_state):
+previous_response_id continues a response this server made for the same tenant (serving.responses.state):
 its conversation is the start of the prompt and its session is the continuation's, unless a header, the URL
 or metadata names another. An unknown, expired or other tenant's id is one 404, never a hint of which.
 """
@@ -28,10 +28,10 @@ from serving.chat import parse_tool_calls
 from serving.generation import BadRequest, Call, Caller, DeadlineExceeded
 from serving.http_completions import Reply, _begin, _check_model, _ext, _id_headers, _name, _run
 from serving.http_guard import ApiError, Body, HttpContext, parse, reject
-from serving.response_state import ResponseStore, StoredResponse
-from serving.responses_items import (RESPONSE_ID_PREFIX, conversation, function_call_item, message_item, output_of,
+from serving.responses.state import ResponseStore, StoredResponse
+from serving.responses.items import (RESPONSE_ID_PREFIX, conversation, function_call_item, message_item, output_of,
                                      output_text, prompt_messages, response_object, token_logprobs)
-from serving.responses_schema import ResponsesRequest, unsupported
+from serving.responses.schema import ResponsesRequest, unsupported
 from serving.session_ids import SESSION_METADATA_KEY
 
 API = "openai-responses"
