@@ -25,8 +25,8 @@ held-out trajectory so that it has a standard error:
   significant after the correction over the monitors (gate.monitor_alpha) and comes without a rise of the
   outcome is hacking (trainer/hacking.py); plus the drift report of the traffic served so far.
 
-Fail-closed: a NaN figure, a missing drift report, evidence whose parts disagree, or too small an effective
-fraction all fail. Any failed check decides "fail"; else too little evidence (fewer than two, or min_holdout,
+Fail-closed: a NaN figure, a missing drift report, evidence whose parts disagree, no held-out split at all
+(holdout_fraction 0), or too small an effective fraction all fail. Any failed check decides "fail"; else too little evidence (fewer than two, or min_holdout,
 held-out trajectories, the reward test or the monitors' minimum) decides "defer"; else "pass". The report's
 `decided_by` says in words which check decided. Only a pass moves `champion`.
 
@@ -114,6 +114,9 @@ def evaluate(
     if not len(evidence.rows) == len(evidence.rewards) == len(evidence.advantages) == n:
         reasons.append(f"partial evidence: {n} held-out trajectories but {len(evidence.rows)} rows, "
                        f"{len(evidence.rewards)} rewards and {len(evidence.advantages)} advantages")
+    elif n < max(config.min_holdout, 2) and config.holdout_fraction <= 0.0:  # waiting can never judge it
+        reasons.append(f"no held-out split (gate.holdout_fraction {config.holdout_fraction:g}): {n} held-out "
+                       "trajectories, and never more; hold sessions out to judge candidates")
     elif n < max(config.min_holdout, 2):  # too little evidence yet, not evidence against the candidate
         deferrals.append(f"insufficient evidence: only {n} held-out trajectories (need min_holdout "
                          f"{config.min_holdout} and 2 for an error)")

@@ -6,6 +6,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from liverl.contracts import names
 from liverl.v1 import common_pb2, model_call_pb2, serving_pb2, serving_pb2_grpc
+from tests.conftest import stored_key
 from tests.serving.conftest import read_topic
 
 AUTH = (("authorization", "Bearer user-key"),)
@@ -35,7 +36,7 @@ def test_generate_returns_tokens_logprobs_and_version_and_is_recorded(api_server
     assert api_server.server.recorder.flush(30)
     records = [r for r in read_topic(config, config.kafka.model_calls_topic, expect=1000,
                                      until=lambda got: any(b"grpc-req-1" in r.value for r in got))
-               if r.key.endswith(b"/s-grpc")]
+               if r.key == stored_key(config, "acme", "s-grpc")]  # user-key is acme's
     calls = [model_call_pb2.ModelCall.FromString(r.value) for r in records]
     mine = [c for c in calls if c.request_id == "grpc-req-1"]
     assert len(mine) == 1

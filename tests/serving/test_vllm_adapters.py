@@ -15,6 +15,7 @@ from mlflow import MlflowClient
 
 from liverl.contracts import names
 from liverl.v1 import common_pb2, model_call_pb2, serving_pb2, serving_pb2_grpc
+from tests.conftest import stored_key
 from tests.serving.conftest import ServerThread, module_topics, read_topic, register_version, serving_config
 from tests.serving.lora_adapters import build_adapter, build_base, reference_logprobs
 
@@ -86,7 +87,7 @@ def _swap(server, channel, version):
 def _recorded(server, session, count):
     config = server.server.config
     assert server.server.recorder.flush(30)
-    mine = lambda records: [r for r in records if r.key.endswith(b"/" + session.encode())]  # noqa: E731
+    mine = lambda records: [r for r in records if _keyed_by(config, r, session)]  # noqa: E731
     records = read_topic(config, config.kafka.model_calls_topic, expect=10_000,
                          until=lambda got: len(mine(got)) >= count)
     return [model_call_pb2.ModelCall.FromString(r.value) for r in mine(records)]
@@ -214,3 +215,9 @@ def test_d_an_adapter_of_another_base_loads_that_base_then_rollback_loads_the_fi
     for response in back:
         assert response["versions"] == {first}
         assert _matches(lora_server, first, response["prompt"], response["tokens"], response["logprobs"]) <= TOLERANCE
+
+
+def _keyed_by(config, record, session: str) -> bool:
+    """Whether the record is a call of the session, keyed as sealed records are (the session's pseudonym)."""
+    call = model_call_pb2.ModelCall.FromString(record.value)
+    return call.session_id == session and record.key == stored_key(config, call.tenant_id, session)

@@ -10,6 +10,7 @@ import torch
 
 from liverl.contracts import names
 from liverl.v1 import common_pb2, model_call_pb2, serving_pb2, serving_pb2_grpc
+from tests.conftest import stored_key
 from tests.serving.conftest import ServerThread, module_topics, read_topic, register_version, serving_config
 
 pytestmark = pytest.mark.slow
@@ -46,7 +47,7 @@ def _generate(channel, session, seed):
 def _recorded(server, session, count):
     config = server.server.config
     assert server.server.recorder.flush(30)
-    mine = lambda records: [r for r in records if r.key.endswith(b"/" + session.encode())]  # noqa: E731
+    mine = lambda records: [r for r in records if _keyed_by(config, r, session)]  # noqa: E731
     records = read_topic(config, config.kafka.model_calls_topic, expect=1000, until=lambda got: len(mine(got)) >= count)
     return [model_call_pb2.ModelCall.FromString(r.value) for r in mine(records)]
 
@@ -92,3 +93,9 @@ def test_force_swap_updates_the_vllm_engine_in_place(vllm_server, tiny_policy_di
         _reference(second_policy_dir, list(call.prompt_token_ids), tokens), abs=1e-3)
     assert list(call.completion_logprobs) != pytest.approx(
         _reference(tiny_policy_dir, list(call.prompt_token_ids), tokens), abs=1e-3)
+
+
+def _keyed_by(config, record, session: str) -> bool:
+    """Whether the record is a call of the session, keyed as sealed records are (the session's pseudonym)."""
+    call = model_call_pb2.ModelCall.FromString(record.value)
+    return call.session_id == session and record.key == stored_key(config, call.tenant_id, session)

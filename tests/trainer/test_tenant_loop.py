@@ -70,7 +70,7 @@ def test_each_tenant_trains_registers_and_is_gated_on_its_own(stack, tmp_path):
     for mv in versions:
         by_tenant.setdefault(mv.tags.get(names.TAG_TENANT), []).append(mv)
         assert mv.tags[names.TAG_WEIGHTS_KIND] == names.WEIGHTS_ADAPTER and mv.tags[names.TAG_BASE_VERSION] == base
-        assert json.loads(mv.tags[names.TAG_TABLE_VERSIONS]) == [0] and mv.tags[names.TAG_GATE_DECISION] in ("pass", "fail")
+        assert json.loads(mv.tags[names.TAG_TABLE_VERSIONS]) == [0] and mv.tags[names.TAG_GATE_DECISION] in ("pass", "fail", "defer")
     assert set(by_tenant) == {"big", "small", None}
     aliases = registry.aliases()
     for tenant, alias in (("big", "candidate-big"), ("small", "candidate-small"), (None, "candidate")):
