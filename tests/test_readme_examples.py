@@ -1,4 +1,4 @@
-"""The README's capture examples (its "Capturing an agent product" section), run verbatim against a running serving (hf engine), a
+"""The README's capture examples (its "Capturing an agent product" section, in docs/capture.md), run verbatim against a running serving (hf engine), a
 running capture service and the real broker, then distilled: each example's session must be in the table."""
 
 from __future__ import annotations
@@ -19,11 +19,14 @@ from tests.serving.conftest import ServerThread, serving_config
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
+CAPTURE_DOC = README.parent / "docs" / "capture.md"  # the README links its capture section there
+
+
 def capture_section() -> str:
-    """The README's "## Capturing an agent product" section, up to its first subsection or the next section."""
-    text = README.read_text()
-    start = text.index("## Capturing an agent product")
-    return re.split(r"^##+ ", text[start + 3:], flags=re.M)[0]
+    """docs/capture.md's opening part (the README's "Capturing an agent product"), up to its first subsection."""
+    text = CAPTURE_DOC.read_text()
+    start = text.index("# Capturing an agent product")
+    return re.split(r"^##+ ", text[start + 2:], flags=re.M)[0]
 
 
 def python_blocks(markdown: str) -> list[str]:

@@ -5,7 +5,6 @@ check costs at most one stat per call."""
 from __future__ import annotations
 
 import time
-import timeit
 
 from liverl.privacy.keystore import FileKeyStore
 from liverl.privacy.pseudonyms import RECHECK_S, Pseudonyms
@@ -47,11 +46,3 @@ def test_with_a_check_on_every_call_the_next_call_already_uses_the_new_key(tmp_p
     FileKeyStore(tmp_path).forget_tenant("acme")
     assert running.session("acme", "conv-1") != before
 
-
-def test_the_check_per_call_stays_cheap(tmp_path):
-    calls = 2_000
-    for recheck_s in (RECHECK_S, 0):  # the default, and a stat on every call
-        pseudonyms = Pseudonyms(FileKeyStore(tmp_path), recheck_s=recheck_s)
-        pseudonyms.session("acme", "conv-1")
-        seconds = min(timeit.repeat(lambda: pseudonyms.session("acme", "conv-1"), number=calls, repeat=3)) / calls
-        assert seconds < 100e-6, f"{seconds * 1e6:.1f} us per cached pseudonym (recheck_s={recheck_s})"
