@@ -12,9 +12,11 @@ read when no '@ file' or --config is given.
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib
 import os
 import sys
+import threading
 import traceback
 
 # command -> (module, one-line description)
@@ -98,5 +100,23 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
+def console() -> None:
+    """The `liverl` program: main(), its threads joined and Python's exit handlers run, then the process ends with
+    main's code without the interpreter's teardown. pyarrow and deltalake table scans leave native threads behind
+    that abort a tearing-down process (SIGABRT, "terminate called without an active exception"): a command that
+    had finished and printed its result exited 134 instead of its own code (tests/liverl/test_cli_exit.py)."""
+    code = main()
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()  # MLflow's, logging's and tempfile's handlers, as a normal exit runs them
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe (`liverl ... | head`): nothing left to say
+            pass
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console()
