@@ -101,15 +101,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def console() -> None:
-    """The `liverl` program: main(), its threads joined and Python's exit handlers run, then the process ends with
+    """The `liverl` program: main(), then what a normal exit does (threads joined, exit handlers run), then the process ends with
     main's code without the interpreter's teardown. pyarrow and deltalake table scans leave native threads behind
     that abort a tearing-down process (SIGABRT, "terminate called without an active exception"): a command that
     had finished and printed its result exited 134 instead of its own code (tests/liverl/test_cli_exit.py)."""
     code = main()
-    for thread in threading.enumerate():
-        if thread is not threading.current_thread() and not thread.daemon:
-            thread.join()
-    atexit._run_exitfuncs()  # MLflow's, logging's and tempfile's handlers, as a normal exit runs them
+    threading._shutdown()  # what a normal exit does first: executors stopped, other non-daemon threads joined
+    atexit._run_exitfuncs()  # then MLflow's, logging's and tempfile's exit handlers
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

@@ -144,3 +144,11 @@ def test_liverl_demo_without_a_file_runs_the_demos_own_settings():
     assert config.pipelines.reward_horizon_s == 5.0 and impossible_within(600, config.pipelines) is None
     tenants = cli.command_config(cli.build_parser().parse_args(["demo", "--tenants", "3"]), None, [])
     assert tenants == load_config(configs / "demo-tenants.toml", environ={}, schema=DemoLiverlConfig)
+
+
+def test_the_readme_is_a_manual_that_links_what_it_does_not_hold():
+    """At most 1,500 words (the rest lives in docs/), and every docs/ page it links exists."""
+    text = README.read_text()
+    assert len(text.split()) <= 1500, len(text.split())
+    linked = re.findall(r"\]\((docs/[^)#]+)", text)
+    assert linked and all((README.parent / page).is_file() for page in linked), linked
