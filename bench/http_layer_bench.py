@@ -123,7 +123,7 @@ def main(argv=None) -> None:
 
     with tiny_server(KEY, "http-layer-bench-") as tiny:
         server, c = tiny.server, tiny.server.config.serving
-        ctx = HttpContext(server.completions, server.model_info, server.swapper, server.keys, server.limiter,
+        ctx = HttpContext(server.completions, server.model_info, server.rollout, server.keys, server.limiter,
                           c.max_request_bytes, c.body_timeout_s, server.engine_failure)
         apps = {"fastapi": fastapi_baseline(ctx), "asgi": build_http_app(ctx, ResponseStore.from_config(c))}
         print(environment_line(), flush=True)

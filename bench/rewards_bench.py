@@ -23,13 +23,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repo root for bench.report
 
 from bench.report import environment_line, record
-from demo.judge_double import JudgeDouble, Reply
 from liverl.config.rewards import RewardsConfig
 from liverl.rewards import label, mix
 from liverl.rewards.batch import label_batch
-from liverl.rewards.builder import SessionBuilder
 from liverl.rewards.judge import Judge
 from liverl.v1 import session_event_pb2 as ev
+from tests.judge_double import JudgeDouble, Reply
+from tests.liverl.rewards.session_builder import SessionBuilder
 
 
 def coding(rng: random.Random, n: int) -> SessionBuilder:

@@ -169,9 +169,9 @@ def _bench(config, args, swaps: list[tuple[str, str]]) -> None:
         if args.only:
             return
         for mode, version in swaps:
-            server.swapper.config.swap_mode = mode
+            server.rollout.config.swap_mode = mode
             figures[f"swap_{mode}"] = _swap_under_load(server, args, version, mode)
-            time.sleep(server.swapper.config.probation_s + 1)  # the replaced version is freed before the next
+            time.sleep(server.rollout.config.probation_s + 1)  # the replaced version is freed before the next
         if swaps:
             _compare_swaps(figures, [mode for mode, _ in swaps])
         # another model's figures under a name of their own: the overhead table reads the tiny policy's "serving"
@@ -415,7 +415,7 @@ def _driver(grpc_target: str, http_base: str, model: str) -> None:
 
     async def drive() -> None:
         # aiohttp rather than httpx: on these shared cores the client's CPU comes out of the server's and the
-        # engine's, and httpx costs about 2.5x aiohttp's CPU per request (830 against ~300 us, CpuMeter).
+        # engine's, and httpx costs more than twice aiohttp's CPU per request (docs/measurements.md).
         connector = aiohttp.TCPConnector(limit=256)
         async with grpc.aio.insecure_channel(grpc_target) as channel, \
                 aiohttp.ClientSession(http_base, connector=connector,
@@ -584,6 +584,7 @@ def _swap_under_load(server, args, version: str, mode: str) -> dict:
             stop = asyncio.Event()
 
             async def worker(w):
+                nonlocal failures
                 i = 0
                 while not stop.is_set():
                     started = time.perf_counter()

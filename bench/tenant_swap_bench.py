@@ -12,7 +12,7 @@ serving.tenants.watch: it follows the tenants' aliases); room for one adapter mo
 swap evicts nobody. `--concurrency` streaming gRPC clients spread round-robin over the tenants (x-liverl-tenant)
 keep it busy. Each round: `--phase-s` of steady load, then the first tenant's alias moves to its next version (what
 the trainer's gate does on a pass) and serving's watcher rolls it (fetch, add_lora, smoke and weight probe, switch:
-serving/tenant_adapters.py), then `--settle-s` more for the old adapter's retirement. The swap window runs from the
+serving/rollout.py, TenantGroup), then `--settle-s` more for the old adapter's retirement. The swap window runs from the
 alias move to the end of that settle time.
 
 Per round, for the swapped tenant and for the other tenants apart: requests overlapping the window, those held
@@ -207,7 +207,7 @@ async def _said(lines: list[tuple[float, str]], prefix: str, timeout_s: float) -
 
 
 def _write_probes(base_dir: Path, adapter_dirs: list[Path]) -> None:
-    """Each version's weight probe, as the trainer's export leaves it (TenantTrainer._publish): serving checks it in
+    """Each version's weight probe, as the trainer's export leaves it (Trainer._to_publish): serving checks it in
     the swap's smoke test, before the tenant's route moves."""
     import torch
     from peft import PeftModel

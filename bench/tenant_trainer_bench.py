@@ -1,4 +1,4 @@
-"""Tenant trainer benchmark: the trainer's per-tenant path (trainer/tenant_loop.py) training the same rows spread
+"""Tenant trainer benchmark: the trainer (trainer/loop.py) with tenant groups training the same rows spread
 over 8 tenants, each with an adapter of its own, against all of them in one tenant (one adapter), side by side.
 
     .venv/bin/python bench/tenant_trainer_bench.py --rows 352 --rounds 3
@@ -6,12 +6,12 @@ over 8 tenants, each with an adapter of its own, against all of them in one tena
 The tenants demo's policy and trainer settings (configs/demo-tenants.toml): a tiny Llama (2 layers, width 64),
 rank-16 adapters, tokens_per_step 2048 per group, micro-batches of 1024 tokens, 2 per step. Starts its own embedded
 stack (MLflow holds the base both trainers start from) in a temporary folder, registers the tiny Llama as the shared
-champion and starts two TenantTrainers on it, each on a Delta table of its own: one with trainer.tenants.adapters
+champion and starts two Trainers on it, each on a Delta table of its own: one with trainer.tenants.adapters
 naming 8 tenants, the other naming 1. Each round commits `--rows` new trajectories (random tokens, lengths in
 [min-seq, seq]) to both tables, the same rows but for their tenant_id: spread round-robin over the 8 tenants on one
 side, all the one tenant's on the other. Then each trainer trains everything new, the two sides taking turns going
 first (after an untimed round: each engine's first step). Timed: the trainer's loop without its publishing
-(build_tenant_steps draws each group's next step from the group's own stream of the table, TenantTrainer.step trains
+(build_tenant_steps draws each group's next step from the group's own stream of the table, Trainer.step trains
 it on the group's adapter); checkpoints, exports, gates and registrations (once per group and version) are left out.
 Prints trained tokens/s of each side, the per-round ratio 8 tenants / 1, the medians, and the share of each side's
 time spent drawing steps (reading the table).
@@ -122,20 +122,21 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _trainer(config, folder: Path, tenants: list[str]):
-    """A started TenantTrainer with a table and checkpoints of its own, a named adapter per tenant."""
-    from trainer.tenant_loop import TenantTrainer
+    """A started Trainer with a table and checkpoints of its own, a named adapter per tenant."""
+    from trainer.loop import Trainer
 
     side = config.model_copy(deep=True)
     side.table.trajectories_uri = str(folder / "table")
     side.trainer.checkpoint_dir = folder / "checkpoints"
     side.trainer.tenants.adapters = tenants
-    trainer = TenantTrainer(side, say=lambda *_: None)
+    trainer = Trainer(side, say=lambda *_: None)
     trainer.start()
     return trainer
 
 
 def train_available(trainer) -> tuple[int, float, float, int]:
-    """Train every group on everything new, as TenantTrainer.run's loop does but without its maybe_publish:
+    """Train every group on everything new, as Trainer.run's loop does but without its maybe_publish (nor the wait
+    for trainer.min_step_rows):
     (trajectory tokens trained, seconds, of them seconds drawing steps, steps)."""
     from trainer.tenant_groups import build_tenant_steps
 
@@ -143,8 +144,9 @@ def train_available(trainer) -> tuple[int, float, float, int]:
     started = time.perf_counter()
     while True:
         drawn = time.perf_counter()
-        plans = build_tenant_steps(trainer.streams, trainer.trained, trainer.served, int(time.time() * 1000),
-                                   trainer.tc, trainer.say, opener=trainer.opener)
+        plans = build_tenant_steps({name: group.stream for name, group in trainer.groups.items()}, trainer.trained,
+                                   {name: group.served for name, group in trainer.groups.items()},
+                                   int(time.time() * 1000), trainer.tc, trainer.say, opener=trainer.opener)
         drawing += time.perf_counter() - drawn
         if not plans:
             return tokens, time.perf_counter() - started, drawing, steps

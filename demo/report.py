@@ -9,7 +9,6 @@ from __future__ import annotations
 import html
 import statistics
 import time
-from collections import defaultdict
 from pathlib import Path
 
 from demo.config import DemoLiverlConfig

@@ -14,16 +14,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from demo.interrupt import DemoInterrupt, interrupt_handling
+from demo.config import DemoLiverlConfig
 from demo.freshness import Freshness, first_served_at, freshness
+from demo.interrupt import DemoInterrupt, interrupt_handling
 from demo.lineage import VersionLineage, committed_at, read_lineage
+from demo.policy.demonstrations import RECOVERY
 from demo.services import StageProcess, run_stage, start_stage
+from demo.stage_env import config_environment
 from demo.stage_watch import StageWatch
 from demo.stop_after import StopAfterVersions
-from demo.stage_env import config_environment
 from demo.verdict import Verdict, judge_rise
-from demo.config import DemoLiverlConfig
-from demo.policy.demonstrations import RECOVERY
 
 
 @dataclass
@@ -184,7 +184,7 @@ def _now_serving(config: DemoLiverlConfig, traffic) -> str:
 
 
 def _run_traffic(config: DemoLiverlConfig, say, started: float, stop, arms=None):
-    from demo.product.configured import capture_client, grpc_policy, run_configured_traffic
+    from demo.product.configured import capture_client, configured_policy, run_configured_traffic
 
     progress = _Progress(config, say, started)
     if arms:
@@ -198,17 +198,10 @@ def _run_traffic(config: DemoLiverlConfig, say, started: float, stop, arms=None)
         progress.on_session(session)
         stop_rule.on_session(session)
 
-    if config.demo.policy == "smollm2":
-        from demo.real_product import real_policy, run_configured_real_traffic
-
-        policy = real_policy(config)
-        run = lambda: run_configured_real_traffic(config, policy, client, stop=stop, on_session=on_session)  # noqa: E731
-    else:
-        policy = grpc_policy(config)
-        run = lambda: run_configured_traffic(config, policy, client, duration_s=config.demo.duration_s,  # noqa: E731
-                                             stop=stop, on_session=on_session)
+    policy = configured_policy(config)
     try:
-        traffic = run()
+        traffic = run_configured_traffic(config, policy, client, duration_s=config.demo.duration_s, stop=stop,
+                                         on_session=on_session)
     finally:
         client.flush(timeout_s=30.0)
         say(f"      SDK: {client.stats()}")
@@ -286,7 +279,7 @@ def _summarise(config: DemoLiverlConfig, traffic, say, stages: list[StageProcess
     heldout = None
     if demo.policy == "smollm2":
         from demo.heldout import compare_heldout
-        from demo.real_product import base_folder
+        from demo.product.configured import base_folder
 
         for stage in reversed(stages):  # the evaluation engine gets the cores; the registry (stack) stays up
             stage.stop()

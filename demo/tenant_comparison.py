@@ -16,9 +16,8 @@ import statistics
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from demo.evaluate.stats import Z_95
 from demo.product.session import SessionStats
-
-Z95 = 1.959964
 
 
 @dataclass(frozen=True)
@@ -41,7 +40,7 @@ class TenantComparison:
             return None
         se = math.sqrt(statistics.variance(self.own) / len(self.own)
                        + statistics.variance(self.shared) / len(self.shared))
-        return self.difference - Z95 * se, self.difference + Z95 * se
+        return self.difference - Z_95 * se, self.difference + Z_95 * se
 
     def line(self) -> str:
         if self.since is None:

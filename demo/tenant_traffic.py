@@ -12,7 +12,7 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
-from demo.product.grpc_policy import GrpcPolicy
+from demo.product.configured import capture_client, grpc_policy
 from demo.product.session import SessionStats
 from demo.product.traffic import TrafficStats, run_traffic
 from demo.tenants import TenantArm
@@ -47,13 +47,8 @@ def run_tenant_traffic(config, arms: list[TenantArm], *, stop: threading.Event,
     spool = config.stack.data_dir / "sdk-spool"
 
     def run_arm(index: int, arm: TenantArm) -> TrafficStats:
-        from ingest.sdk import CaptureClient
-
-        policy = GrpcPolicy(f"{config.serving.host}:{config.serving.grpc_port}", api_key=arm.api_key,
-                            temperature=demo.temperature, max_new_tokens=demo.max_new_tokens,
-                            timeout_s=demo.policy_timeout_s)
-        client = CaptureClient(target=f"{config.ingest.host}:{config.ingest.grpc_port}", token=arm.capture_token,
-                               spool_dir=spool / arm.tenant_id)
+        policy = grpc_policy(config, api_key=arm.api_key)
+        client = capture_client(config, spool / arm.tenant_id, token=arm.capture_token)
         try:
             return run_traffic(
                 policy, client, duration_s=demo.duration_s, seed=demo.seed + 1000 * (index + 1),

@@ -274,9 +274,9 @@ class CaptureCore:
                                          tenant_id=tenant, session_id=session_id, payload=payload, at_ms=now_ms)
 
     def reject_request(self, reason: str, message: str, tenant: str, summary: bytes, api: str) -> None:
-        """A whole request refused (framing, body, batch size): one dead letter and a log line. summary:
-        ingest.refused.request_summary of the request, never its body (compressed or binary bodies hide
-        personal data from redaction)."""
+        """A whole request refused (framing, body, batch size): one dead letter and a log line. summary: the
+        request's encoded RefusedRequest (liverl/contracts/refused_request.py), never its body (compressed or
+        binary bodies hide personal data from redaction)."""
         self.metrics.requests_rejected.labels(reason).inc()
         self.delivery.deliver([self.dead_letter(reason, message, tenant, summary, None, int(self.clock() * 1000))])
         log.warning(json.dumps({"msg": "capture request rejected", "api": api, "tenant": tenant, "reason": reason,

@@ -10,12 +10,12 @@ import grpc
 from ingest.admission import RateLimited
 from ingest.auth import AuthError, TokenAuth
 from ingest.capture import CaptureCore
-from ingest.refused import request_summary
 from ingest.routing import REPLICA_TOKEN_META, PeerForwarder
 from liverl.io.spool import SpoolFull
 from ingest.validation import parse_binary
 from ingest.wire import MalformedRequest, parsed_events, split_events
 from liverl.contracts import names
+from liverl.contracts.refused_request import RefusedRequest
 from liverl.v1 import capture_pb2
 
 SERVICE_NAME = "liverl.v1.CaptureService"
@@ -68,7 +68,8 @@ class CaptureHandler:
 
     def _reject(self, context, reason: str, message: str, tenant: str, raw: bytes) -> None:
         try:  # a summary, never the request: its bytes may hold anything
-            self.core.reject_request(reason, message, tenant, request_summary("grpc", reason, len(raw)), api="grpc")
+            summary = RefusedRequest.of("grpc", reason, len(raw)).encode()
+            self.core.reject_request(reason, message, tenant, summary, api="grpc")
         except SpoolFull:
             pass  # the caller learns of the rejection either way
         context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{reason}: {message}")

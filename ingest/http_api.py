@@ -8,9 +8,9 @@ Events use the protobuf JSON mapping of liverl.v1.SessionEvent. Answers: 200 wit
 (per-event rejections inside), 400 bad body, 401 missing/wrong token, 403 wrong tenant, 408 body too slow,
 413 too large (refused from Content-Length, or while streaming: a huge body is never read whole), 429 over the
 tenant's rate limit and 503 not stored (both with Retry-After), 415 a Content-Encoding it does not
-read (/v1/capture reads none, /v1/traces gzip). A refused request is dead-lettered as a summary (sizes,
-type, encoding, reason: ingest/refused.py), never its body. An unexpected failure answers 500 and is logged
-by its type and a redacted message, never the value that caused it. GET /healthz and GET /metrics too.
+read (/v1/capture reads none, /v1/traces gzip). A refused request is dead-lettered as a summary (sizes, type,
+encoding, reason: liverl/contracts/refused_request.py), never its body. An unexpected failure answers 500 and is
+logged by its type and a redacted message, never the value that caused it. GET /healthz and GET /metrics too.
 
     POST /v1/traces    OTLP/HTTP (JSON or protobuf) GenAI spans, same token and statuses (ingest/otlp_api.py);
                        413 too_many_events when its spans would become more than ingest.max_events_per_request
@@ -37,9 +37,9 @@ from ingest.auth import AuthError, TokenAuth
 from ingest.capture import CaptureCore
 from ingest.otlp_api import (NotConfigured, NotOtlp, OtlpTraces, TooManySpanEvents, json_response, protobuf_document,
                              protobuf_response)
-from ingest.refused import request_summary
 from ingest.validation import parse_json
 from liverl.contracts import names
+from liverl.contracts.refused_request import RefusedRequest
 from liverl.io.spool import SpoolFull
 from liverl.redaction.error_log import log_unexpected
 
@@ -75,11 +75,12 @@ def build_app(core: CaptureCore, auth: TokenAuth, max_batch_events: int, max_req
     traces = OtlpTraces(core, tokenizer_dir, core.max_events_per_request)
 
     def reject(status: int, reason: str, message: str, tenant: str, request: Request, body_bytes: int,
-               **sizes: int) -> JSONResponse:
+               inflated_bytes: int = 0) -> JSONResponse:
         """Refuse the request: dead-letter its summary (never its body) and answer status."""
         api = "otlp" if request.url.path.endswith("/traces") else "http"
-        summary = request_summary(api, reason, body_bytes, request.headers.get("content-type", ""),
-                                  request.headers.get("content-encoding", ""), **sizes)
+        summary = RefusedRequest.of(api, reason, body_bytes, inflated_bytes=inflated_bytes,
+                                    content_type=request.headers.get("content-type", ""),
+                                    content_encoding=request.headers.get("content-encoding", "")).encode()
         try:
             core.reject_request(reason, message, tenant, summary, api=api)
         except SpoolFull:
@@ -175,8 +176,8 @@ def build_app(core: CaptureCore, auth: TokenAuth, max_batch_events: int, max_req
         received = len(body)
         protobuf = request.headers.get("content-type", "").split(";")[0].strip().lower() == PROTOBUF
 
-        def refuse(status: int, reason: str, message: str, **sizes: int):
-            return run_in_threadpool(reject, status, reason, message, tenant, request, received, **sizes)
+        def refuse(status: int, reason: str, message: str, inflated_bytes: int = 0):
+            return run_in_threadpool(reject, status, reason, message, tenant, request, received, inflated_bytes)
         try:
             if request.headers.get("content-encoding", "").strip().lower() == "gzip":
                 body = _gunzip(body, max_request_bytes)

@@ -60,7 +60,7 @@ async def attach(engine: Engine, adapter: Adapter | None) -> Engine:
 
 
 class AdapterSwaps:
-    """Names, loads, switches to and frees adapter versions for one HotSwapper."""
+    """Names, loads, switches to and frees adapter versions for one Rollout (serving/rollout.py)."""
 
     def __init__(self, registry: ModelRegistry | None, versions_dir: Path):
         self.registry = registry

@@ -1,105 +1,69 @@
-"""Following the registry: poll the alias (and the canary alias) and ask the swapper to put each new version into
-service, when the minimum interval and the fleet allow (serving/fleet.py: canary first, a version another replica
-rolled back is refused, and a replica serving it rolls back too)."""
+"""Following the registry: one look at the model's aliases (one registry call) says, for every group serving
+follows, the version its alias names now and, where a canary is followed, the version its canary alias names.
+
+The groups are the shared alias (`serving.alias`) and, when `serving.tenants` is set, each tenant's
+`champion-<tenant>` (the tenants watched, then those discovered, up to `tenants.max_tenants`), whose canary alias is
+`<serving.canary_alias>-<tenant>` (`candidate-<tenant>`, the tenant's newest adapter, for "candidate"). The watcher only
+reports what it saw; the rollout (serving/rollout.py) decides what to do about it.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import logging
-import time
-
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from dataclasses import dataclass
+
+from typing import TYPE_CHECKING
 
 from liverl.config.serving import ServingConfig
-from serving.fleet import Fleet, rolled_back_at_ms
-from serving.router import Router, Slot
-from serving.swap_result import SwapResult
+from liverl.contracts import names
 
 if TYPE_CHECKING:
     from liverl.io.registry import ModelRegistry
 
-log = logging.getLogger("liverl.serving.swap")
 
+@dataclass(frozen=True)
+class Sighting:
+    """What one group's alias named at one look."""
 
-class Swapper(Protocol):
-    """What the watcher reads and asks of the swapper (serving/swapper.py, HotSwapper)."""
-
-    config: ServingConfig
-    router: Router
-    registry: ModelRegistry
-    fleet: Fleet | None
-    previous: Slot | None
-    refused: set[str]
-    last_swap: float
-    say: Callable[[str], None]
-
-    async def swap_to(self, version: str, reason: str = "alias") -> SwapResult: ...
-
-    async def rollback(self, reason: str, detail: dict | None = None, tag: bool = True) -> SwapResult: ...
-
-    async def set_canary(self, version: str | None) -> None: ...
+    tenant: str  # "" for the shared group
+    alias: str
+    version: str  # "" when the alias is not set
+    canary: str | None = None  # the version its canary alias names ("" unset); None: no canary followed
 
 
 class AliasWatcher:
-    def __init__(self, swapper: Swapper):
-        self.swapper = swapper
-        self._waiting_for = ""  # the version this replica waits to take after the fleet's canary
-        self._cleared_ms: dict[str, int] = {}  # version -> when the fleet's tags last let this replica take it
+    def __init__(self, config: ServingConfig, registry: ModelRegistry, say: Callable[[str], None] = print):
+        self.config = config
+        self.registry = registry
+        self.say = say
+        self._ignored: set[str] = set()  # discovered tenants past max_tenants, said once
 
-    async def watch(self) -> None:
-        """Poll the alias forever; swap when it moved and the interval allows."""
-        while True:
-            await asyncio.sleep(self.swapper.config.watch_interval_s)
-            try:
-                await self.check_once()
-            except asyncio.CancelledError:
-                raise
-            except Exception as error:  # registry down: keep serving what we have, try again
-                log.warning("watcher: %s", error)
+    async def look(self) -> list[Sighting]:
+        """The shared group's sighting first, then each followed tenant's whose alias is set."""
+        c = self.config
+        aliases = await asyncio.to_thread(self.registry.aliases)
+        follows_canary = bool(c.canary_alias) and c.canary_fraction > 0
+        seen = [Sighting("", c.alias, aliases.get(c.alias, ""),
+                         aliases.get(c.canary_alias, "") if follows_canary else None)]
+        if c.tenants.active:
+            for tenant in self.followed_tenants(aliases):
+                alias = names.tenant_champion_alias(tenant)
+                canary = aliases.get(f"{c.canary_alias}-{tenant}", "") if follows_canary else None
+                seen.append(Sighting(tenant, alias, aliases[alias], canary))
+        return seen
 
-    async def check_once(self) -> None:
-        s = self.swapper
-        c, fleet, registry = s.config, s.fleet, s.registry
-        if fleet is not None:
-            await asyncio.to_thread(fleet.heartbeat)
-            await self._follow_fleet_rollback()
-        version = await asyncio.to_thread(registry.alias_version, c.alias)
-        champion = s.router.champion.version if s.router.champion else ""
-        if version and version != champion and version not in s.refused:
-            if time.monotonic() - s.last_swap >= c.min_swap_interval_s and await self._fleet_allows(version):
-                result = await s.swap_to(version)
-                if result.ok and fleet is not None and s.router.champion.version == version:
-                    await asyncio.to_thread(fleet.mark_taken_by_canary, version)
-        if c.canary_alias and c.canary_fraction > 0:
-            await s.set_canary(await asyncio.to_thread(registry.alias_version, c.canary_alias))
-
-    async def _fleet_allows(self, version: str) -> bool:
-        """Whether the fleet lets this replica take version now (always, without a fleet)."""
-        s = self.swapper
-        if s.fleet is None:
-            return True
-        self._cleared_ms[version] = int(time.time() * 1000)
-        tags = await asyncio.to_thread(s.registry.tags, version)
-        if rolled_back_at_ms(tags) is not None:
-            s.refused.add(version)
-            s.say(f"serving swap-refused version={version} reason=rolled-back-by-fleet")
-            return False
-        if not await asyncio.to_thread(s.fleet.may_take, version, tags):
-            if self._waiting_for != version:
-                self._waiting_for = version
-                s.say(f"serving swap-waiting version={version} for=fleet-canary")
-            return False
-        return True
-
-    async def _follow_fleet_rollback(self) -> None:
-        """Roll back in place when another replica rolled back the version serving here, after we took it."""
-        s = self.swapper
-        champion = s.router.champion
-        if champion is None or s.previous is None:
-            return
-        tags = await asyncio.to_thread(s.registry.tags, champion.version)
-        at_ms = rolled_back_at_ms(tags)
-        taken_ms = self._cleared_ms.get(champion.version, champion.loaded_at_ms)  # ForceSwap: when loaded
-        if at_ms is not None and at_ms >= taken_ms and s.router.champion is champion:
-            await s.rollback("fleet", tag=False)
+    def followed_tenants(self, aliases: dict[str, str]) -> list[str]:
+        """The tenants followed (watched first, then discovered) whose alias is set."""
+        t = self.config.tenants
+        tenants = list(dict.fromkeys(t.watch))
+        if t.discover:
+            prefix = f"{names.ALIAS_CHAMPION}-"
+            tenants += sorted(a[len(prefix):] for a in aliases
+                              if a.startswith(prefix) and names.TENANT_NAME.fullmatch(a[len(prefix):]))
+            tenants = list(dict.fromkeys(tenants))
+        for tenant in tenants[t.max_tenants:]:
+            if tenant not in self._ignored:
+                self._ignored.add(tenant)
+                self.say(f"serving tenant-ignored tenant={tenant} reason=max_tenants max_tenants={t.max_tenants}")
+        return [tenant for tenant in tenants[:t.max_tenants] if names.tenant_champion_alias(tenant) in aliases]

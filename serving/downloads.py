@@ -1,5 +1,5 @@
 """Serving's version folders: each download of a registry version gets a fresh folder under the versions folder,
-so the swapper can delete a retired version's folder (download_folder finds it) while another download of the same
+so the rollout can delete a retired version's folder (download_folder finds it) while another download of the same
 version serves."""
 
 from __future__ import annotations

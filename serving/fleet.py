@@ -1,13 +1,14 @@
 """Replicas that follow the same alias, as one fleet: a rolling swap, canary first, rollback everywhere.
 
-They never talk to each other; they meet in the registry, through three things:
-- the update lease (liverl/io/lease.py): at most `serving.max_unavailable` replicas update at once;
+They never talk to each other; they meet in the registry, through three things, the same for every alias a
+replica follows (the shared one and each tenant's):
+- the update lease of each alias (liverl/io/lease.py): at most `serving.max_unavailable` replicas update it at once;
 - the canary: the replica with `serving.fleet_canary` holds a canary lease (renewed every poll) and
   tags each version it has taken (`TAG_CANARY_TOOK`); while a canary is alive, the others take only
-  versions it has taken. A canary that stops renewing expires after lease_ttl_s and blocks nobody;
+  versions it has taken, of any alias. A canary that stops renewing expires after lease_ttl_s and blocks nobody;
 - the rollback tag (`names.TAG_SERVING_ROLLBACK`): a replica whose probation fails tags the version;
   every replica serving it rolls back in place, and none takes it again.
-Blocking registry calls: the swapper runs them on worker threads.
+Blocking registry calls: the rollout (serving/rollout.py) runs them on worker threads.
 """
 
 from __future__ import annotations
@@ -39,10 +40,17 @@ class Fleet:
         self.config = config
         self.registry = registry
         self.replica = replica_id(config)
-        self.update_lease = RegistryLease(registry, f"{UPDATE_LEASE}-{config.alias}", self.replica,
-                                          config.max_unavailable, config.lease_ttl_s)
         self.canary_lease = RegistryLease(registry, f"{CANARY_LEASE}-{config.alias}", self.replica, 1,
                                           config.lease_ttl_s)
+        self._update_leases: dict[str, RegistryLease] = {}
+
+    def update_lease(self, alias: str) -> RegistryLease:
+        """The update lease of the replicas following alias (the shared one, or a tenant's)."""
+        found = self._update_leases.get(alias)
+        if found is None:
+            found = self._update_leases[alias] = RegistryLease(self.registry, f"{UPDATE_LEASE}-{alias}", self.replica,
+                                                               self.config.max_unavailable, self.config.lease_ttl_s)
+        return found
 
     def heartbeat(self) -> None:
         """The canary replica (re)claims the canary lease; others do nothing."""

@@ -35,6 +35,7 @@ from serving.router import Router, Slot
 if TYPE_CHECKING:
     from liverl.redaction import Redactor
     from serving.recorder import Recorder
+    from serving.stitching import Stitcher
 
 GREEDY_BELOW = 1e-5  # vLLM samples greedily below this temperature (and then ignores top_p and top_k)
 # vLLM raises any temperature in (0, 0.01) to 0.01 before sampling, so a request in [GREEDY_BELOW, this) would
@@ -231,7 +232,7 @@ def _loop_time(wall_clock: float) -> float:
 
 
 @dataclass(frozen=True)
-class Limits:
+class CompletionLimits:
     """The bounds of one completion (from ServingConfig)."""
 
     max_model_len: int
@@ -242,7 +243,7 @@ class Limits:
 
 class Completions:
     def __init__(self, router: Router, recorder: Recorder | None, metrics: ServingMetrics, model_name: str,
-                 limits: Limits, default_tenant: str, redaction: RedactionConfig | None = None,
+                 limits: CompletionLimits, default_tenant: str, redaction: RedactionConfig | None = None,
                  opt_out: OptOut | None = None):
         self.router = router
         self.recorder = recorder
@@ -258,6 +259,7 @@ class Completions:
         # The tenant's keyed pseudonym of an end-user id: a session named by OpenAI's `user` is named by it. The
         # server sets the key store's (liverl.privacy.pseudonyms); without one, a key of this process's own.
         self.user_pseudonym: Callable[[str, str], str] = _process_user_pseudonym(secrets.token_bytes(32))
+        self.stitcher: Stitcher | None = None  # header-less sessions (serving/stitching.py): the server sets it
 
     def sampling(self, temperature: float | None = None, top_p: float | None = None, top_k: int | None = None,
                  max_tokens: int | None = None, seed: int | None = None,

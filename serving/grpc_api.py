@@ -18,15 +18,16 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from liverl.contracts import names
+from liverl.contracts.refused_request import RefusedRequest
 from liverl.v1 import serving_pb2, serving_pb2_grpc
 from serving.auth import Forbidden, Keys, Principal
-from serving.dead_letters import summary
 from serving.generation import (ROLES, BadRequest, Call, Caller, Completions, DeadlineExceeded, check_id,
                                 parse_role, role_name)
 from serving.metrics import ServingMetrics
 from serving.rate_limit import RateLimiter
 from serving.session_ids import REQUEST_ID_HEADER, header_value
-from serving.swapper import HotSwapper
+from serving.rollout import Rollout
+from serving.swap_result import AdminRefused, SwapResult
 
 POLICY_SERVICE = serving_pb2.DESCRIPTOR.services_by_name["PolicyService"].full_name
 POLICY_ADMIN = serving_pb2.DESCRIPTOR.services_by_name["PolicyAdmin"].full_name
@@ -113,7 +114,8 @@ class PolicyServicer(serving_pb2_grpc.PolicyServiceServicer):
         redactor = completions.redactor(tenant)
         message = redactor.redact_text(str(error)) if redactor is not None else str(error)
         fields = [field.name for field, _ in request.ListFields()]
-        payload = summary("grpc", request.ByteSize(), fields, fields, [error.param] if error.param else ())
+        payload = RefusedRequest.of("grpc", error.reason, request.ByteSize(), fields=fields, known_fields=fields,
+                                    error_params=[error.param] if error.param else ()).encode()
         completions.recorder.dead_letter(error.reason, message, tenant, "", payload)
 
 
@@ -126,35 +128,28 @@ def _id_metadata(call: Call) -> tuple[tuple[str, str], ...]:
 
 
 class AdminServicer(serving_pb2_grpc.PolicyAdminServicer):
-    def __init__(self, swapper: HotSwapper):
-        self.swapper = swapper
+    """ForceSwap and Rollback: the rollout's admin operations, answered as /admin/swap and /admin/rollback answer."""
+
+    def __init__(self, rollout: Rollout):
+        self.rollout = rollout
 
     async def ForceSwap(self, request, context):
-        version = request.version
-        if not version:
-            if self.swapper.registry is None:
-                await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
-                                    "serving a fixed policy_dir: there is no registry alias to swap to")
-            version = await _alias_version(self.swapper)
-            if not version:
-                await context.abort(grpc.StatusCode.NOT_FOUND, f"alias {self.swapper.config.alias!r} is not set")
-        elif self.swapper.registry is None:
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
-                                "serving a fixed policy_dir: versions cannot be loaded from the registry")
-        result = await self.swapper.swap_to(version, reason="force")
-        return serving_pb2.SwapResponse(ok=result.ok, policy_version=result.version,
-                                        previous_version=result.previous, message=result.message)
+        try:
+            result = await self.rollout.force_swap(request.version)
+        except AdminRefused as refused:
+            await context.abort(ADMIN_REFUSALS[refused.kind], str(refused))
+        return _swap_response(result)
 
     async def Rollback(self, request, context):
-        result = await self.swapper.rollback("admin", {"message": request.reason})
-        return serving_pb2.SwapResponse(ok=result.ok, policy_version=result.version,
-                                        previous_version=result.previous, message=result.message)
+        return _swap_response(await self.rollout.admin_rollback(request.reason))
 
 
-async def _alias_version(swapper: HotSwapper) -> str | None:
-    import asyncio
+ADMIN_REFUSALS = {"failed-precondition": grpc.StatusCode.FAILED_PRECONDITION, "not-found": grpc.StatusCode.NOT_FOUND}
 
-    return await asyncio.to_thread(swapper.registry.alias_version, swapper.config.alias)
+
+def _swap_response(result: SwapResult) -> serving_pb2.SwapResponse:
+    return serving_pb2.SwapResponse(ok=result.ok, policy_version=result.version, previous_version=result.previous,
+                                    message=result.message)
 
 
 class AuthInterceptor(grpc.aio.ServerInterceptor):
@@ -248,14 +243,14 @@ def _refusing_undecodable(implementation, streaming: bool, metrics: ServingMetri
 
 
 def build_grpc_server(host: str, port: int, completions: Completions,
-                      info: Callable[[], serving_pb2.ModelInfoResponse], swapper: HotSwapper, keys: Keys,
+                      info: Callable[[], serving_pb2.ModelInfoResponse], rollout: Rollout, keys: Keys,
                       limiter: RateLimiter, max_message_bytes: int, tls: tuple[bytes, bytes] | None = None):
     """The aio server with every service added; returns (server, bound port, health servicer).
     tls: (private key, certificate chain) PEM bytes: the port speaks TLS only."""
     server = grpc.aio.server(interceptors=[AuthInterceptor(keys, limiter, completions.metrics)],
                              options=[("grpc.max_receive_message_length", max_message_bytes)])
     _add_service("PolicyService", PolicyServicer(completions, info, keys), server, completions.metrics)
-    _add_service("PolicyAdmin", AdminServicer(swapper), server, completions.metrics)
+    _add_service("PolicyAdmin", AdminServicer(rollout), server, completions.metrics)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(

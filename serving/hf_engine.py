@@ -211,7 +211,7 @@ class HfEngine:
         import torch
 
         generator = torch.Generator().manual_seed(sampling.seed) if sampling.seed else None
-        eos = self._tokenizer.eos_token_id
+        eos = self._stop_ids()
         completion: list[int] = []
         past = None
         inputs = torch.tensor([prompt_ids])  # (1, T) ids
@@ -225,7 +225,7 @@ class HfEngine:
                 token, logprob = _pick(logits, sampling, generator)
                 completion.append(token)
                 finish = None
-                if token == eos:
+                if token in eos:
                     finish = "stop"
                 elif sampling.stop and _hits_stop(self._tokenizer.decode(completion), sampling.stop):
                     finish = "stop"
@@ -236,6 +236,14 @@ class HfEngine:
                     return
                 inputs = torch.tensor([[token]])
         emit(Delta([], [], "length"))  # max_tokens == 0
+
+    def _stop_ids(self) -> set[int]:
+        """The tokens that end a completion, as vLLM takes them: the tokenizer's eos and every eos_token_id of the
+        model's generation_config.json (chat models list their end-of-turn token there: <|eot_id|>, <end_of_turn>)."""
+        ids = {self._tokenizer.eos_token_id}
+        configured = getattr(self._model.generation_config, "eos_token_id", None)
+        ids.update(configured if isinstance(configured, list) else [configured])
+        return {i for i in ids if i is not None}
 
     def failure(self) -> str | None:
         return None  # it runs in this process: if it is gone, so is the server

@@ -12,8 +12,6 @@ handlers guarded by the dependencies of serving.http_dependencies. What they sha
 
 from __future__ import annotations
 
-import asyncio
-
 from fastapi import APIRouter, Depends, FastAPI
 
 from liverl.contracts import names
@@ -25,6 +23,7 @@ from serving.http_guard import ApiError, Body, HttpContext, parse
 from serving.openai_schema import Strict
 from serving.responses.state import ResponseStore
 from serving.responses.api import ResponsesApi
+from serving.swap_result import AdminRefused, SwapResult
 
 router = APIRouter()
 
@@ -91,22 +90,23 @@ class RollbackBody(Strict):
 async def admin_swap(principal: Principal = Depends(admin), body: Body = Depends(json_body),
                      ctx: HttpContext = Depends(context)) -> dict:
     version = parse(SwapBody, body, ctx, principal).version
-    swapper = ctx.swapper
-    if swapper.registry is None:
-        raise ApiError(409, "serving a fixed policy_dir: there is no registry to swap from", "invalid_request_error")
-    if not version:
-        version = await asyncio.to_thread(swapper.registry.alias_version, swapper.config.alias) or ""
-        if not version:
-            raise ApiError(404, f"alias {swapper.config.alias!r} is not set", "invalid_request_error")
-    result = await swapper.swap_to(version, reason="force")
-    return {"ok": result.ok, "policy_version": result.version, "previous_version": result.previous,
-            "message": result.message}
+    try:
+        result = await ctx.rollout.force_swap(version)
+    except AdminRefused as refused:
+        raise ApiError(ADMIN_REFUSALS[refused.kind], str(refused), "invalid_request_error") from refused
+    return _swap_body(result)
 
 
 @router.post("/admin/rollback")
 async def admin_rollback(principal: Principal = Depends(admin), body: Body = Depends(json_body),
                          ctx: HttpContext = Depends(context)) -> dict:
-    reason = parse(RollbackBody, body, ctx, principal).reason
-    result = await ctx.swapper.rollback("admin", {"message": reason[:500]})
+    return _swap_body(await ctx.rollout.admin_rollback(parse(RollbackBody, body, ctx, principal).reason))
+
+
+ADMIN_REFUSALS = {"failed-precondition": 409, "not-found": 404}
+
+
+def _swap_body(result: SwapResult) -> dict:
+    """What ForceSwap and Rollback answer over gRPC (SwapResponse), as JSON."""
     return {"ok": result.ok, "policy_version": result.version, "previous_version": result.previous,
             "message": result.message}

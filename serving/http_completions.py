@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import orjson
@@ -25,8 +26,10 @@ from serving.generation import BadRequest, Call, Caller, DeadlineExceeded
 from serving.http_guard import ApiError, Body, HttpContext, parse, reject
 from serving.openai_schema import ChatRequest, CompletionRequest, Sampled, one_prompt
 from serving.session_ids import CHAT_ID_PREFIX, COMPLETION_ID_PREFIX, REQUEST_ID_HEADER, body_session_id, header_value
+from serving.stitching import Conversation, Remembered, link_events
 
 DONE = b"data: [DONE]\n\n"
+INLINE_STITCH_BYTES = 16 << 10  # a body up to this size has its conversation digested on the loop (~0.2 ms at most)
 
 
 @dataclass
@@ -69,24 +72,29 @@ async def chat(ctx: HttpContext, principal: Principal, who: Caller, body: Body) 
     slot = ctx.completions.router.champion
     if slot is None:
         raise ApiError(503, "no policy version is loaded yet: retry shortly", "server_error")
+    messages = request.message_dicts()
     try:  # a chat template is code: render off the loop, and refuse what it cannot render
-        prompt = await asyncio.to_thread(render_chat, slot.tokenizer, request.message_dicts(), request.tool_dicts())
+        prompt = await asyncio.to_thread(render_chat, slot.tokenizer, messages, request.tool_dicts())
     except Exception as error:
         raise reject(ctx, principal, body, BadRequest("bad-messages", f"messages could not be rendered: {error}",
                                                       "messages"), ChatRequest) from None
     _name(ctx, principal, body, request, who, "openai-chat", CHAT_ID_PREFIX)
+    stitched = await stitch(ctx, who, body, messages)
     call = await _begin(ctx, principal, body, request, who, prompt, None,
                         request.max_completion_tokens if request.max_completion_tokens is not None
                         else request.max_tokens)
+    remember = stitched_call(ctx, call, stitched)
     created, cid, headers = int(time.time()), call.request_id, _id_headers(call)
     if request.stream:
-        return Reply(headers, events=_chat_events(call, request, cid, created, ctx.completions.model_name), call=call)
+        return Reply(headers, events=_chat_events(call, request, cid, created, ctx.completions.model_name, remember),
+                     call=call)
     await _run(call)
     tools = request.tool_dicts()
     tool_calls = parse_tool_calls(call.text, tools)
     message: dict[str, Any] = {"role": "assistant", "content": None if tool_calls else call.text}
     if tool_calls:
         message["tool_calls"] = tool_calls
+    remember(message)
     choice = {"index": 0, "message": message, "finish_reason": "tool_calls" if tool_calls else call.finish_reason,
               "logprobs": _chat_logprobs(call) if request.logprobs else None}
     return Reply(headers, {"id": cid, "object": "chat.completion", "created": created,
@@ -126,6 +134,75 @@ def _id_headers(call: Call) -> dict[str, str]:
             REQUEST_ID_HEADER: header_value(call.request_id)}
 
 
+async def stitch(ctx: HttpContext, who: Caller, body: Body, messages: list[dict[str, Any]]) -> Conversation | None:
+    """Rule 6 of serving.session_ids: a call that names no session and resends an earlier call's conversation and
+    reply continues that call's session (serving.stitching). The call's conversation (to remember once it has its
+    reply), its `stitch` set when it continues one; None when stitching is off."""
+    stitcher = ctx.completions.stitcher
+    if stitcher is None:
+        return None
+    tenant = who.tenant_id or ctx.completions.default_tenant
+    if body.size <= INLINE_STITCH_BYTES:  # microseconds; a long conversation's digests off the loop, as its prompt
+        conversation = stitcher.conversation(tenant, who.user_id, messages)
+    else:
+        conversation = await asyncio.to_thread(stitcher.conversation, tenant, who.user_id, messages)
+    if not who.session_id:  # an explicit id (header, URL, metadata, user, previous response) always wins
+        conversation.stitch = stitcher.find(conversation, partial(_stitch_erased, ctx, tenant))
+        if conversation.stitch is not None:
+            who.session_id = conversation.stitch.session_id
+    return conversation
+
+
+def stitched_call(ctx: HttpContext, call: Call, conversation: Conversation | None) -> Callable[[dict[str, Any]], None]:
+    """Record the tool links of a stitched call now; what remembers the call once its reply (the assistant message
+    as a client sends it back) is known."""
+    if conversation is None:
+        return lambda reply: None
+    completions, caller = ctx.completions, call.caller
+    tenant = caller.tenant_id or completions.default_tenant
+    stitch_found = conversation.stitch
+    if stitch_found is not None and stitch_found.links and completions.recorder is not None \
+            and not completions.opt_out.excludes(caller.tenant_id, caller.user_id):
+        at_ms = int(call.started * 1000)
+        for event in link_events(stitch_found, tenant, caller.session_id, caller.agent_role, caller.agent_id, at_ms):
+            completions.recorder.record_event_later(partial(_redacted, completions, tenant, event), at_ms)
+
+    def remember(reply: dict[str, Any]) -> None:
+        completions.stitcher.remember(conversation, reply, caller.session_id, call.request_id,
+                                      key_version(completions, tenant))
+    return remember
+
+
+def erased_since(ctx: HttpContext, tenant: str, session_id: str, key_version: object) -> bool:
+    """Whether a session kept in memory (as its records are keyed) or its tenant was erased since its key_version
+    (`liverl forget` reaches what serving keeps too)."""
+    subjects = getattr(ctx.completions.recorder, "subjects", None)
+    if subjects is None:  # not recording: nothing of it is stored, and no key store says who was erased
+        return False
+    redactor = ctx.completions.redactor(tenant)
+    keyed = redactor.redact_id(session_id) if redactor is not None else session_id
+    return subjects.erased_since(tenant, keyed, key_version)
+
+
+def _stitch_erased(ctx: HttpContext, tenant: str, kept: Remembered) -> bool:
+    """Whether a remembered call's session (or its tenant) was erased since."""
+    return erased_since(ctx, tenant, kept.session_id, kept.key_version)
+
+
+def key_version(completions, tenant: str) -> object:
+    """The tenant's pseudonym key version, made now if the tenant has no key yet (a tenant's erasure replaces it),
+    to tag what serving keeps in memory with; None when not recording."""
+    subjects = getattr(completions.recorder, "subjects", None)
+    return subjects.key_version(tenant) if subjects is not None else None
+
+
+def _redacted(completions, tenant: str, event):
+    redactor = completions.redactor(tenant)
+    if redactor is not None:  # a tool result is the user's text: redacted as capture redacts it
+        redactor.redact_message(event)
+    return event
+
+
 async def _begin(ctx: HttpContext, principal: Principal, body: Body, request: Sampled, who: Caller,
                  prompt: str | None, ids: list[int] | None, max_tokens: int | None) -> Call:
     completions = ctx.completions
@@ -157,8 +234,8 @@ async def _completion_events(call: Call, cid: str, created: int, model_name: str
     yield DONE
 
 
-async def _chat_events(call: Call, request: ChatRequest, cid: str, created: int,
-                       model_name: str) -> AsyncIterator[bytes]:
+async def _chat_events(call: Call, request: ChatRequest, cid: str, created: int, model_name: str,
+                       remember: Callable[[dict[str, Any]], None]) -> AsyncIterator[bytes]:
     def chunk(delta: dict, finish: str | None, ids=(), logprobs=()) -> bytes:
         return _sse({"id": cid, "object": "chat.completion.chunk", "created": created, "model": model_name,
                      "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
@@ -171,14 +248,17 @@ async def _chat_events(call: Call, request: ChatRequest, cid: str, created: int,
             await call.run()
             tool_calls = parse_tool_calls(call.text, tools)
             if tool_calls:
+                remember({"role": "assistant", "content": None, "tool_calls": tool_calls})
                 delta = {"tool_calls": [{"index": i, **c} for i, c in enumerate(tool_calls)]}
                 yield chunk(delta, "tool_calls", call.token_ids, call.logprobs)
             else:
+                remember({"role": "assistant", "content": call.text})
                 yield chunk({"content": call.text}, call.finish_reason, call.token_ids, call.logprobs)
         else:
             async for piece in call.stream():
                 yield chunk({"content": piece.text} if piece.text else {}, piece.delta.finish_reason,
                             piece.delta.token_ids, piece.delta.logprobs)
+            remember({"role": "assistant", "content": call.text})
     except DeadlineExceeded as error:
         yield _sse({"error": {"message": str(error), "type": "timeout", "param": None, "code": "deadline-exceeded"}})
     yield DONE

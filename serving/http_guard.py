@@ -22,13 +22,13 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from liverl.contracts import names
+from liverl.contracts.refused_request import RefusedRequest
 from liverl.v1 import serving_pb2
 from serving.auth import Forbidden, Keys, Principal
-from serving.dead_letters import summary
 from serving.generation import ROLES, BadRequest, Caller, Completions, check_id, parse_role, role_name
 from serving.rate_limit import RateLimiter
 from serving.session_ids import path_session_id
-from serving.swapper import HotSwapper
+from serving.rollout import Rollout
 
 log = logging.getLogger("liverl.serving.http")
 
@@ -42,7 +42,7 @@ class HttpContext:
 
     completions: Completions
     info: Callable[[], serving_pb2.ModelInfoResponse]
-    swapper: HotSwapper
+    rollout: Rollout
     keys: Keys
     limiter: RateLimiter
     max_request_bytes: int
@@ -186,7 +186,8 @@ def _dead_letter(ctx: HttpContext, principal: Principal, reason: str, message: s
         return
     redactor = completions.redactor(principal.tenant or completions.default_tenant)
     safe_message = redactor.redact_text(message[:2000]) if redactor is not None else message[:2000]
-    payload = summary("http", body.size if body else 0, body.data.keys() if body else (),
-                      model.model_fields if model else (), [param] if param else ())
+    payload = RefusedRequest.of("http", reason, body.size if body else 0, fields=body.data.keys() if body else (),
+                                known_fields=model.model_fields if model else (),
+                                error_params=[param] if param else ()).encode()
     completions.recorder.dead_letter(reason, safe_message, principal.tenant or completions.default_tenant, "",
                                      payload)

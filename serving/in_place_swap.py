@@ -3,7 +3,7 @@
 The router holds new requests (labelled with the new version, waiting), the old version's requests finish on the
 old weights, the engine loads the new weights (Engine.update_weights), the version's smoke test runs on it, and the
 held requests run: one copy of the model, a pause of about the load time. When the load raises, the old weights
-are put back and the version starts on a second engine instead (serving/second_engine_swap.py), the held requests
+are put back and the version starts on a second engine instead (release_on_second_engine), the held requests
 running there; when the smoke test fails, the old weights are put back and serve again. A rollback to a version
 whose folder is still on disk takes this same path.
 """
@@ -18,7 +18,6 @@ from serving.adapter_swap import on_engine
 from serving.engine import Engine
 from serving.metrics import ServingMetrics
 from serving.router import Hold, Router, Slot, underlying
-from serving.second_engine_swap import release_on_second_engine
 from serving.swap_result import BroughtIn, SwapError
 from serving.version_loader import VersionLoader
 
@@ -94,3 +93,16 @@ async def _restore(engine: Engine, old: Slot) -> None:
     except Exception as error:  # nothing left to fall back to on this engine: say so loudly
         log.error("could not restore version %s in place after a failed update: %s", old.version, error)
         raise SwapError(f"restoring version {old.version} failed too ({error}): restart this replica") from error
+
+
+async def release_on_second_engine(hold: Hold, loader: VersionLoader, metrics: ServingMetrics) -> BroughtIn:
+    """An in-place update that could not load (old weights back, new requests still held): start the version on
+    an engine of its own and run the held requests there."""
+    slot = hold.slot
+    loaded = await loader.load(slot.version, fetched=Slot(slot.version, None, slot.tokenizer, slot.policy_dir,
+                                                          slot.source_uri, adapter=slot.adapter))
+    loader.loaded.discard(loaded)
+    loader.loaded.add(slot)
+    pause_s = hold.release_to(loaded.engine)
+    metrics.swap_pause.observe(pause_s)
+    return BroughtIn(slot, hold.previous, "two_engine", pause_s)

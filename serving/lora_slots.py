@@ -6,6 +6,7 @@ names it or not. So serving bounds the tenants' adapters itself, below that cap:
 when a request needs it and is not loaded, and the one unused longest is removed (remove_lora) first. An adapter
 with requests in flight is never removed; when every loaded one is busy, a cold request waits for one to finish.
 A weight update drops every adapter of the engine; `has_adapter` says so, and the next request loads its own again.
+A tenant version's engine (TenantEngine) runs each request under its adapter inside these places.
 Everything runs on the server's event loop.
 """
 
@@ -16,8 +17,10 @@ import contextlib
 import logging
 from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator
+from pathlib import Path
 
-from serving.engine import Adapter, Engine
+from serving.engine import Adapter, Delta, Engine, Sampling
+from serving.router import AdapterEngine
 
 log = logging.getLogger("liverl.serving.lora_slots")
 
@@ -99,3 +102,38 @@ class LoraSlots:
                 continue
             self._freed.clear()  # every loaded adapter serves a request: wait until one ends
             await self._freed.wait()
+
+
+class TenantEngine(AdapterEngine):
+    """A tenant version's engine: the shared engine under the tenant's adapter, loaded on demand (LoraSlots)."""
+
+    name = "tenant-adapter"
+
+    def __init__(self, engine: Engine, adapter: Adapter, slots: LoraSlots):
+        super().__init__(engine, adapter)
+        self.slots = slots
+
+    async def generate(self, prompt_token_ids: list[int], sampling: Sampling, request_id: str,
+                       final_only: bool = False) -> AsyncIterator[Delta]:
+        async with self.slots.use(self.adapter):
+            self._check_base()
+            async for delta in self.engine.generate(prompt_token_ids, sampling, request_id, final_only,
+                                                    adapter=self.adapter):
+                yield delta
+
+    async def prompt_logprobs(self, prompt_token_ids: list[int], request_id: str) -> list[float]:
+        async with self.slots.use(self.adapter):
+            self._check_base()
+            return await self.engine.prompt_logprobs(prompt_token_ids, request_id, adapter=self.adapter)
+
+    async def update_weights(self, policy_dir: Path, version: str) -> dict:
+        raise RuntimeError("a tenant's adapter never updates the shared engine's weights")
+
+    def _check_base(self) -> None:
+        """Refuse to start on weights other than the base the adapter was loaded for. The router stops sending a
+        tenant here once the shared weights change; this catches a request it leased just before, which would
+        otherwise run on the new weights and be recorded as the tenant's version."""
+        if getattr(self.engine, "updating", False) or Path(self.engine.policy_dir) != Path(self.policy_dir):
+            raise RuntimeError(f"adapter {self.adapter.name} applies to base version {self.adapter.base_version}, "
+                               "whose weights this engine is replacing: retry the request (it will run on the "
+                               "shared policy until the tenant has an adapter of the new base)")

@@ -28,7 +28,7 @@ from liverl.io import records as kafka_records
 from liverl.io.kafka_writer import KafkaWriter, Record, WriterListener
 from liverl.io.spool import Spool, SpoolFull
 from liverl.redaction.error_log import log_unexpected
-from liverl.v1 import model_call_pb2
+from liverl.v1 import model_call_pb2, session_event_pb2
 from serving.metrics import ServingMetrics
 from serving.record_handoff import BatchHandoff
 from serving.subjects import Links, ServingSubjects
@@ -43,11 +43,13 @@ RECENT_LAGS = 100_000  # exact lags of the latest records, for quantiles the his
 
 @dataclass(frozen=True)
 class _Pending:
-    """A ModelCall still to build, when its completion finished, and its user as the caller named it ("": none)."""
+    """A ModelCall (or, kind SESSION_EVENT, a SessionEvent) still to build, when its completion finished (when
+    the event happened), and its user as the caller named it ("": none)."""
 
-    build: Callable[[], model_call_pb2.ModelCall]
+    build: Callable[[], model_call_pb2.ModelCall | session_event_pb2.SessionEvent]
     finished_ms: int
     user_id: str = ""
+    kind: bytes = kafka_records.MODEL_CALL
 
 
 class _RecordingListener(WriterListener):
@@ -115,6 +117,12 @@ class Recorder:
         user_id: the call's user as the caller named it, linked to the session as its pseudonym."""
         self._enqueue(_Pending(build, finished_ms, user_id))
 
+    def record_event_later(self, build: Callable[[], session_event_pb2.SessionEvent], event_time_ms: int) -> None:
+        """Record on the session-events topic the SessionEvent build() returns (built, like a ModelCall, on the
+        recording thread): what serving itself saw of a session outside the model, such as a stitched call's
+        tool results linked to the tool calls they answer (serving.stitching)."""
+        self._enqueue(_Pending(build, event_time_ms, kind=kafka_records.SESSION_EVENT))
+
     def _model_call_record(self, call: model_call_pb2.ModelCall, finished_ms: int) -> Record:
         return kafka_records.session_record(self._kafka.model_calls_topic, kafka_records.MODEL_CALL, call.tenant_id,
                                             call.session_id, call.SerializeToString(), finished_ms)
@@ -149,6 +157,10 @@ class Recorder:
             log_unexpected(log, "recording: building a ModelCall failed", error)
             self._metrics.records.labels("failed").inc()
             return None
+        if item.kind == kafka_records.SESSION_EVENT:
+            return kafka_records.session_record(self._kafka.session_events_topic, kafka_records.SESSION_EVENT,
+                                                call.tenant_id, call.session_id, call.SerializeToString(),
+                                                item.finished_ms)
         if item.user_id and self.subjects is not None and not self._add_link(call, item.user_id, links):
             self._metrics.records.labels("forgotten").inc()
             return None

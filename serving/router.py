@@ -14,7 +14,7 @@ A LoRA adapter version shares its base's engine: its slot carries the adapter, a
 (AdapterEngine) runs every request under it. Switching between two adapters of one base is then a
 plain switch: requests in flight keep the adapter they started on, new ones take the new adapter.
 
-A tenant may have a champion adapter of its own (serving/tenant_adapters.py): its requests lease that slot
+A tenant may have a champion adapter of its own (serving/rollout_groups.py, TenantGroup): its requests lease that slot
 while the adapter applies to the weights the champion's engine serves, and the shared champion otherwise.
 """
 
@@ -109,7 +109,8 @@ class Router:
         self.canary: Slot | None = None
         self.canary_fraction = canary_fraction
         self._rng = rng or random.Random()
-        self.tenants: dict[str, Slot] = {}  # tenant -> its own champion adapter (serving/tenant_adapters.py)
+        self.tenants: dict[str, Slot] = {}  # tenant -> its own champion adapter (serving/rollout_groups.py)
+        self.tenant_canaries: dict[str, Slot] = {}  # tenant -> its canary adapter, for canary_fraction of its requests
 
     def acquire(self, tenant: str = "") -> Slot:
         """The slot for a new request of tenant, leased: call slot.release() when the request ends."""
@@ -117,6 +118,10 @@ class Router:
         if slot is None:
             raise RuntimeError("no policy version is loaded yet")
         own = self.tenants.get(tenant) if self.tenants else None
+        if self.tenant_canaries:
+            canary = self.tenant_canaries.get(tenant)
+            if canary is not None and fits_champion(canary, slot) and self._rng.random() < self.canary_fraction:
+                own = canary
         if own is not None and fits_champion(own, slot):
             own.acquire()
             return own

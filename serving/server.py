@@ -23,16 +23,15 @@ from liverl.config import LiverlConfig
 from liverl.config.exposure import refuse_shipped_secrets
 from liverl.v1 import serving_pb2
 from serving.auth import Keys, refuse_open_exposure
-from serving.generation import Completions, Limits
+from serving.generation import CompletionLimits, Completions
 from serving.metrics import ServingMetrics
 from serving.rate_limit import RateLimiter
 from serving.router import Router, underlying
-from serving.swapper import HotSwapper
+from serving.rollout import Rollout
 
 if TYPE_CHECKING:
     from serving.recorder import Recorder
     from liverl.io.registry import ModelRegistry
-    from serving.tenant_adapters import TenantAdapters
 
 log = logging.getLogger("liverl.serving")
 
@@ -51,7 +50,7 @@ class PolicyServer:
         self.limiter = RateLimiter(c.rate_limit_per_s, c.rate_limit_burst)
         self.registry: ModelRegistry | None = None
         self.recorder: Recorder | None = None
-        self.swapper: HotSwapper | None = None
+        self.rollout: Rollout | None = None
         self.completions: Completions | None = None
         self.grpc_port = 0
         self.http_port = 0
@@ -60,8 +59,6 @@ class PolicyServer:
         self._http = None
         self._http_task: asyncio.Task | None = None
         self._watcher: asyncio.Task | None = None
-        self.tenant_adapters: TenantAdapters | None = None
-        self._tenant_watcher: asyncio.Task | None = None
         self._metrics_server = None
 
     def _user_pseudonyms(self):
@@ -91,34 +88,31 @@ class PolicyServer:
             self.recorder = Recorder(self.config.kafka, self.work_dir / "spool", self.metrics, c.record_queue_size,
                                      c.spool_max_bytes, c.record_linger_s,
                                      seal=sealer.seal_all if sealer else None, subjects=subjects).start()
-        self.swapper = HotSwapper(c, self.router, self.metrics, self.registry, self.work_dir / "versions", self.say)
+        self.rollout = Rollout(c, self.router, self.metrics, self.registry, self.work_dir / "versions", self.say)
         if c.policy_dir is not None:
-            await self.swapper.start_with(c.policy_dir_version, Path(c.policy_dir))
+            await self.rollout.start_with(c.policy_dir_version, Path(c.policy_dir))
         else:
-            await self.swapper.start_with(await self._wait_for_alias())
-        limits = Limits(c.max_model_len, c.default_max_tokens, c.max_prompt_chars, c.request_timeout_s)
+            await self.rollout.start_with(await self._wait_for_alias())
+        limits = CompletionLimits(c.max_model_len, c.default_max_tokens, c.max_prompt_chars, c.request_timeout_s)
         self.completions = Completions(self.router, self.recorder, self.metrics, self.config.mlflow.registered_model,
                                        limits, c.tenant_id, self.config.ingest.redaction,
                                        OptOut.of(self.config.ingest))
         self.completions.user_pseudonym = self._user_pseudonyms().user  # OpenAI's `user` is never stored as given
+        from serving.stitching import Stitcher
+
+        self.completions.stitcher = Stitcher.from_config(c, self.metrics.registry)  # header-less sessions (rule 6)
         await self._start_grpc()
         await self._start_http()
         if c.metrics_port:
             self._metrics_server = self.metrics.serve(c.host, c.metrics_port)
         if self.registry is not None:
-            self._watcher = asyncio.create_task(self.swapper.watch())
-        if self.registry is not None and c.tenants.active:
-            from serving.tenant_adapters import TenantAdapters
-
-            self.tenant_adapters = TenantAdapters(c, self.router, self.registry, self.swapper.loader.fetch,
-                                                  self.swapper.loader.smoke, self.swapper.adapters, self.say)
-            self._tenant_watcher = asyncio.create_task(self.tenant_adapters.watch())
+            self._watcher = asyncio.create_task(self.rollout.watch())  # the shared alias and every tenant's
         elif c.tenants.active:
             self.say("serving tenants-ignored reason=policy_dir (per-tenant adapters follow registry aliases: unset "
                      "serving.policy_dir to serve them)")
         self.say(f"serving ready grpc={c.host}:{self.grpc_port} http={c.host}:{self.http_port} "
                  f"version={self.router.champion.version} engine={c.engine} alias={c.alias} swap_mode={c.swap_mode}"
-                 + (f" replica={self.swapper.fleet.replica}" if self.swapper.fleet is not None else ""))
+                 + (f" replica={self.rollout.fleet.replica}" if self.rollout.fleet is not None else ""))
 
     async def _wait_for_alias(self) -> str:
         """The version the alias points at; waits (polling) until the alias exists."""
@@ -145,7 +139,7 @@ class PolicyServer:
 
         c = self.config.serving
         self._grpc, self.grpc_port, self._health = build_grpc_server(
-            c.host, c.grpc_port, self.completions, self.model_info, self.swapper, self.keys, self.limiter,
+            c.host, c.grpc_port, self.completions, self.model_info, self.rollout, self.keys, self.limiter,
             c.max_request_bytes, tls=_tls_pair(c))
         await self._grpc.start()
         await self._set_health(health_pb2.HealthCheckResponse.SERVING)
@@ -165,7 +159,7 @@ class PolicyServer:
         from serving.responses.state import ResponseStore
 
         c = self.config.serving
-        app = build_http_app(HttpContext(self.completions, self.model_info, self.swapper, self.keys, self.limiter,
+        app = build_http_app(HttpContext(self.completions, self.model_info, self.rollout, self.keys, self.limiter,
                                          c.max_request_bytes, c.body_timeout_s, self.engine_failure),
                              ResponseStore.from_config(c))
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -212,11 +206,10 @@ class PolicyServer:
 
     async def stop(self, grace_s: float = 10.0) -> None:
         """Stop taking requests, let those in flight finish (up to grace_s), flush records, free engines."""
-        for watcher in (self._watcher, self._tenant_watcher):
-            if watcher is not None:
-                watcher.cancel()
-                with contextlib.suppress(BaseException):
-                    await watcher
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(BaseException):
+                await self._watcher
         if self._health is not None:
             await self._health.enter_graceful_shutdown()
         if self._grpc is not None:
@@ -227,10 +220,8 @@ class PolicyServer:
                 await asyncio.wait_for(self._http_task, grace_s + 5)
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
-        if self.tenant_adapters is not None:
-            await self.tenant_adapters.close()
-        if self.swapper is not None:
-            await self.swapper.close()
+        if self.rollout is not None:
+            await self.rollout.close()
         if self.recorder is not None:
             await asyncio.to_thread(self.recorder.close, grace_s)
 

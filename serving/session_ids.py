@@ -4,11 +4,16 @@ Strongest first (the first one present wins; the others are ignored):
 1. the x-liverl-session-id header;
 2. the per-session base URL, /s/<session_id>/v1/... (for a product that can set only its base URL);
 3. the body's metadata {"liverl_session_id": "..."} (OpenAI's own request-metadata field);
-4. the body's `user` (OpenAI's end-user id): all of that user's calls become ONE session, so rely on it
+4. for POST /v1/responses, previous_response_id: the session of the response it continues (serving.responses);
+5. the body's `user` (OpenAI's end-user id): all of that user's calls become ONE session, so rely on it
    only when the product sets `user` per conversation. The session is named by the user's keyed pseudonym
    ("u-<hex>", liverl.privacy.pseudonyms), never by the id as given: a session id reaches records, the table
    and the audit, and an end-user id is personal data;
-5. nothing: the call is a session of its own (a one-call session) whose id is its completion id, `reply.id`
+6. the conversation (chat and Responses calls, unless serving.stitch_sessions is false): a call whose input
+   begins with an earlier call's input and reply, for the same tenant (and end user, when a header names one),
+   continues that call's session, so a framework that resends the whole conversation on each call is recorded
+   as one session; its tool results are recorded linked to the tool calls of that reply (serving.stitching);
+7. nothing: the call is a session of its own (a one-call session) whose id is its completion id, `reply.id`
    (Completions.begin names it). The SDK's `feedback(reply, ...)` makes such a session trainable.
 
 Every response says what was decided, so an SDK call can link to it: the body's `id` is the request id
@@ -33,8 +38,8 @@ _HEADER_SAFE = "".join(c for c in string.printable if c.isprintable() and c != "
 
 
 def body_session_id(metadata: dict[str, str] | None, user: object, user_pseudonym: Callable[[str], str]) -> str:
-    """The session the body names (rules 3 and 4), or ""; BadRequest when the name is not a valid id.
-    user_pseudonym: the tenant's keyed pseudonym of a user id (rule 4 names the session by it)."""
+    """The session the body names (rules 3 and 5), or ""; BadRequest when the name is not a valid id.
+    user_pseudonym: the tenant's keyed pseudonym of a user id (rule 5 names the session by it)."""
     if metadata and metadata.get(SESSION_METADATA_KEY):
         return check_id(metadata[SESSION_METADATA_KEY], f"metadata.{SESSION_METADATA_KEY}")
     if isinstance(user, str) and user:

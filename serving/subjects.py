@@ -42,6 +42,10 @@ class ServingSubjects:
             links.setdefault(tenant, set()).add((user, subject))
         return True
 
+    def key_version(self, tenant: str) -> object:
+        """The tenant's pseudonym key version to tag what is kept in memory with (the key made if need be)."""
+        return self.pseudonyms.key_version(tenant)
+
     def erased_since(self, tenant: str, session_id: str, key_version: object) -> bool:
         """Whether `liverl forget` erased the session (as its records are keyed) or its whole tenant since
         key_version (pseudonym_key_version when the session's data was kept in memory)."""

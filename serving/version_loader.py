@@ -1,6 +1,12 @@
 """Loading a registry version for serving: download it, check its signature, start an engine on it, and the smoke
 test every version passes on the engine that will serve it before it takes a request (a short greedy generation
-and the trainer's weight probe, serving/weight_check.py)."""
+and the trainer's weight probe, serving/weight_check.py).
+
+Serve only signed weights: before a registry version is loaded, its downloaded files and its gate verdict must carry
+the trainer's signature (liverl/io/signing.py), whatever the alias says. An alias moved by anyone with registry
+access, a verdict rewritten by hand, or files replaced in the artifact store all fail check_signed; the version is
+refused, counted, and the replica keeps serving what it serves.
+"""
 
 from __future__ import annotations
 
@@ -13,14 +19,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from liverl.config.serving import ServingConfig
-from liverl.io.signing import SignatureMismatch
+from liverl.contracts import names
+from liverl.io.signing import SignatureMismatch, SignedStatement, folder_digest, verify
 from serving.adapter_swap import AdapterSwaps, attach, is_adapter_version
 from serving.downloads import download_version
 from serving.engine import Engine, Sampling
-from serving.engine_factory import make_engine
 from serving.metrics import ServingMetrics
 from serving.router import Router, Slot
-from serving.signature_check import check_signed
 from serving.swap_result import SignatureRefused, SwapError
 from serving.weight_check import verify_weights
 
@@ -106,3 +111,34 @@ def _load_tokenizer(policy_dir: Path) -> PreTrainedTokenizerBase:
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(policy_dir)
+
+
+def check_signed(registry, version: str, folder: Path, config: ServingConfig) -> None:
+    """Raise SignatureMismatch (saying why) unless `version`, downloaded into `folder`, may be served. Blocking."""
+    if not config.require_signature:
+        return
+    key = config.verify_key_file
+    if key is None or not Path(key).is_file():
+        raise SignatureMismatch(f"serving.require_signature is on but the trainer's public key {key} is missing: "
+                                "copy the trainer's verify.pem there (it is made beside trainer.signing_key_file), "
+                                "or set serving.require_signature = false to serve unsigned versions")
+    tags = registry.tags(version)
+    # The trainer signs "pass" before it moves the alias and writes the decision tag after it: an absent decision
+    # is a promotion in progress; a recorded "fail" (a signed candidate refused after a crash) is never served.
+    decision = tags.get(names.TAG_GATE_DECISION, "pass")
+    statement = SignedStatement(registry.name, version, folder_digest(folder), decision)
+    verify(statement, tags.get(names.TAG_SIGNATURE), Path(key))
+
+
+def make_engine(kind: str, policy_dir: Path, serving_config: ServingConfig) -> Engine:
+    """The engine for one policy folder: "vllm" or the light "hf" engine. Each is imported only when chosen (the
+    concrete engines import serving.engine, never this module)."""
+    if kind == "vllm":
+        from serving.vllm_engine import VllmEngine
+
+        return VllmEngine(policy_dir, serving_config)
+    if kind == "hf":
+        from serving.hf_engine import HfEngine
+
+        return HfEngine(policy_dir)
+    raise ValueError(f"unknown serving.engine {kind!r}: use 'vllm' or 'hf'")

@@ -3,7 +3,9 @@ behind a failing import):
 
 - the four stages (ingest, serving, pipelines, trainer) never import each other, nor demo/ or infra/;
 - liverl/ (the contracts and the shared libraries) imports no stage, nor demo/ or infra/;
-- no import cycle among the project's modules.
+- no import cycle among the project's modules;
+- no class name defined twice across liverl/, the stages, demo/ and infra/ (top-level classes): one concept, one
+  class; two concepts, two names that tell them apart.
 
 Every import counts wherever it stands (module level, inside a function, under `if TYPE_CHECKING:`), since
 each is a dependency someone will follow. tests/ and bench/ may import anything and are not scanned;
@@ -140,6 +142,26 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def class_definitions(root: Path) -> dict[str, list[str]]:
+    """Top-level class name -> the modules that define it, in liverl/, the stages, demo/ and infra/ (tests/,
+    bench/ and the generated protobuf modules are not scanned)."""
+    scanned = ("liverl",) + STAGES + OUTSIDE_THE_STAGES
+    defined: dict[str, list[str]] = {}
+    for name, (path, _) in project_modules(root).items():
+        if name.split(".")[0] not in scanned:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef):
+                defined.setdefault(node.name, []).append(name)
+    return defined
+
+
+def classes_defined_twice(defined: dict[str, list[str]]) -> list[str]:
+    """Every class name defined in more than one module, as "Name: module, module"."""
+    return [f"{name}: {', '.join(sorted(modules))}" for name, modules in sorted(defined.items()) if len(modules) > 1]
+
+
 def test_the_stages_meet_only_in_liverl():
     breaks = rule_breaks(import_graph(ROOT))
     assert not breaks, ("imports that break the stage rule; move what both sides need into liverl/ (contracts "
@@ -150,6 +172,13 @@ def test_the_project_has_no_import_cycle():
     found = cycles(import_graph(ROOT))
     assert not found, "import cycles; break each by moving what both sides need into a module of its own:\n" + \
         "\n".join(" -> ".join(cycle) for cycle in found)
+
+
+def test_no_class_name_is_defined_twice():
+    twice = classes_defined_twice(class_definitions(ROOT))
+    assert not twice, ("class names defined in more than one module: one concept is one class (a variant is a "
+                       "parameter or a subclass of it, docs/architecture.md); two concepts get names that tell them "
+                       "apart:\n" + "\n".join(twice))
 
 
 def test_the_scan_sees_every_stage_and_the_shared_library():
@@ -194,6 +223,17 @@ def test_a_planted_cycle_is_found_and_relative_imports_count(tmp_path):
         "liverl/io/d.py": "import liverl.io.a\n",
     }))
     assert cycles(graph) == [["liverl.io.a", "liverl.io.b", "liverl.io.c"]]
+
+
+def test_a_planted_duplicate_class_is_found_and_tests_and_nested_classes_are_not(tmp_path):
+    defined = class_definitions(plant(tmp_path, {
+        "ingest/validation.py": "class Limits:\n    pass\n",
+        "serving/generation.py": "from dataclasses import dataclass\n@dataclass\nclass Limits:\n    n: int\n",
+        "demo/product.py": "def f():\n    class Limits:\n        pass\n",  # nested: not a module's class
+        "tests/test_x.py": "class Limits:\n    pass\n",  # tests are not scanned
+        "liverl/io/spool.py": "class Spool:\n    class Limits:\n        pass\n",
+    }))
+    assert classes_defined_twice(defined) == ["Limits: ingest.validation, serving.generation"]
 
 
 def test_imports_within_a_stage_or_of_liverl_are_allowed(tmp_path):

@@ -24,6 +24,7 @@ from liverl.contracts.adapter import AdapterManifest, is_adapter_folder, read_ma
 from trainer.policy_io import load_full_weights, load_policy, resolve_base_folder, weights_digest
 
 if TYPE_CHECKING:
+    from deepspeed import DeepSpeedEngine
     from peft import PeftModel
     from transformers import PreTrainedModel
 
@@ -44,13 +45,39 @@ class AdapterBase:
 
 @dataclass
 class TrainablePolicy:
+    """The one group's policy when no tenant has an adapter of its own (trainer/tenant_adapters.py holds a policy
+    per tenant group): the trainer reaches either through activate(group), export(group, ...) and describe()."""
+
     model: PreTrainedModel  # trained by DeepSpeed, scored by trainer/scoring.py
     adapter: PeftModel | None = None  # the peft wrapper of model when training an adapter, else None
     base: AdapterBase | None = None  # the full-weights version the adapter applies to
+    engine: DeepSpeedEngine | None = None  # the engine training model (trainer/engine.py build_engine)
 
     @property
     def is_adapter(self) -> bool:
         return self.adapter is not None
+
+    def activate(self, _group: str) -> DeepSpeedEngine:
+        assert self.engine is not None, "build the policy's engine first"
+        return self.engine
+
+    def export(self, _group: str, folder: Path, parent_folder: Path, keep: bool = True) -> None:
+        """The engine's weights as a policy folder, written when keep (rank 0): the adapter alone with its manifest,
+        or the full weights. Every rank calls it: ZeRO-3 gathers the partitioned weights collectively."""
+        from trainer.engine import adapter_state_dict, full_state_dict
+        from trainer.policy_io import export_adapter, export_policy
+
+        engine = self.activate(_group)
+        if self.adapter is not None:
+            weights = adapter_state_dict(engine, self.adapter, keep=keep)
+        else:
+            weights = full_state_dict(engine, keep=keep)
+        if not keep or folder.exists():  # the export is atomic: present means complete
+            return
+        if self.adapter is not None:
+            export_adapter(self.adapter, weights, folder, self.manifest(), parent_folder)
+        else:
+            export_policy(engine.module, weights, folder, parent_folder)
 
     def manifest(self) -> AdapterManifest:
         assert self.adapter is not None and self.base is not None, "a full-weights policy has no adapter manifest"
@@ -113,15 +140,39 @@ def attach_adapter(model: PreTrainedModel, config: LoraConfig, base_folder: Path
         total = model.config.num_hidden_layers
         blocks = {"layers_to_transform": list(range(max(0, total - config.top_layers), total)), "layers_pattern": "layers"}
     lora = peft.LoraConfig(
-        r=config.rank, lora_alpha=config.alpha, lora_dropout=config.dropout, target_modules=list(config.target_modules),
+        r=config.rank, lora_alpha=config.alpha, lora_dropout=config.dropout,
+        target_modules=target_modules(model, config.target_modules),
         bias="none", task_type="CAUSAL_LM", base_model_name_or_path=str(base_folder), **blocks,
     )
-    try:
-        return peft.get_peft_model(model, lora, adapter_name=name)
-    except ValueError as error:
-        layers = sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
-                         if type(module).__name__ in LINEAR_CLASSES and module is not model.get_output_embeddings()})
+    return peft.get_peft_model(model, lora, adapter_name=name)
+
+
+# Layers some families fuse (Phi-3: one qkv_proj, one gate_up_proj): a requested layer such a model lacks is adapted
+# through the fused layer that holds it, which is also the name vLLM serves the adapter under.
+FUSED_LAYERS = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
+
+
+def linear_layers(model: PreTrainedModel) -> set[str]:
+    """The names (last component) of model's linear layers an adapter can target; the output head excluded."""
+    return {path.rsplit(".", 1)[-1] for path, module in model.named_modules()
+            if type(module).__name__ in LINEAR_CLASSES and module is not model.get_output_embeddings()}
+
+
+def target_modules(model: PreTrainedModel, requested: list[str]) -> list[str]:
+    """trainer.lora.target_modules (Llama's names by default) as model names its layers: a name the model fuses
+    into another becomes that layer's. ValueError naming model's layers when any requested layer is absent (peft
+    would adapt the rest and silently leave it out)."""
+    present = linear_layers(model)
+    resolved: list[str] = []
+    for wanted in requested:
+        fused = [layer for layer, parts in FUSED_LAYERS.items() if wanted in parts and layer in present]
+        layer = wanted if wanted in present or not fused else fused[0]
+        if layer not in resolved:
+            resolved.append(layer)
+    absent = [layer for layer in resolved if layer not in present]
+    if absent:
         raise ValueError(
-            f"trainer.lora.target_modules {list(config.target_modules)} do not fit {type(model).__name__} "
-            f"({error}); its linear layers are {layers}: name some of them, or set trainer.lora.enabled=false"
-        ) from error
+            f"trainer.lora.target_modules {list(requested)} do not fit {type(model).__name__}: it has no {absent}; "
+            f"its linear layers are {sorted(present)}: name some of them, or set trainer.lora.enabled=false"
+        )
+    return resolved

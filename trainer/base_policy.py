@@ -10,6 +10,7 @@ from liverl.contracts import names
 from liverl.config import LiverlConfig
 from trainer.lineage import code_version
 from trainer.policy_io import weights_digest
+from trainer.pretrained import check_policy_shape
 from trainer.registry import TAG_BASE_DIGEST, Registry
 from trainer.signing import TAG_FILES_DIGEST, sign_pass
 
@@ -29,6 +30,7 @@ def register_base(config: LiverlConfig, folder: Path, say: Callable[[str], None]
             f"{folder} is not a policy folder (missing {missing or ['*.safetensors']}); "
             "pass a Hugging Face folder with config.json, model.safetensors and tokenizer files"
         )
+    check_policy_shape(config, folder, say)  # a model the loop cannot carry to serving is refused now, not there
     digest = weights_digest(folder)
     registry = Registry(config.mlflow)
     version = registry.find_by_tag(TAG_BASE_DIGEST, digest)

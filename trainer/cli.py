@@ -4,7 +4,7 @@
     liverl train --init-from-package smollm2   # the same for a pretrained model shipped in a package (converted once)
     liverl train                            # train on every new table version once, register, exit
     liverl train --follow                   # keep following the table
-    liverl train --trainer.tenants.adapters '["acme"]'   # an adapter per named tenant, one shared (trainer/tenant_loop.py)
+    liverl train --trainer.tenants.adapters '["acme"]'   # an adapter per named tenant, one shared
 
 Data-parallel ranks: start the same command under a launcher; rank 0 follows the table and publishes.
 
@@ -54,10 +54,7 @@ def run(config: LiverlConfig, args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(config.trainer.torch_threads)
-    if config.trainer.tenants.adapters:  # a policy per tenant
-        from trainer.tenant_loop import TenantTrainer as Trainer
-    else:
-        from trainer.loop import Trainer
+    from trainer.loop import Trainer
 
     trainer = Trainer(config, say=_say)
 
@@ -72,11 +69,7 @@ def run(config: LiverlConfig, args: argparse.Namespace) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
         trainer.close()
-    if config.trainer.tenants.adapters:
-        where = "steps " + ", ".join(f"{group} {gs.step}" for group, gs in trainer.state.groups.items())
-    else:
-        where = f"step {trainer.state.step}"
-    trainer.say(f"trainer done | {where} | versions registered {registered}")
+    trainer.say(f"trainer done | {trainer.steps_line()} | versions registered {registered}")
     return 0
 
 

@@ -3,8 +3,8 @@
 Estimate. Each model's expected reward on the held-out sessions is the self-normalised importance-sampling
 estimate Σ w_i r_i / Σ w_i, w_i = exp(clip(log π(traj_i) - log π_behaviour(traj_i), ±max_log_weight)). The change
 (candidate minus champion) is paired over the same sessions. At the few sessions a judgement has (8-32), the plain
-estimate is biased toward no change and its delta-method standard error is too small (a nominal 84 % bound held
-57-78 % of the time at 8 sessions: docs/measurements.md), so both come from the jackknife over sessions:
+estimate is biased toward no change and its delta-method standard error is too small (docs/measurements.md), so
+both come from the jackknife over sessions:
 
     θ_(i) = the change with session i left out,   θ̄ = mean_i θ_(i)
     change = n·θ - (n - 1)·θ̄                        (bias-corrected)

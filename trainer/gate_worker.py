@@ -1,9 +1,9 @@
 """The gate beside training: a registered candidate is judged on a thread while the trainer takes its next steps.
 
 The loop goes on from each candidate whatever its verdict, so only the champion alias waits for the judging (the
-held-out scoring and the product's online evaluator: tens of seconds on a 2-core machine). Judging no longer
-holds the next step: rows committed meanwhile are trained on at once, which is most of a session's way to
-serving (trainer.gate.background).
+held-out scoring and the product's online evaluator). Judging no longer holds the next step: rows committed meanwhile
+are trained on at once, which is most of a session's way to serving (trainer.gate.background). Each tenant group has
+a worker of its own.
 
 One candidate is judged at a time, in order. A candidate still waiting when a newer one arrives is refused
 unjudged ("superseded by vN"): the newer one was trained on everything it was, and more, and judging both would
@@ -12,7 +12,7 @@ not queued again: it keeps its "defer" tag, the champion stays, and the next can
 on the then most recent held-out sessions, takes its place. The loop collects verdicts between steps (`finished()`): they move the staleness
 timeline and the progress line's "blocked" note as a gate in the loop did. `drain()` waits for everything
 submitted (the end of a run); a trainer stopped while a candidate waits or is judged leaves it without a
-decision, and the next start settles it (Publisher.refuse_unjudged: a promotion cut short is finished, an
+decision, and the next start settles it (CheckpointPublisher.refuse_unjudged: a promotion cut short is finished, an
 unjudged candidate refused), so every version carries one.
 """
 
@@ -22,11 +22,11 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from trainer.publish import CheckpointToPublish, Publisher, PublishResult
+from trainer.publish import CheckpointPublisher, CheckpointToPublish, PublishResult
 
 
 class GateWorker:
-    def __init__(self, publisher: Publisher, say: Callable[[str], None] = print):
+    def __init__(self, publisher: CheckpointPublisher, say: Callable[[str], None] = print):
         self.publisher, self.say = publisher, say
         self._changed = threading.Condition()
         self._waiting: tuple[str, CheckpointToPublish] | None = None

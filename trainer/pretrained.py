@@ -10,6 +10,9 @@ The folder is cached under <data_dir>/base-<name>. It is written to a staging fo
 and carries a checksum file (every file's sha256, the GGUF's sha256, the package version): a folder whose
 checksums do not match, or that was made from another GGUF, is rebuilt. No hub access: everything comes from
 the installed package.
+
+`check_policy_shape` is init's gate for any pretrained folder (`--init-from DIR` too): a model the loop cannot carry
+to serving (not a causal LM, an adapter it has no layers for or vLLM cannot serve) is refused there, with the reason.
 """
 
 from __future__ import annotations
@@ -21,9 +24,13 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from liverl.io.file_digest import file_sha256
 from trainer.policy_io import weights_digest
+
+if TYPE_CHECKING:
+    from liverl.config import LiverlConfig
 
 CHECKSUM_FILE = "liverl_checksums.json"
 
@@ -184,3 +191,66 @@ def provenance_tags(provenance: Provenance) -> dict[str, str]:
         TAG_GGUF_SHA256: provenance.gguf_sha256,
         TAG_WEIGHTS_SHA256: provenance.weights_sha256,
     }
+
+
+# The shapes tests/models/test_model_matrix.py carries from init through LoRA training, export, both engines, an
+# in-place update, an adapter hot-load and the weight probe (docs/real-model.md lists them). GPT-2 (the demo's
+# tiny policy) is proven with full weights only: vLLM has no LoRA layers for it.
+PROVEN_ARCHITECTURES = {
+    "LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM", "Gemma2ForCausalLM",
+    "Gemma3ForCausalLM", "Phi3ForCausalLM", "GPT2LMHeadModel",
+}
+NO_VLLM_LORA = {"GPT2LMHeadModel": "vLLM implements no LoRA layers for GPT-2"}
+
+
+def check_policy_shape(config: LiverlConfig, folder: Path, say: Callable[[str], None] = print) -> None:
+    """Refuse, before anything is registered, a policy folder the loop cannot carry to serving: a model that is not
+    a decoder-only causal LM, an adapter the model has no layers for, or one vLLM cannot serve on it. A causal LM
+    outside PROVEN_ARCHITECTURES is let through with a warning."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    from trainer.adapters import target_modules
+
+    model_config = AutoConfig.from_pretrained(str(folder))
+    architectures = list(getattr(model_config, "architectures", None) or [])
+    causal = set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values())
+    if getattr(model_config, "is_encoder_decoder", False) or model_config.model_type not in \
+            MODEL_FOR_CAUSAL_LM_MAPPING_NAMES or (architectures and not set(architectures) & causal):
+        raise ValueError(
+            f"{folder} holds a {model_config.model_type} model ({', '.join(architectures) or 'no architectures'}), "
+            "not a decoder-only causal LM: liverl samples, scores and trains next-token models (an encoder-only or "
+            "encoder-decoder model has no such head). Pass a causal LM's folder, e.g. Llama, Qwen2/3, Mistral, "
+            "Gemma 2/3 or Phi-3"
+        )
+    with torch.device("meta"):  # the architecture's layers, no weights: cheap at any size
+        model = AutoModelForCausalLM.from_config(model_config)
+    architecture = type(model).__name__
+    lora = config.trainer.lora
+    parameters = _parameter_count(folder)
+    adapter = lora.enabled if lora.enabled is not None else parameters >= lora.auto_min_parameters
+    if adapter and config.serving.engine == "vllm" and architecture in NO_VLLM_LORA:
+        raise ValueError(
+            f"{folder} is a {architecture} of {parameters:,} parameters, which the trainer would train as a LoRA "
+            f"adapter, but {NO_VLLM_LORA[architecture]}, so serving could never load one: set "
+            "trainer.lora.enabled = false (full weights), or serve it with serving.engine = 'hf'"
+        )
+    if adapter:
+        target_modules(model, lora.target_modules)  # ValueError naming the model's layers when they do not fit
+    if architecture not in PROVEN_ARCHITECTURES:
+        say(f"warning: {architecture} is not among the shapes liverl's model matrix proves end to end "
+            f"({', '.join(sorted(PROVEN_ARCHITECTURES))}); it may still work: watch the first swap's weight probe")
+
+
+def _parameter_count(folder: Path) -> int:
+    """Parameters stored in the folder's *.safetensors files, read from their headers (no tensor is loaded)."""
+    import math
+
+    from safetensors import safe_open
+
+    total = 0
+    for path in sorted(Path(folder).glob("*.safetensors")):
+        with safe_open(str(path), framework="pt") as weights:
+            total += sum(math.prod(weights.get_slice(name).get_shape()) for name in weights.keys())
+    return total

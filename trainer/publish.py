@@ -1,6 +1,6 @@
 """Publish a checkpoint: register its exported policy as the candidate, then let the gate decide about champion.
 
-    Publisher(registry, gate config, ...).publish(CheckpointToPublish) -> PublishResult
+    CheckpointPublisher(registry, gate config, ...).publish(CheckpointToPublish) -> PublishResult
 
 Idempotent, because a crash may land anywhere in here: the version is found again by its checkpoint key,
 and a version that already carries a gate decision is not judged twice. The gate's verdict (decision and
@@ -50,7 +50,8 @@ LEASE_POLL_S = 0.5  # how often a promotion waiting for the lease tries again
 
 @dataclass(frozen=True)
 class CheckpointToPublish:
-    """Produced by the loop right after a DeepSpeed checkpoint and its export; consumed by Publisher.publish."""
+    """Produced by the loop right after a DeepSpeed checkpoint and its export; consumed by
+    CheckpointPublisher.publish."""
 
     pending: PendingPublish  # lineage of the window (also in the state file, so a restart can finish it)
     run_key: str  # with pending.checkpoint_tag: the version's idempotency key
@@ -78,7 +79,7 @@ class PublishResult:
         return self.decision == "defer"
 
 
-class Publisher:
+class CheckpointPublisher:
     def __init__(self, registry: Registry, gate: GateConfig, loss: LossConfig, monitors: MonitorsConfig,
                  max_seq_len: int, reward_config_version: str, download_dir: Path,
                  say: Callable[[str], None] = print, signing_key_file: Path | None = None,

@@ -15,14 +15,14 @@ from liverl.io.table_history import TableCommit, TableHistory
 
 
 @dataclass(frozen=True)
-class Position:
+class StreamPosition:
     table_version: int  # -1: before the first commit
     cursor: int  # rows of table_version consumed
     done: bool  # table_version fully consumed
 
 
 class RowStream:
-    def __init__(self, follower: TableHistory, position: Position, passes: int = 1,
+    def __init__(self, follower: TableHistory, position: StreamPosition, passes: int = 1,
                  keep: Callable[[dict], bool] | None = None):
         self.follower = follower
         self.passes = passes
@@ -37,8 +37,8 @@ class RowStream:
                     self._load(commit, self.cursor)
 
     @property
-    def position(self) -> Position:
-        return Position(self.version, self.cursor, self.done)
+    def position(self) -> StreamPosition:
+        return StreamPosition(self.version, self.cursor, self.done)
 
     def peek(self) -> tuple[TableCommit, dict] | None:
         """The next row and its commit, or None when the table has nothing newer (yet)."""

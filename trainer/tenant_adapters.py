@@ -52,6 +52,14 @@ class TenantPolicies:
     def groups(self) -> list[str]:
         return sorted(self.engines)
 
+    @property
+    def is_adapter(self) -> bool:
+        return True
+
+    def describe(self) -> str:
+        config = next(iter(self.peft.peft_config.values()))
+        return f"lora r{config.r} per group on base v{self.base.version}"
+
     def activate(self, group: str) -> DeepSpeedEngine:
         """The group's engine, with the group's adapter the one that runs and alone requires gradients."""
         if group not in self.engines:
@@ -99,10 +107,14 @@ class TenantPolicies:
         config = next(iter(self.peft.peft_config.values()))
         return AdapterManifest(base_version=self.base.version, base_digest=self.base.digest, rank=int(config.r))
 
-    def export(self, group: str, out_dir: Path, parent_folder: Path) -> Path:
-        """The group's adapter alone as an adapter folder (fp32, the manifest naming the shared base)."""
+    def export(self, group: str, out_dir: Path, parent_folder: Path, keep: bool = True) -> Path:
+        """The group's adapter alone as an adapter folder (fp32, the manifest naming the shared base), written when
+        keep (rank 0: ZeRO 0 to 2 leave every rank the whole adapter) and not there yet (the export is atomic)."""
         import torch
         from peft import get_peft_model_state_dict
+
+        if not keep or Path(out_dir).exists():
+            return Path(out_dir)
 
         name = adapter_name(group)
         weights = {key: tensor.detach().to("cpu", torch.float32).clone() for key, tensor in

@@ -1,5 +1,6 @@
-"""Tenant groups: each tenant named in trainer.tenants.adapters is a group of its own, every other tenant is in the
-shared group; a group's rows train its adapter only, and each step draws every active group's rows.
+"""Tenant groups, the trainer's unit: each tenant named in trainer.tenants.adapters is a group of its own, every other
+tenant is in the shared group (the only group when none is named); a group's rows train its policy only, and each
+step draws every active group's rows.
 
     group_of(tenant_id, TenantsConfig) -> group
     group_streams(follower, positions, TrainerConfig) -> {group: RowStream of that group's rows}
@@ -21,7 +22,7 @@ from liverl.io.table_history import TableHistory
 from liverl.privacy.row_sealing import RowOpener
 from trainer.advantages import Baselines
 from trainer.holdout import GateEvidence, gate_evidence
-from trainer.row_stream import Position, RowStream
+from trainer.row_stream import RowStream, StreamPosition
 from trainer.served_lineage import ServedLineage
 from trainer.step_builder import StepPlan, build_step
 
@@ -43,6 +44,11 @@ def in_group(group: str, config: TenantsConfig) -> Callable[[dict], bool]:
     return lambda row: group_of(row.get("tenant_id"), config) == group
 
 
+def tenant_of(group: str) -> str | None:
+    """The tenant a group's versions are registered for (None: the shared policy)."""
+    return None if group == SHARED_GROUP else group
+
+
 def champion_alias(group: str) -> str:
     """The alias the group's gate moves and serving follows: `champion-<tenant>`, or `champion` (shared)."""
     return names.ALIAS_CHAMPION if group == SHARED_GROUP else names.tenant_champion_alias(group)
@@ -53,10 +59,10 @@ def candidate_alias(group: str) -> str:
     return names.ALIAS_CANDIDATE if group == SHARED_GROUP else names.tenant_candidate_alias(group)
 
 
-def group_streams(follower: TableHistory, positions: Mapping[str, Position], config: TrainerConfig
+def group_streams(follower: TableHistory, positions: Mapping[str, StreamPosition], config: TrainerConfig
                   ) -> dict[str, RowStream]:
     """A stream per group over the same table, each from its own position (a fresh group: the table's start)."""
-    start = Position(-1, 0, True)
+    start = StreamPosition(-1, 0, True)
     return {group: RowStream(follower, positions.get(group, start), config.passes_per_trajectory,
                              keep=in_group(group, config.tenants))
             for group in groups(config.tenants)}
@@ -68,11 +74,13 @@ def build_tenant_steps(
     opener: RowOpener | None = None,
 ) -> dict[str, StepPlan]:
     """The next step of every group that has new rows, each group's at most tenants.tokens_per_step tokens (and
-    one trajectory at least); a group's plan may be empty yet have consumed rows (skipped ones)."""
+    one trajectory at least) when tenants have adapters, else a full step; a group's plan may be empty yet have
+    consumed rows (skipped ones)."""
+    share = config.tenants.tokens_per_step if config.tenants.adapters else None
     plans = {}
     for group in sorted(streams):
         plan = build_step(streams[group], trained, served[group], now_ms, config, say, world,
-                          max_tokens=config.tenants.tokens_per_step, opener=opener)
+                          max_tokens=share, opener=opener)
         if plan.consumed:
             plans[group] = plan
     return plans

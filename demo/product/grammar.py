@@ -5,7 +5,7 @@
     create_subagent 2               assign_task sub_1 part_1 sub_2 part_2
     done
 
-A completion that does not parse, or names a tool its task family does not offer, becomes a ToolCall
+A completion that does not parse, or names a tool its task family does not offer, becomes a ParsedCall
 with valid=False and an error: broken calls are recorded and count against the agent, never dropped.
 """
 
@@ -33,7 +33,7 @@ MAX_CHUNK_ARGS = 4
 
 
 @dataclass(frozen=True)
-class ToolCall:
+class ParsedCall:
     """A parsed completion. Produced by parse_tool_call, consumed by the task environments and the recorder."""
 
     name: str  # the tool, or the first word (possibly "") when the call is broken
@@ -47,7 +47,7 @@ class ToolCall:
         return json.dumps(self.kwargs if self.valid else {"raw": self.text}, sort_keys=True)
 
 
-def parse_tool_call(text: str, allowed: frozenset[str] | set[str] | None = None) -> ToolCall:
+def parse_tool_call(text: str, allowed: frozenset[str] | set[str] | None = None) -> ParsedCall:
     """Parse one completion; never raises. `allowed`: the tools of the task family (None: every tool)."""
     words = [w for w in text.replace(EOS, " ").split() if w]
     if not words:
@@ -61,11 +61,11 @@ def parse_tool_call(text: str, allowed: frozenset[str] | set[str] | None = None)
         kwargs = _ARGUMENT_PARSERS[name](args)
     except ValueError as error:
         return _broken(name, text, f"{name}: {error}")
-    return ToolCall(name=name, args=args, valid=True, text=text, kwargs=kwargs)
+    return ParsedCall(name=name, args=args, valid=True, text=text, kwargs=kwargs)
 
 
-def _broken(name: str, text: str, error: str) -> ToolCall:
-    return ToolCall(name=name, args=(), valid=False, error=error, text=text)
+def _broken(name: str, text: str, error: str) -> ParsedCall:
+    return ParsedCall(name=name, args=(), valid=False, error=error, text=text)
 
 
 def _expect(args: tuple[str, ...], count: int, usage: str) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import uuid
 
-from liverl.contracts import names
 from demo.product.policy import MAIN_AGENT_ID, ROLE_ORCHESTRATOR, ROLE_SINGLE, ROLE_SUBAGENT, Completion
+from liverl.contracts import names
 
 _ROLE_ENUM_NAMES = {
     ROLE_SINGLE: "AGENT_ROLE_SINGLE",

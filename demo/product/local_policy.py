@@ -1,6 +1,6 @@
 """A policy in process: samples from a HF folder with transformers, returning per-token logprobs.
 
-For tests and the offline calibration; the demo itself calls serving (GrpcPolicy).
+For the held-out evaluator and tests; the demo itself calls serving (GrpcPolicy).
 """
 
 from __future__ import annotations

@@ -1,14 +1,23 @@
-"""An in-memory stand-in for ingest.sdk.CaptureClient with exactly its methods, for tests and calibration.
+"""In-memory stand-ins for what the stack records, for the held-out evaluator and tests.
 
-The demo records through the real CaptureClient; this keeps the events as plain records instead.
+MemoryRecorder has exactly the methods of ingest.sdk.CaptureClient and keeps the events as plain records;
+RecordingPolicy keeps each completion as the ModelCall serving would have recorded; to_session_event turns a
+recorded event into the SessionEvent the SDK would have sent. Together they make the SessionRecord the
+pipelines would rebuild, which liverl.rewards labels. The demo itself records through the real stack.
 """
 
 from __future__ import annotations
 
 import itertools
 import threading
+import time
 import uuid
+from collections import defaultdict
 from dataclasses import dataclass, field
+
+from demo.product.policy import MAIN_AGENT_ID, ROLE_SINGLE, Completion
+
+_ROLES = {"single": 1, "orchestrator": 2, "subagent": 3}  # liverl.v1.AgentRole values
 
 
 @dataclass(frozen=True)
@@ -104,3 +113,48 @@ class MemoryRecorder:
 
     def close(self) -> None:
         pass
+
+
+class RecordingPolicy:
+    """Wraps a policy and keeps every completion as the ModelCall serving would have recorded."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.model_calls: dict[str, list] = defaultdict(list)
+
+    def generate(
+        self, prompt_text: str, session_id: str, agent_role: str = ROLE_SINGLE, agent_id: str = MAIN_AGENT_ID
+    ) -> Completion:
+        from liverl.v1 import model_call_pb2
+
+        started = int(time.time() * 1000)
+        completion = self.inner.generate(prompt_text, session_id, agent_role, agent_id)
+        self.model_calls[session_id].append(model_call_pb2.ModelCall(
+            request_id=completion.request_id, session_id=session_id, agent_role=_ROLES[agent_role],
+            agent_id=agent_id, policy_version=completion.policy_version,
+            prompt_token_ids=completion.prompt_token_ids, completion_token_ids=completion.token_ids,
+            completion_logprobs=completion.logprobs, request_time_ms=started, finish_time_ms=int(time.time() * 1000),
+        ))
+        return completion
+
+
+def to_session_event(event: RecordedEvent, sequence: int):
+    """A RecordedEvent as the SessionEvent the SDK would have sent (field names are the proto's)."""
+    from liverl.v1 import session_event_pb2
+
+    fields = dict(event.fields)
+    message = session_event_pb2.SessionEvent(
+        event_id=f"{event.session_id}-{sequence}", session_id=event.session_id, tenant_id="demo",
+        agent_role=_ROLES.get(event.agent_role, 1), agent_id=event.agent_id, sequence=sequence,
+        event_time_ms=int(time.time() * 1000), user_id=str(fields.pop("user_id", "")),
+    )
+    body = getattr(message, event.kind)
+    body.SetInParent()
+    for name, value in fields.items():
+        if isinstance(value, dict):
+            getattr(body, name).update({str(k): str(v) for k, v in value.items()})
+        elif isinstance(value, (list, tuple)):
+            getattr(body, name).extend(value)
+        else:
+            setattr(body, name, int(value) if name == "kind" else value)
+    return message

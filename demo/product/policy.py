@@ -1,7 +1,7 @@
 """How the product talks to its policy: one completion per call, with the version that served it.
 
 Implementations: GrpcPolicy (serving's PolicyService, what the demo uses) and LocalPolicy (a HF folder
-in process, for tests and the offline calibration).
+in process, for the held-out evaluator and tests).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ MAIN_AGENT_ID = "main"
 
 @dataclass(frozen=True)
 class Completion:
-    """One served completion. Produced by a Policy, consumed by the session runner (and calibration)."""
+    """One served completion. Produced by a Policy, consumed by the session runner."""
 
     text: str
     token_ids: tuple[int, ...]

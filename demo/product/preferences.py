@@ -14,7 +14,7 @@ configs/demo-tenants.toml weighs it there, where the reward library's default is
 want opposite things on the same coding prompts, brisk and frugal on the same orchestrator prompts: one shared
 policy cannot please all three, an adapter per tenant can. brisk and frugal also disagree on the same search
 prompts: brisk's users want the one best chunk, frugal's the product's own score (the answer's F1 against both gold
-chunks), so the shared policy's search rows are not brisk's alone (docs/measurements.md, runs 9 to 12).
+chunks), so the shared policy's search rows are not brisk's alone.
 """
 
 from __future__ import annotations

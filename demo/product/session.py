@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from demo.product.feedback import DelayedFeedback
-from demo.product.grammar import ToolCall, parse_tool_call
-from demo.product.policy import MAIN_AGENT_ID, ROLE_SUBAGENT, Completion, Policy
+from demo.product.grammar import parse_tool_call
+from demo.product.policy import MAIN_AGENT_ID, ROLE_SUBAGENT, Policy
 from demo.product.tasks import OrchestratorTask, OutcomeReport, Task
 from demo.product.user import FeedbackItem, SimulatedUser
 
@@ -36,15 +36,6 @@ class SessionStats:
     ended_at: float
 
 
-@dataclass(frozen=True)
-class PolicyTurn:
-    """One call of the trained agent, kept for the offline calibration (prompt, completion, logprobs)."""
-
-    prompt: str
-    completion: Completion
-    call: ToolCall
-
-
 def run_session(
     task: Task,
     policy: Policy,
@@ -56,7 +47,6 @@ def run_session(
     feedback_delay_s: float,
     user_id: str,
     subagents_call_policy: bool = True,
-    turns: list[PolicyTurn] | None = None,
     judge: Callable[[Task, OutcomeReport], OutcomeReport] | None = None,
 ) -> SessionStats:
     """Run `task` to its end with `policy`, recording through `recorder` (a CaptureClient or look-alike).
@@ -74,7 +64,7 @@ def run_session(
     )
     session.user_message(task.request_text(), follow_up=False)
     try:
-        versions, call_ids, subagent_calls = _agent_loop(task, policy, session, rng, subagents_call_policy, turns)
+        versions, call_ids, subagent_calls = _agent_loop(task, policy, session, rng, subagents_call_policy)
     except BaseException:
         session.end("error")  # the session is still closed for the pipelines; the caller counts the error
         raise
@@ -106,7 +96,7 @@ def run_session(
     )
 
 
-def _agent_loop(task: Task, policy: Policy, session, rng, subagents_call_policy: bool, turns):
+def _agent_loop(task: Task, policy: Policy, session, rng, subagents_call_policy: bool):
     """Call, parse, execute until the task is done; returns (versions, call ids, sub-agent calls)."""
     versions: list[str] = []
     call_ids: list[str] = []
@@ -116,8 +106,6 @@ def _agent_loop(task: Task, policy: Policy, session, rng, subagents_call_policy:
         completion = policy.generate(prompt, session.session_id, task.agent_role, MAIN_AGENT_ID)
         versions.append(completion.policy_version)
         call = parse_tool_call(completion.text, task.tools)
-        if turns is not None:
-            turns.append(PolicyTurn(prompt, completion, call))
         call_id = session.tool_call(
             call.name or "unparsed", call.arguments_json(), request_id=completion.request_id,
             valid=call.valid, error=call.error,

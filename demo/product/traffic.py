@@ -1,4 +1,8 @@
-"""Product traffic: many sessions across the task families, concurrently, for a count or a duration."""
+"""Product traffic: many sessions across the task families, concurrently, for a count or a duration.
+
+The toy policy plays the grammar tasks (demo.product.tasks, session.py); a chat model plays the chat tasks
+(demo.product.tasks.chat, chat_session.py) when the traffic is given the orchestrator's frozen helpers.
+"""
 
 from __future__ import annotations
 
@@ -12,8 +16,7 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 from demo.product.feedback import DelayedFeedback
-from demo.product.policy import Policy
-from demo.product.session import PolicyTurn, SessionStats, run_session
+from demo.product.session import SessionStats, run_session
 from demo.product.tasks import FAMILIES, OutcomeReport, Task, make_task
 from demo.product.user import SimulatedUser, UserModel
 
@@ -48,7 +51,7 @@ class TrafficStats:
 
 
 def run_traffic(
-    policy: Policy,
+    policy,
     recorder,
     *,
     n_sessions: int | None = None,
@@ -63,18 +66,21 @@ def run_traffic(
     user_id_prefix: str = "user",
     stop: threading.Event | None = None,
     on_session: Callable[[SessionStats], None] | None = None,
-    turns: list[list[PolicyTurn]] | None = None,
     sessions_per_s: float = 0.0,
     judge: Callable[[Task, OutcomeReport], OutcomeReport] | None = None,
+    helpers=None,
 ) -> TrafficStats:
     """Run sessions until n_sessions finished, duration_s passed or `stop` is set (whichever comes first).
 
     Session i is a task of families[i % len(families)] drawn with its own seeded random.Random, so a
     seed fixes the tasks and the users (the policy's sampling has its own randomness). A session that
-    raises is counted in TrafficStats.errors and the traffic goes on. `turns`, when given, receives the
-    trained agent's calls of every session (for the offline calibration). sessions_per_s > 0 paces
+    raises is counted in TrafficStats.errors and the traffic goes on. sessions_per_s > 0 paces
     session starts like users arriving at that rate (0: a new session as soon as a slot frees). judge: a tenant's
     view of each outcome (run_session).
+
+    helpers: None, the toy product (policy: a Policy, e.g. GrpcPolicy); or the orchestrator's frozen helpers
+    (chat_session.FrozenHelpers) for the chat tasks' training split (policy: an HttpChatPolicy; judge,
+    subagents_call_policy and the user's coding habits of the toy tasks do not apply).
     """
     if n_sessions is None and duration_s is None and stop is None:
         raise ValueError("give n_sessions, duration_s or a stop event, or the traffic never ends")
@@ -90,18 +96,24 @@ def run_traffic(
     def one(index: int) -> None:
         rng = random.Random(seed * 1_000_003 + index)
         family = families[index % len(families)]
-        task = make_task(family, rng, f"{family}-{seed}-{index}")
-        session_turns: list[PolicyTurn] = []
-        result = run_session(
-            task, policy, recorder, rng,
-            user=user, feedback=feedback, feedback_delay_s=feedback_delay_s,
-            user_id=f"{user_id_prefix}-{rng.randrange(100)}", subagents_call_policy=subagents_call_policy,
-            turns=session_turns, judge=judge,
-        )
+        if helpers is None:
+            task = make_task(family, rng, f"{family}-{seed}-{index}")
+            result = run_session(
+                task, policy, recorder, rng,
+                user=user, feedback=feedback, feedback_delay_s=feedback_delay_s,
+                user_id=f"{user_id_prefix}-{rng.randrange(100)}", subagents_call_policy=subagents_call_policy,
+                judge=judge,
+            )
+        else:
+            from demo.product.chat_session import run_chat_session
+            from demo.product.tasks.chat.generate import training_task
+
+            task = training_task(family, rng, f"real-{family}-{seed}-{index}")
+            result = run_chat_session(task, policy, helpers, recorder, rng, user=user, feedback=feedback,
+                                      feedback_delay_s=feedback_delay_s,
+                                      user_id=f"{user_id_prefix}-{rng.randrange(100)}", seed=seed)
         with lock:
             stats.sessions.append(result)
-            if turns is not None:
-                turns.append(session_turns)
         if on_session is not None:
             on_session(result)
 
@@ -134,6 +146,8 @@ def run_traffic(
                         break
                     running.add(pool.submit(one, started))
                     started += 1
+                if not running:
+                    break
                 finished, running = wait(running, return_when=FIRST_COMPLETED)
                 for future in finished:
                     if future.exception() is not None:

@@ -4,6 +4,7 @@ Edits that passed the check are mostly kept, failed ones mostly reverted (carefu
 confirmed with them); users whose problem was not solved, or who were asked a question instead of getting an edit,
 sometimes follow up dissatisfied.
 Search and orchestrator users give a thumbs up or down, more often up the better the outcome.
+The chat tasks' users (react_to_reply) have the same habits, judging the one reply that produced the answer.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from demo.product.tasks import CodingTask, OutcomeReport, Task
+
+UNSOLVED_FOLLOW_UP = "that does not work, the tests still fail"
 
 
 @dataclass(frozen=True)
@@ -52,11 +55,28 @@ class SimulatedUser:
         """call_ids[i]: the recorded call id of the task's i-th tool call (feedback targets the last edit)."""
         if isinstance(task, CodingTask):
             return self._react_to_coding(task, report, call_ids, rng)
+        return self._rating(report, "", rng)
+
+    def react_to_reply(self, family: str, report: OutcomeReport, answer_call_id: str, rng) -> Reaction:
+        """A chat task's user (demo.product.tasks.chat): feedback targets the call that produced the answer."""
         m = self.model
-        if rng.random() >= m.rating_chance:
+        if family == "coding":
+            kept = rng.random() < (m.keep_right_edit if report.success else m.keep_wrong_edit)
+            items = [FeedbackItem("EDIT_KEPT" if kept else "EDIT_REVERTED", 1.0 if kept else 0.0, answer_call_id)]
+            unhappy = m.dissatisfied_if_solved if report.success else m.dissatisfied_if_unsolved
+            if rng.random() < unhappy and not report.success:
+                items.append(FeedbackItem("DISSATISFIED_FOLLOWUP", 0.0, answer_call_id, UNSOLVED_FOLLOW_UP))
+                return Reaction(UNSOLVED_FOLLOW_UP, tuple(items))
+            return Reaction(None, tuple(items))
+        return self._rating(report, answer_call_id, rng)
+
+    def _rating(self, report: OutcomeReport, target_call_id: str, rng) -> Reaction:
+        """Search and orchestrator users: some rate, thumbs up the more often the better the outcome."""
+        if rng.random() >= self.model.rating_chance:
             return Reaction(None, ())
         happy = rng.random() < report.score
-        return Reaction(None, (FeedbackItem("THUMBS_UP" if happy else "THUMBS_DOWN", 1.0 if happy else 0.0),))
+        return Reaction(None, (FeedbackItem("THUMBS_UP" if happy else "THUMBS_DOWN", 1.0 if happy else 0.0,
+                                            target_call_id),))
 
     def _react_to_coding(self, task: CodingTask, report: OutcomeReport, call_ids: list[str], rng) -> Reaction:
         m = self.model

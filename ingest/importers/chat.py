@@ -9,11 +9,10 @@ demo policies use. Keep the two in step: an imported prompt should tokenize like
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from ingest.importers.literal import python_literal
 from ingest.importers.model import OBSERVATION_OF, ToolCallSpec, TooManyEvents
-from liverl.contracts.chat import content_text, render_chat
+from liverl.contracts.chat import render_chat
 
 
 def tool_calls_of(message: dict, fallback_id: str, limit: int | None = None) -> list[ToolCallSpec]:

@@ -1,7 +1,7 @@
 """Random ids for events, sessions and tool calls: the format of `uuid.uuid4().hex` (32 lowercase hex
 digits, version 4, RFC 4122 variant) from the same source (os.urandom), without a UUID object and a
-getrandom call per id, which cost the caller ~3 us of its ~10 us recording call. Ids are made 256 at
-a time; a forked child drops the ones its parent made (else both would hand out the same ids).
+getrandom call per id, which cost a large share of the caller's recording call (docs/measurements.md). Ids
+are made 256 at a time; a forked child drops the ones its parent made (else both would hand out the same ids).
 """
 
 from __future__ import annotations

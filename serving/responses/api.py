@@ -9,6 +9,9 @@ with api "openai-responses" whose request id is the response's `id`.
 previous_response_id continues a response this server made for the same tenant (serving.responses.state):
 its conversation is the start of the prompt and its session is the continuation's, unless a header, the URL
 or metadata names another. An unknown, expired or other tenant's id is one 404, never a hint of which.
+A request that resends the whole conversation instead is stitched to its session like a chat call
+(serving.stitching); either way, function_call_outputs answering the previous reply's calls are recorded as
+tool results linked to those calls.
 """
 
 from __future__ import annotations
@@ -26,13 +29,15 @@ from liverl.contracts.chat import render_chat
 from serving.auth import Principal
 from serving.chat import parse_tool_calls
 from serving.generation import BadRequest, Call, Caller, DeadlineExceeded
-from serving.http_completions import Reply, _begin, _check_model, _ext, _id_headers, _name, _run
+from serving.http_completions import (Reply, _begin, _check_model, _ext, _id_headers, _name, _run, erased_since,
+                                      key_version, stitch, stitched_call)
 from serving.http_guard import ApiError, Body, HttpContext, parse, reject
 from serving.responses.state import ResponseStore, StoredResponse
 from serving.responses.items import (RESPONSE_ID_PREFIX, conversation, function_call_item, message_item, output_of,
                                      output_text, prompt_messages, response_object, token_logprobs)
 from serving.responses.schema import ResponsesRequest, unsupported
 from serving.session_ids import SESSION_METADATA_KEY
+from serving.stitching import Stitch, tool_links
 
 API = "openai-responses"
 
@@ -55,12 +60,18 @@ class ResponsesApi:
             messages, call_ids = conversation(request, previous)
         except BadRequest as error:
             raise reject(ctx, principal, body, error, ResponsesRequest) from None
-        prompt = await _render(ctx, principal, body, request, messages)
+        rendered = prompt_messages(request, messages)
+        prompt = await _render(ctx, principal, body, request, rendered)
         if previous is not None and not who.session_id and not (request.metadata or {}).get(SESSION_METADATA_KEY):
             who.session_id = previous.session_id  # the conversation's session: one trajectory
         _name(ctx, principal, body, request, who, API, RESPONSE_ID_PREFIX)
+        stitched = await stitch(ctx, who, body, rendered)  # a whole conversation resent, without previous_response_id
+        if stitched is not None and previous is not None and who.session_id == previous.session_id:
+            known = len(rendered) - len(messages) + len(previous.messages)  # the instructions, then what it kept
+            stitched.stitch = Stitch(previous.session_id, request.previous_response_id, known,
+                                     tuple(tool_links(rendered, known)))  # its tool results linked, as stitched
         call = await _begin(ctx, principal, body, request, who, prompt, None, request.max_output_tokens)
-        keep = self._keeper(ctx, request, tenant, call, messages, call_ids)
+        keep = self._keeper(ctx, request, tenant, call, messages, call_ids, stitched_call(ctx, call, stitched))
         created, headers = int(time.time()), _id_headers(call)
         if request.stream:
             return Reply(headers, events=_events(call, request, created, ctx.completions.model_name, keep), call=call)
@@ -90,13 +101,14 @@ class ResponsesApi:
         return previous
 
     def _keeper(self, ctx: HttpContext, request: ResponsesRequest, tenant: str, call: Call, messages: list[dict],
-                call_ids: frozenset[str]) -> Callable[[dict, list[dict]], None]:
-        """What keeps the finished response for previous_response_id (nothing under store false)."""
+                call_ids: frozenset[str], remember: Callable[[dict], None]) -> Callable[[dict, list[dict]], None]:
+        """What keeps the finished response for previous_response_id (nothing under store false) and remembers it
+        for stitching (serving.stitching: also under store false, which keeps no text)."""
         def keep(reply_message: dict, tool_calls: list[dict]) -> None:
+            remember(reply_message)
             if request.keeps:
                 ids = call_ids | {c["id"] for c in tool_calls}
-                subjects = getattr(ctx.completions.recorder, "subjects", None)
-                version = subjects.store.pseudonym_key_version(tenant) if subjects is not None else None
+                version = key_version(ctx.completions, tenant)
                 self.store.put(tenant, call.request_id,
                                self.store.new(call.session_id, (*messages, reply_message), ids, version))
         return keep
@@ -104,22 +116,17 @@ class ResponsesApi:
 
 def _erased(ctx: HttpContext, tenant: str, previous: StoredResponse) -> bool:
     """Whether the kept conversation's session (as its records are keyed) or its tenant was erased since."""
-    subjects = getattr(ctx.completions.recorder, "subjects", None)
-    if subjects is None:  # not recording: nothing of it is stored, and no key store says who was erased
-        return False
-    redactor = ctx.completions.redactor(tenant)
-    keyed = redactor.redact_id(previous.session_id) if redactor is not None else previous.session_id
-    return subjects.erased_since(tenant, keyed, previous.key_version)
+    return erased_since(ctx, tenant, previous.session_id, previous.key_version)
 
 
 async def _render(ctx: HttpContext, principal: Principal, body: Body, request: ResponsesRequest,
-                  messages: list[dict[str, Any]]) -> str:
+                  rendered: list[dict[str, Any]]) -> str:
+    """The prompt of `rendered` (prompt_messages: the instructions, then the conversation)."""
     slot = ctx.completions.router.champion
     if slot is None:
         raise ApiError(503, "no policy version is loaded yet: retry shortly", "server_error")
     try:  # a chat template is code: render off the loop, and refuse what it cannot render (as chat does)
-        return await asyncio.to_thread(render_chat, slot.tokenizer, prompt_messages(request, messages),
-                                       request.tool_dicts())
+        return await asyncio.to_thread(render_chat, slot.tokenizer, rendered, request.tool_dicts())
     except Exception as error:
         raise reject(ctx, principal, body, BadRequest("bad-messages", f"input could not be rendered: {error}",
                                                       "input"), ResponsesRequest) from None

@@ -26,8 +26,8 @@ def demo_base_policy(tmp_path_factory) -> Path:
 @pytest.fixture
 def capture_service(fresh_topics, tmp_path):
     """A running capture service (the ingest stage) on the test's own topics, tenant demo / demo-token."""
-    from liverl.io.processes import free_port
     from ingest.service import CaptureServer
+    from liverl.io.processes import free_port
 
     config = fresh_topics.model_copy(deep=True)
     config.ingest.grpc_port = free_port()

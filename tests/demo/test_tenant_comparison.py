@@ -2,8 +2,9 @@ import math
 
 import pytest
 
+from demo.evaluate.stats import Z_95
 from demo.product.session import SessionStats
-from demo.tenant_comparison import Z95, compare_tenant
+from demo.tenant_comparison import compare_tenant
 
 
 def session(version: str, reward: float, started_at: float) -> SessionStats:
@@ -24,7 +25,7 @@ def test_the_comparison_starts_when_the_tenants_adapter_first_served():
     assert c.shared == (0.25, 0.75) and c.shared_versions == ("2",)  # the control session before 10 is not compared
     assert c.difference == pytest.approx(0.25)
     se = math.sqrt(0.125 / 2 + 0.125 / 2)
-    assert c.interval() == pytest.approx((0.25 - Z95 * se, 0.25 + Z95 * se))
+    assert c.interval() == pytest.approx((0.25 - Z_95 * se, 0.25 + Z_95 * se))
     assert "own adapter 0.750 (n 2, v5, v8) vs shared policy 0.500 (n 2, v2)" in c.line()
     assert c.as_dict()["own"]["n"] == 2 and c.as_dict()["interval95"] == list(c.interval())
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import grpc
 import pytest
 
 from ingest.sdk import CaptureClient

@@ -102,7 +102,7 @@ def test_chains_stay_aligned_and_mask_exactly_the_sampled_tokens(turns, trainabl
 
 def test_with_the_judge_enabled_trainable_trajectories_get_its_verdict():
     from liverl.rewards.judge import Judge
-    from demo.judge_double import JudgeDouble, Reply
+    from tests.judge_double import JudgeDouble, Reply
 
     with JudgeDouble(lambda request: Reply(content="8")) as server:
         rewards = RewardsConfig.model_validate({"judge": {"enabled": True, "base_url": server.base_url}})

@@ -101,8 +101,8 @@ def test_rolling_swap_and_fleet_wide_rollback_under_load(stack, tmp_path, tiny_p
     register_version(configs[0], tiny_policy_dir, (names.ALIAS_CHAMPION,))
     with ServerThread(configs[0]) as r0, ServerThread(configs[1]) as r1, ServerThread(configs[2]) as r2:
         replicas = [r0, r1, r2]
-        swappers = [r.server.swapper for r in replicas]
-        wait_for(lambda: swappers[0].fleet.canary_lease.holders() == ["r0"], 30, "the canary's lease")
+        rollouts = [r.server.rollout for r in replicas]
+        wait_for(lambda: rollouts[0].fleet.canary_lease.holders() == ["r0"], 30, "the canary's lease")
 
         # 1. A good version rolls out in place, canary first, one replica at a time, nothing fails.
         with Load([r.grpc_target for r in replicas]) as load:
@@ -136,13 +136,13 @@ def test_rolling_swap_and_fleet_wide_rollback_under_load(stack, tmp_path, tiny_p
                       "the fleet-wide rollback")
             seen = len(load.results)
             wait_for(lambda: len(load.results) >= seen + 20, 60, "requests after the rollback")
-            swapper_state = [(s.update_windows, list(r.lines)) for s, r in zip(swappers, replicas)]
+            rollout_state = [(s.shared.update_windows, list(r.lines)) for s, r in zip(rollouts, replicas)]
             info = [serving_pb2_grpc.PolicyServiceStub(c).ModelInfo(serving_pb2.ModelInfoRequest(), timeout=10)
                     for c in load.channels]
             pauses = [r.server.metrics.value("liverl_serving_swap_pause_seconds_sum") for r in replicas]
 
-    windows = [w for state, _ in swapper_state for w in state]
-    lines = [line for _, replica_lines in swapper_state for line in replica_lines]
+    windows = [w for state, _ in rollout_state for w in state]
+    lines = [line for _, replica_lines in rollout_state for line in replica_lines]
     latencies = sorted(latency for _, _, latency in load.results)
     print(f"\nfleet: {len(load.results)} requests, {len(load.failures)} failed, {len(windows)} updates, "
           f"max concurrent {_max_concurrent(windows)}, p50 {latencies[len(latencies) // 2] * 1000:.0f} ms, "
@@ -152,7 +152,7 @@ def test_rolling_swap_and_fleet_wide_rollback_under_load(stack, tmp_path, tiny_p
     assert failures_before_poison == [] and load.failures == []  # the load's short prompts never failed
     assert _max_concurrent(windows) == 1  # max_unavailable
     assert {info.policy_version for info in info} == {good}
-    for n, (_, replica_lines) in enumerate(swapper_state):
+    for n, (_, replica_lines) in enumerate(rollout_state):
         served = {version for replica, version, _ in load.results if replica == n}
         assert served == {"1", good, bad}, (n, served)
         assert any(line.startswith(f"serving swap version={good} previous=1") and "mode=in_place" in line
@@ -160,7 +160,7 @@ def test_rolling_swap_and_fleet_wide_rollback_under_load(stack, tmp_path, tiny_p
         assert any(line.startswith(f"serving rollback version={good} from={bad}") for line in replica_lines), \
             (n, replica_lines)
     # The canary took each version before any other replica started updating to it.
-    first_update = [min(start for start, _ in state) for state, _ in swapper_state]
+    first_update = [min(start for start, _ in state) for state, _ in rollout_state]
     assert first_update[0] == min(first_update)
     assert "r0" in version_tags(configs[0], good)[TAG_CANARY_TOOK]
     tag = version_tags(configs[0], bad)[names.TAG_SERVING_ROLLBACK]

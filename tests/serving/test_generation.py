@@ -4,14 +4,14 @@ import math
 
 import pytest
 
-from serving.generation import BadRequest, Completions, Limits
+from serving.generation import BadRequest, CompletionLimits, Completions
 from serving.metrics import ServingMetrics
 from serving.router import Router
 
 
 @pytest.fixture
 def completions():
-    return Completions(Router(), None, ServingMetrics(), "m", Limits(512, 16, 1000, 60.0), "demo")
+    return Completions(Router(), None, ServingMetrics(), "m", CompletionLimits(512, 16, 1000, 60.0), "demo")
 
 
 def test_defaults_and_disabled_top_k(completions):
@@ -124,7 +124,7 @@ def _call(engine, timeout_s: float):
         slot = Slot("7", engine, tokenizer=range(100), policy_dir=None, source_uri="")  # len(): 100 ids
         router.champion = slot
         metrics = ServingMetrics()
-        completions = Completions(router, None, metrics, "m", Limits(512, 16, 1000, timeout_s), "demo")
+        completions = Completions(router, None, metrics, "m", CompletionLimits(512, 16, 1000, timeout_s), "demo")
         call = await completions.begin(Caller("grpc"), None, [1, 2], completions.sampling())
         call._advance_text = lambda: ""  # no tokenizer in this test
         try:

@@ -81,7 +81,7 @@ class Exchange:
 def _front(server, **changes):
     """The front served by `server`, built anew over its parts (with `changes` to the HttpContext)."""
     s, c = server.server, server.server.config.serving
-    ctx = HttpContext(s.completions, s.model_info, s.swapper, s.keys, s.limiter, c.max_request_bytes,
+    ctx = HttpContext(s.completions, s.model_info, s.rollout, s.keys, s.limiter, c.max_request_bytes,
                       c.body_timeout_s, s.engine_failure)
     for key, value in changes.items():
         setattr(ctx, key, value)

@@ -131,7 +131,7 @@ def test_a_tenant_request_never_starts_on_weights_other_than_its_adapters_base(f
     (it would be recorded as the tenant's version): it is refused during the update and after it."""
     import shutil
 
-    from serving.tenant_adapters import TenantEngine
+    from serving.lora_slots import TenantEngine
 
     base, _ = folders
     a, *_ = _adapters(folders)

@@ -17,7 +17,7 @@ from liverl.v1 import model_call_pb2
 from serving import tokens
 from tests.serving.conftest import WORDS, ServerThread, module_topics, read_topic, rejected_total, serving_config
 
-KEYS = {"acme-key": {"tenant": "acme"}, "globex-key": {"tenant": "globex"}}
+KEYS = {"acme-key": {"tenant": "acme"}, "globex-key": {"tenant": "globex"}, "initech-key": {"tenant": "initech"}}
 # One whitespace-free word of the word-level tokenizer: a tool call the tool policy below always writes.
 TOOL_CALL = '{"name":"edit","arguments":{"file":"a.py"}}'
 EDIT = {"type": "function", "name": "edit", "description": "edit a file",
@@ -237,6 +237,19 @@ def test_previous_response_id_stays_within_its_tenant(server):
     headed = _client(server, **{names.META_SESSION_ID: "s-header"}).responses.create(
         input="ask", previous_response_id=first.id, max_output_tokens=1)
     assert headed.model_extra["liverl"]["session_id"] == "s-header"
+
+
+def test_a_new_tenants_first_response_can_be_continued(server):
+    """The first response of a tenant no call has reached yet (no pseudonym key until then) is kept under the key
+    its call made, so continuing it is not mistaken for the tenant's erasure."""
+    from liverl.privacy import key_store
+
+    assert key_store(server.server.config).pseudonym_key_version("initech") is None  # only this test uses it
+    initech = _client(server, "initech-key")
+    first = initech.responses.create(input="fix the file", max_output_tokens=2)
+    follow = initech.responses.create(input="ask", previous_response_id=first.id, max_output_tokens=1)
+    calls = _recorded(server, first.id, follow.id)
+    assert calls[first.id].session_id == calls[follow.id].session_id
 
 
 def test_a_forgotten_users_kept_conversation_cannot_be_continued(server):

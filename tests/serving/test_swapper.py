@@ -99,7 +99,7 @@ def test_admin_rollback_and_force_swap(config, tiny_policy_dir, second_policy_di
         rolled = admin.Rollback(serving_pb2.RollbackRequest(reason="bad answers"), metadata=ADMIN, timeout=60)
         after_rollback = _generate(stub, "s-admin").policy_version
         set_alias(config, names.ALIAS_CHAMPION, second)
-        server.call(server.server.swapper.check_once())  # inside the minimum interval: no swap
+        server.call(server.server.rollout.check_once())  # inside the minimum interval: no swap
         still = _generate(stub, "s-admin").policy_version
         metrics = server.server.metrics
     assert swapped.ok and swapped.policy_version == "2" and swapped.previous_version == "1"
@@ -118,7 +118,7 @@ def test_version_failing_to_load_never_takes_traffic_and_is_tagged(config, tiny_
         wait_for(lambda: any(line.startswith("serving swap-refused version=2") for line in server.lines),
                   what="the refusal of version 2")
         response = _generate(stub, "s-broken")
-        server.call(server.server.swapper.check_once())  # a refused version is not retried
+        server.call(server.server.rollout.check_once())  # a refused version is not retried
         assert server.server.router.champion.version == "1"
     assert response.policy_version == "1"
     assert "smoke-failed" in version_tags(config, "2")[names.TAG_SERVING_ROLLBACK]
@@ -136,7 +136,7 @@ def test_latency_breach_after_switch_rolls_back(config, tiny_policy_dir, second_
         served = [_generate(stub, "s-slow").policy_version for _ in range(2)]
         wait_for(lambda: server.server.router.champion.version == "1", what="the rollback to version 1")
         after = _generate(stub, "s-slow").policy_version
-        server.call(server.server.swapper.check_once())
+        server.call(server.server.rollout.check_once())
         assert server.server.router.champion.version == "1"  # the alias still names 2, which stays refused
     assert served == ["2", "2"] and after == "1"
     tag = version_tags(config, "2")[names.TAG_SERVING_ROLLBACK]

@@ -83,7 +83,7 @@ def test_each_tenant_runs_on_its_own_adapter_and_a_roll_moves_only_its_own(confi
         globex_slot = server.server.router.tenants["globex"]
         first = {key: _generate(stub, key, seed=i + 1) for i, key in enumerate(KEYS)}
         set_alias(config, names.tenant_champion_alias("acme"), acme_2)
-        rolled = server.call(server.server.tenant_adapters.check_once())
+        rolled = server.call(server.server.rollout.check_once())
         second = {key: _generate(stub, key, seed=i + 11) for i, key in enumerate(KEYS)}
         assert server.server.router.tenants["globex"] is globex_slot  # the other tenant's route untouched
     assert [r.ok for r in rolled] == [True] and rolled[0].tenant == "acme"
@@ -118,16 +118,16 @@ def test_probation_breach_rolls_that_tenant_back_alone(config, policies):
     globex_1 = _register_adapter(config, policies["a2"], base, (names.tenant_champion_alias("globex"),))
     with ServerThread(config) as server, grpc.insecure_channel(server.grpc_target) as channel:
         stub = serving_pb2_grpc.PolicyServiceStub(channel)
-        tenants = server.server.tenant_adapters
+        rollout = server.server.rollout
         wait_for(lambda: _served(server, "globex") == globex_1, what="globex's adapter")
-        tenants.states["globex"].probation.cancel()  # globex passed its probation; acme's is the one judged
+        rollout.group("globex").probation.cancel()  # globex passed its probation; acme's is the one judged
         set_alias(config, names.tenant_champion_alias("acme"), acme_1)
         wait_for(lambda: _served(server, "acme") == acme_1, what="acme's adapter")
         on_new = _generate(stub, "acme-key")
         wait_for(lambda: "acme" not in server.server.router.tenants, what="acme's rollback to the shared policy")
         after = _generate(stub, "acme-key", seed=2)
         other = _generate(stub, "globex-key", seed=3)
-        rolls = server.call(tenants.check_once())  # the alias still names the refused version
+        rolls = server.call(rollout.check_once())  # the alias still names the refused version
     assert on_new.policy_version == acme_1
     assert (after.policy_version, other.policy_version) == (base, globex_1)
     assert rolls == []
@@ -149,15 +149,15 @@ def test_admin_rollback_returns_to_the_previous_adapter_and_a_broken_one_never_s
     bad = _register_adapter(config, broken, base)
     with ServerThread(config) as server, grpc.insecure_channel(server.grpc_target) as channel:
         stub = serving_pb2_grpc.PolicyServiceStub(channel)
-        tenants = server.server.tenant_adapters
+        rollout = server.server.rollout
         wait_for(lambda: _served(server, "acme") == acme_1, what="acme's first adapter")
-        refused = server.call(tenants.roll("acme", bad))
+        refused = server.call(rollout.swap_to(bad, "force", tenant="acme"))
         after_bad = _generate(stub, "acme-key")
-        assert server.call(tenants.roll("acme", acme_2)).ok
+        assert server.call(rollout.swap_to(acme_2, "force", tenant="acme")).ok
         on_second = _generate(stub, "acme-key", seed=2)
-        rolled = server.call(tenants.rollback("acme", "admin"))
+        rolled = server.call(rollout.rollback("admin", tenant="acme"))
         back = _generate(stub, "acme-key", seed=3)
-        loaded = [a.version for a in tenants.slots.loaded()]
+        loaded = [a.version for a in rollout.tenant_slots.loaded()]
     assert not refused.ok and refused.version == acme_1 and "refused" in refused.message, refused.message
     assert "tenant-smoke-failed" in version_tags(config, bad)[names.TAG_SERVING_ROLLBACK]
     assert (after_bad.policy_version, on_second.policy_version, back.policy_version) == (acme_1, acme_2, acme_1)
@@ -174,7 +174,7 @@ def test_an_adapter_of_another_base_waits_and_the_tenant_keeps_the_shared_policy
         wait_for(lambda: any("tenant-swap-waiting tenant=acme" in line for line in server.lines),
                  what="the base mismatch said")
         response = _generate(stub, "acme-key")
-        rolls = server.call(server.server.tenant_adapters.check_once())
+        rolls = server.call(server.server.rollout.check_once())
     assert response.policy_version == base
     assert [r.ok for r in rolls] == [False] and "base '77'" in rolls[0].message
     assert sum("tenant-swap-waiting tenant=acme" in line for line in server.lines) == 1  # said once
@@ -207,10 +207,84 @@ def test_a_new_base_on_a_second_engine_stops_the_old_one_only_after_tenants_requ
         set_alias(config, names.ALIAS_CHAMPION, new_base)
         wait_for(lambda: server.server.router.champion.version == new_base, what="the new base's engine")
         after = _generate(stub, "acme-key")
-        wait_for(lambda: server.server.swapper.previous is None, what="the old champion's probation to end")
-        time.sleep(1.0)  # before the fix the old engine was shut down here, with acme's request still on it
+        wait_for(lambda: server.server.rollout.shared.previous is None, what="the old champion's probation to end")
+        time.sleep(1.0)  # time enough for a retirement that ignored acme's request to shut the engine down
         still_up = old_engine._model is not None
         server.call(lease(False))
         wait_for(lambda: old_engine._model is None, what="the old engine's shutdown once acme's request ended")
     assert after.policy_version == new_base  # acme's adapter is of the old base: the shared champion serves it
     assert still_up
+
+
+def test_a_tenant_group_rolls_out_through_the_fleet_canary_first_under_the_lease_and_rolls_back_fleet_wide(
+        stack, tmp_path, policies):
+    """Two replicas following acme's alias, r0 the fleet's canary: each adapter version is taken by r0 first, under
+    the update lease of champion-acme on both; when r1's probation rolls the newest back, r0 follows it."""
+    from serving.fleet import TAG_CANARY_TOOK
+
+    model = f"tenant-fleet-{tmp_path.name}"
+
+    def replica(name, **serving):
+        config = serving_config(stack, tmp_path / name, model, replica_id=name, record=False, watch_interval_s=0.3,
+                                api_keys=KEYS, rate_limit_per_s=1e6, rate_limit_burst=1_000_000, max_unavailable=1,
+                                probation_s=300.0, **serving)
+        config.serving.tenants.watch = ["acme"]
+        return config
+
+    configs = [replica("r0", fleet_canary=True),
+               replica("r1", probation_min_requests=1, max_p99_latency_s=1e-6)]  # r1 judges every version harshly
+    base = register_version(configs[0], policies["base"], (names.ALIAS_CHAMPION,))
+    acme_1 = _register_adapter(configs[0], policies["a1"], base, (names.tenant_champion_alias("acme"),))
+    acme_2 = _register_adapter(configs[0], policies["a2"], base)
+    with ServerThread(configs[0]) as r0:
+        wait_for(lambda: r0.server.rollout.fleet.canary_lease.holders() == ["r0"], 30, "the canary's lease")
+        with ServerThread(configs[1]) as r1, grpc.insecure_channel(r1.grpc_target) as channel:
+            replicas = [r0, r1]
+            wait_for(lambda: all(_served(r, "acme") == acme_1 for r in replicas), what="acme_1 on both replicas")
+            set_alias(configs[0], names.tenant_champion_alias("acme"), acme_2)
+            wait_for(lambda: all(_served(r, "acme") == acme_2 for r in replicas), what="acme_2 on both replicas")
+            judged = _generate(serving_pb2_grpc.PolicyServiceStub(channel), "acme-key")  # breaches r1's p99
+            wait_for(lambda: all(_served(r, "acme") == acme_1 for r in replicas), what="the fleet-wide rollback")
+            windows = [r.server.rollout.group("acme").update_windows for r in replicas]
+            shared_windows = [r.server.rollout.shared.update_windows for r in replicas]
+            lines = [list(r.lines) for r in replicas]
+
+    assert judged.policy_version == acme_2
+    assert any(line.startswith(f"serving tenant-rollback tenant=acme version={acme_1} from={acme_2} reason=latency")
+               for line in lines[1]), lines[1]
+    assert any(line.startswith(f"serving tenant-rollback tenant=acme version={acme_1} from={acme_2} reason=fleet")
+               for line in lines[0]), lines[0]
+    tag = version_tags(configs[0], acme_2)[names.TAG_SERVING_ROLLBACK]
+    assert '"reason": "latency"' in tag and '"tenant": "acme"' in tag
+    for version in (acme_1, acme_2):  # the canary replica took each version before the other one could
+        assert '"replica": "r0"' in version_tags(configs[0], version)[TAG_CANARY_TOOK]
+    # Every swap and rollback of the tenant's group held its lease: two swaps and a rollback on each replica,
+    # the canary's first; the shared group, whose alias never moved, took none.
+    assert [len(w) for w in windows] == [3, 3] and shared_windows == [[], []]
+    assert windows[0][0][0] <= windows[1][0][0] and windows[0][1][0] <= windows[1][1][0]
+
+
+def test_a_tenant_canary_takes_a_share_of_that_tenants_requests_and_is_promoted_as_it_is(config, policies):
+    config.serving.canary_alias = names.ALIAS_CANDIDATE  # a tenant's canary alias: candidate-<tenant>
+    config.serving.canary_fraction = 0.5
+    base = register_version(config, policies["base"], (names.ALIAS_CHAMPION,))
+    acme_1 = _register_adapter(config, policies["a1"], base, (names.tenant_champion_alias("acme"),))
+    acme_2 = _register_adapter(config, policies["a2"], base, (names.tenant_candidate_alias("acme"),))
+    with ServerThread(config) as server, grpc.insecure_channel(server.grpc_target) as channel:
+        stub = serving_pb2_grpc.PolicyServiceStub(channel)
+        router = server.server.router
+        wait_for(lambda: _served(server, "acme") == acme_1 and "acme" in router.tenant_canaries, what="acme's canary")
+        canary_slot = router.tenant_canaries["acme"]
+        acme = [_generate(stub, "acme-key", seed=i + 1) for i in range(30)]
+        others = {_generate(stub, "globex-key", seed=i + 1).policy_version for i in range(5)}
+        set_alias(config, names.tenant_champion_alias("acme"), acme_2)  # promotion: the canary serves acme alone
+        wait_for(lambda: _served(server, "acme") == acme_2, what="the promotion")
+        promoted = router.tenants["acme"]
+        canaries_after = dict(router.tenant_canaries)
+    assert {r.policy_version for r in acme} == {acme_1, acme_2}  # P(one side empty) = 2 * 0.5^30
+    assert others == {base} and router.canary is None  # no other tenant, nor the shared group, has a canary
+    assert promoted is canary_slot and canaries_after == {}  # reused, not loaded twice
+    folders = {acme_1: policies["a1"], acme_2: policies["a2"]}
+    assert all(_matches(policies, folders[r.policy_version], r) for r in acme[:6])
+    assert any(line.startswith(f"serving tenant-swap tenant=acme version={acme_2} previous={acme_1}") and
+               "mode=canary" in line for line in server.lines), server.lines

@@ -98,7 +98,7 @@ def test_each_tenant_gets_its_own_adapter_under_concurrent_requests(tenant_serve
         thread.start()
     for thread in threads:
         thread.join(300)
-    slots = server.server.tenant_adapters.slots
+    slots = server.server.rollout.tenant_slots
     adapter_names = {t: server.server.router.tenants[t].adapter.name for t in ANSWERS}
 
     assert failures == []

@@ -78,7 +78,7 @@ def test_a_rollback_in_place_is_checked_like_a_swap(stack, tiny_policy_dir, seco
     with ServerThread(config) as server, grpc.insecure_channel(server.grpc_target) as channel:
         admin = serving_pb2_grpc.PolicyAdminStub(channel)
         assert admin.ForceSwap(serving_pb2.SwapRequest(version=second), timeout=300).ok
-        kept = server.server.swapper.previous.policy_dir  # version 1's folder, kept on disk for a rollback
+        kept = server.server.rollout.shared.previous.policy_dir  # version 1's folder, kept on disk for a rollback
         shutil.copyfile(third_policy_dir / "model.safetensors", kept / "model.safetensors")  # replaced under it
         rolled = admin.Rollback(serving_pb2.RollbackRequest(reason="bad answers"), timeout=300)
         after = generate(channel)

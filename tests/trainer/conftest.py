@@ -42,7 +42,7 @@ def make_row(trajectory_id: str, batch_id: str, token_ids: list[int], loss_mask:
 def step_sizes(uri: str, micro_batch_tokens: int, accumulation_steps: int) -> tuple[list[int], dict[str, int]]:
     """Build every step from the table at uri; returns trajectories per step and what was marked trained."""
     from liverl.config.trainer import TrainerConfig
-    from trainer.row_stream import Position, RowStream
+    from trainer.row_stream import RowStream, StreamPosition
     from trainer.step_builder import build_step
     from liverl.io.table_history import TableHistory
 
@@ -50,7 +50,7 @@ def step_sizes(uri: str, micro_batch_tokens: int, accumulation_steps: int) -> tu
     config.gate.holdout_fraction = 0.0
     config.deepspeed.micro_batch_tokens = micro_batch_tokens
     config.deepspeed.gradient_accumulation_steps = accumulation_steps
-    stream = RowStream(TableHistory(uri), Position(-1, 0, True))
+    stream = RowStream(TableHistory(uri), StreamPosition(-1, 0, True))
     trained: dict[str, int] = {}
     sizes = []
     while not (plan := build_step(stream, trained, "1", 0, config, say=lambda *_: None)).empty:

@@ -25,6 +25,7 @@ from trainer.policy_io import load_policy
 from trainer.registry import Registry
 from trainer.rewarding import mixed_rewards
 from trainer.trajectory import from_row
+from trainer.tenant_groups import SHARED_GROUP
 
 # Three behaviours of an orchestrator on one task, each (text, verified outcome, judge score, signals). The judge
 # was fooled by questions: asking scores almost like editing in the mixed reward (the hack the monitors must catch)
@@ -198,12 +199,12 @@ def test_gate_refuses_a_degraded_candidate_and_records_why(stack, tiny_policy_di
     good = registry.alias_version(names.ALIAS_CANDIDATE)
     assert registry.alias_version(names.ALIAS_CHAMPION) == good, [l for l in lines if "gate" in l]  # promoted
 
-    _degrade(trainer.engine.module)  # a broken training run: weights far from anything sensible
-    trainer.state.step += 1  # as if one more (broken) step had run
-    trainer.window.steps = 1
-    result = trainer.maybe_publish(trainer.maybe_checkpoint(force=True))
+    _degrade(trainer.policies.activate(SHARED_GROUP).module)  # a broken run: weights far from anything sensible
+    trainer.state.groups[SHARED_GROUP].step += 1  # as if one more (broken) step had run
+    trainer.groups[SHARED_GROUP].window.steps = 1
+    result = trainer.maybe_publish(trainer.maybe_checkpoint(SHARED_GROUP, force=True))
     assert result == 1
-    assert trainer.gates.drain(timeout_s=300)  # judged beside training (trainer.gate.background)
+    assert trainer.groups[SHARED_GROUP].gates.drain(timeout_s=300)  # judged beside training (trainer.gate.background)
     trainer.collect_verdicts()
     bad = registry.alias_version(names.ALIAS_CANDIDATE)
     assert bad != good
@@ -213,4 +214,5 @@ def test_gate_refuses_a_degraded_candidate_and_records_why(stack, tiny_policy_di
     report = json.loads(tags[names.TAG_GATE_REPORT])
     assert report["champion"] == good and report["figures"]["kl"] > GateConfig().max_kl and report["reasons"]
     assert any(line.startswith(f"gate v{bad} vs v{good}: fail") for line in lines)
-    assert trainer.state.gate_refusals == 1 and "blocked: gate refused 1" in trainer.blocked()
+    assert trainer.state.groups[SHARED_GROUP].gate_refusals == 1
+    assert "blocked: gate refused 1" in trainer.blocked()

@@ -16,7 +16,7 @@ from liverl.config.trainer import GateConfig, LossConfig
 from liverl.contracts import names
 from liverl.io.lease import RegistryLease
 from trainer.gate import GateReport
-from trainer.publish import Publisher
+from trainer.publish import CheckpointPublisher
 from trainer.registry import TAG_CHECKPOINT, Registry
 
 RUN = "run-a"
@@ -44,7 +44,7 @@ class CrashingRegistry(Registry):
         super().set_tag(version, key, value)
 
 
-class Judged(Publisher):
+class Judged(CheckpointPublisher):
     """A publisher whose evaluation (tested in test_gate.py) is replaced by a verdict; `during` runs inside it, as
     another trainer would act while this one judges. Promotion, its lease and its recovery are the real ones."""
 

@@ -15,10 +15,12 @@ from trainer.base_policy import register_base
 from trainer.gate_worker import GateWorker
 from trainer.publish import PublishResult
 from trainer.registry import TAG_CHECKPOINT, Registry
+from trainer.tenant_groups import SHARED_GROUP
 
 
 class SlowJudge:
-    """The two Publisher calls the worker makes; decide() waits for `release` so a judgement is seen running."""
+    """The two CheckpointPublisher calls the worker makes; decide() waits for `release` so a judgement is seen
+    running."""
 
     def __init__(self):
         self.release = threading.Event()
@@ -87,7 +89,7 @@ def test_versions_a_stopped_trainer_left_undecided_are_refused_at_the_next_start
     trainer = Trainer(config, say=lambda *_: None)
     trainer.start()
     registry = Registry(config.mlflow)
-    run_key = trainer.state.run_key
+    run_key = trainer.state.groups[SHARED_GROUP].run_key
     undecided = registry.register(tiny_policy_dir, {TAG_CHECKPOINT: f"{run_key}/step-1"}, "step-1")
     decided = registry.register(tiny_policy_dir, {TAG_CHECKPOINT: f"{run_key}/step-2",
                                                   names.TAG_GATE_DECISION: "pass"}, "step-2")
@@ -95,7 +97,7 @@ def test_versions_a_stopped_trainer_left_undecided_are_refused_at_the_next_start
     other_run = registry.register(tiny_policy_dir, {TAG_CHECKPOINT: "another-run/step-1"}, "another")
     trainer.close()
 
-    refused = trainer.publisher.refuse_unjudged(run_key, keep=f"{run_key}/step-3")
+    refused = trainer.groups[SHARED_GROUP].publisher.refuse_unjudged(run_key, keep=f"{run_key}/step-3")
     assert refused == [undecided]
     tags = registry.tags(undecided)
     assert tags[names.TAG_GATE_DECISION] == "fail" and "trainer stopped" in tags[names.TAG_GATE_REPORT]

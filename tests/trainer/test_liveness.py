@@ -10,6 +10,7 @@ from tests.trainer.conftest import commit_batch, trainer_config
 from trainer.base_policy import register_base
 from trainer.loop import Trainer
 from trainer.registry import Registry
+from trainer.tenant_groups import SHARED_GROUP
 
 pytestmark = pytest.mark.slow  # real DeepSpeed + MLflow
 
@@ -27,7 +28,8 @@ def test_ten_refusals_in_a_row_then_a_promotion(stack, tiny_policy_dir, trajecto
     print("\n".join(lines))
     registry = Registry(config.mlflow)
     assert registered >= 10 > config.trainer.staleness.max_version_lag  # far past the old "K candidates" limit
-    assert trainer.state.gate_refusals == registered and registry.alias_version(names.ALIAS_CHAMPION) == base
+    shared = trainer.state.groups[SHARED_GROUP]
+    assert shared.gate_refusals == registered and registry.alias_version(names.ALIAS_CHAMPION) == base
     assert not any("'stale'" in line for line in lines)  # nothing dropped: no promotion since v1 served it
     # the progress line says so (the gate judges beside training, so a step sees the refusals reached by then)
     assert any(line.startswith("step ") and "blocked: gate refused" in line for line in lines)
@@ -40,5 +42,6 @@ def test_ten_refusals_in_a_row_then_a_promotion(stack, tiny_policy_dir, trajecto
     print("\n".join(lines))
     promoted = registry.alias_version(names.ALIAS_CHAMPION)
     assert promoted == registry.alias_version(names.ALIAS_CANDIDATE) != base, lines[-3:]
-    assert registry.tags(promoted)[names.TAG_GATE_DECISION] == "pass" and trainer.state.gate_refusals == 0
-    assert trainer.served.promoted[0] == int(base) and trainer.served.promoted[-1] == int(promoted)
+    assert registry.tags(promoted)[names.TAG_GATE_DECISION] == "pass" and shared.gate_refusals == 0
+    served = trainer.groups[SHARED_GROUP].served
+    assert served.promoted[0] == int(base) and served.promoted[-1] == int(promoted)

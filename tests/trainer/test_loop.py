@@ -12,6 +12,7 @@ from tests.trainer.conftest import commit_batch, trainer_config
 from trainer.base_policy import register_base
 from trainer.loop import Trainer
 from trainer.registry import TAG_METRICS, Registry
+from trainer.tenant_groups import SHARED_GROUP
 
 LINEAGE_TAGS = (
     names.TAG_TABLE_VERSIONS, names.TAG_KAFKA_OFFSETS, names.TAG_REWARD_CONFIG_VERSION, names.TAG_PARENT_VERSION,
@@ -65,7 +66,8 @@ def test_train_once_registers_versions_with_lineage_and_gate(stack, tiny_policy_
     assert {"loss", "reward", "kl", "tokens_per_s"} <= json.loads(versions[0].tags[TAG_METRICS]).keys()
     run = registry.client.get_run(versions[0].run_id)  # the step metrics are in MLflow too
     assert {"loss", "reward", "kl", "staleness_mean"} <= run.data.metrics.keys()
-    assert sum(int(mv.tags[names.TAG_TRAJECTORIES]) for mv in versions) == trainer.state.trajectories_trained
+    trained = trainer.state.groups[SHARED_GROUP].trajectories_trained
+    assert sum(int(mv.tags[names.TAG_TRAJECTORIES]) for mv in versions) == trained
     _registered_with_their_weight_probe(registry, [mv.version for mv in versions], tmp_path / "downloaded")
 
     # Nothing new: a second one-shot run trains nothing and registers nothing.

@@ -16,6 +16,7 @@ from trainer.base_policy import register_base
 from trainer.loop import Trainer
 from trainer.policy_io import download_policy, load_policy, weights_digest
 from trainer.registry import TAG_CHECKPOINT, Registry
+from trainer.tenant_groups import SHARED_GROUP
 
 pytestmark = pytest.mark.slow  # real DeepSpeed + MLflow
 
@@ -74,8 +75,10 @@ def test_lora_versions_carry_their_base_and_training_resumes_on_the_adapter(stac
     assert (manifest.base_version, manifest.base_digest) == (base, weights_digest(llama_dir))
     with torch.no_grad():
         load_policy(folder)(input_ids=torch.tensor([[5, 6, 7]]))
-    frozen = {name for name, p in first.engine.module.named_parameters() if not p.requires_grad}
-    for states in (config.trainer.checkpoint_dir / "deepspeed").glob("step-*/mp_rank_00_model_states.pt"):
+    frozen = {name for name, p in first.policies.activate(SHARED_GROUP).module.named_parameters()
+              if not p.requires_grad}
+    checkpoints = config.trainer.checkpoint_dir / "deepspeed" / SHARED_GROUP
+    for states in checkpoints.glob("step-*/mp_rank_00_model_states.pt"):
         module = torch.load(states, map_location="cpu", weights_only=False)["module"]
         assert any("lora_" in name for name in module) and not frozen & module.keys()  # the base is not saved again
 
@@ -86,7 +89,7 @@ def test_lora_versions_carry_their_base_and_training_resumes_on_the_adapter(stac
     second.start()
     print("\n".join(lines))
     exported = load_file(folder / adapter_format.ADAPTER_WEIGHTS_FILE)
-    resumed = {name.replace(".default", ""): p.detach() for name, p in second.policy.adapter.named_parameters()
+    resumed = {name.replace(".default", ""): p.detach() for name, p in second.policies.adapter.named_parameters()
                if p.requires_grad}
     assert resumed.keys() == exported.keys()
     for name, tensor in exported.items():

@@ -14,6 +14,7 @@ from tests.trainer.conftest import cli_overrides, commit_batch, run_trainer, tra
 from trainer.base_policy import register_base
 from trainer.registry import Registry
 from trainer.state import TrainerState
+from trainer.tenant_groups import SHARED_GROUP
 
 pytestmark = pytest.mark.slow  # real DeepSpeed + MLflow
 
@@ -48,15 +49,16 @@ def test_resume_after_kill_matches_an_uninterrupted_run(stack, tiny_policy_dir, 
     print("\n".join(["-- reference", *reference, "-- killed", *killed, "-- resumed", *resumed]))
     assert any(line.startswith("trainer ready") and "checkpoint step-" in line for line in resumed)
 
-    states = {name: TrainerState.load(config.trainer.checkpoint_dir) for name, config in runs.items()}
+    states = {name: TrainerState.load(config.trainer.checkpoint_dir, SHARED_GROUP) for name, config in runs.items()}
+    shared = {name: state.groups[SHARED_GROUP] for name, state in states.items()}
     assert states["killed"].trained_ids == states["reference"].trained_ids  # no gap
-    assert states["killed"].trajectories_trained == states["reference"].trajectories_trained  # no repeat
-    assert states["killed"].step == states["reference"].step
+    assert shared["killed"].trajectories_trained == shared["reference"].trajectories_trained  # no repeat
+    assert shared["killed"].step == shared["reference"].step
     expected, got = _final_weights(runs["reference"]), _final_weights(runs["killed"])
     for name, tensor in expected.items():
         torch.testing.assert_close(got[name], tensor, rtol=0, atol=1e-6, msg=f"{name} differs after resume")
 
     # One version per checkpoint, none registered twice, and together they trained on every table version.
     versions = [mv for mv in Registry(runs["killed"].mlflow).versions() if mv.tags.get(names.TAG_PARENT_VERSION)]
-    assert len(versions) == states["killed"].step
+    assert len(versions) == shared["killed"].step
     assert set().union(*(json.loads(mv.tags[names.TAG_TABLE_VERSIONS]) for mv in versions)) == {0, 1}

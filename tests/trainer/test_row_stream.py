@@ -6,7 +6,7 @@ from liverl.config.trainer import TrainerConfig
 from liverl.io.lineage import merge_offsets
 from liverl.io.table_history import TableHistory
 from tests.trainer.conftest import commit_batch, make_row, step_sizes
-from trainer.row_stream import Position, RowStream
+from trainer.row_stream import RowStream, StreamPosition
 from trainer.step_builder import build_step
 
 
@@ -32,12 +32,12 @@ def test_stream_resumes_inside_a_version(tmp_path):
     uri = str(tmp_path / "table")
     commit_batch(uri, [_row("a"), _row("b"), _row("c")], "batch-0", 0)
     commit_batch(uri, [_row("d")], "batch-1", 1)
-    stream = RowStream(TableHistory(uri), Position(0, 2, False))
+    stream = RowStream(TableHistory(uri), StreamPosition(0, 2, False))
     seen = []
     while (item := stream.peek()) is not None:
         seen.append(item[1]["trajectory_id"])
         stream.advance()
-    assert seen == ["c", "d"] and stream.position == Position(1, 1, True)
+    assert seen == ["c", "d"] and stream.position == StreamPosition(1, 1, True)
 
 
 def test_step_builder_filters_and_never_trains_a_recommitted_trajectory(tmp_path):
@@ -51,7 +51,7 @@ def test_step_builder_filters_and_never_trains_a_recommitted_trajectory(tmp_path
     config = TrainerConfig()
     config.gate.holdout_fraction = 0.0
     config.staleness.max_version_lag = 3
-    stream = RowStream(TableHistory(uri), Position(-1, 0, True))
+    stream = RowStream(TableHistory(uri), StreamPosition(-1, 0, True))
     lines: list[str] = []
     plan = build_step(stream, {}, "5", 0, config, say=lines.append)
     assert [t.trajectory_id for t in plan.trajectories] == ["fresh-1", "fresh-2"]
@@ -72,7 +72,7 @@ def test_step_builder_fills_at_most_the_accumulation_steps_token_budget(tmp_path
 def test_pending_rows_counts_what_is_committed_and_not_consumed(tmp_path):
     """What trainer.min_step_rows waits on: rows of commits not read yet, and the rest of the current one."""
     uri = str(tmp_path / "table")
-    stream = RowStream(TableHistory(uri), Position(-1, 0, True))
+    stream = RowStream(TableHistory(uri), StreamPosition(-1, 0, True))
     assert stream.pending_rows() == 0
     commit_batch(uri, [_row("a"), _row("b")], "batch-0", 0)
     commit_batch(uri, [_row("c")], "batch-1", 1)
@@ -93,7 +93,7 @@ def test_a_progress_commit_with_no_rows_counts_as_none_pending(tmp_path):
     """The pipelines commit their Kafka offsets with 0 rows while sessions are still open; those commits must not
     read as "unknown, plenty": that started a step on every one of them, with 1 or 2 trajectories."""
     uri = str(tmp_path / "table")
-    stream = RowStream(TableHistory(uri), Position(-1, 0, True))
+    stream = RowStream(TableHistory(uri), StreamPosition(-1, 0, True))
     commit_batch(uri, [_row("a")], "batch-0", 0)
     commit_batch(uri, [], "batch-1", 1)
     commit_batch(uri, [], "batch-2", 2)

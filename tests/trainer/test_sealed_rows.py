@@ -10,7 +10,7 @@ from liverl.privacy.keystore import FileKeyStore
 from liverl.privacy.row_sealing import RowOpener, RowSealer
 from tests.trainer.conftest import commit_batch, make_row
 from trainer.holdout import held_out_rows
-from trainer.row_stream import Position, RowStream
+from trainer.row_stream import RowStream, StreamPosition
 from trainer.step_builder import build_step
 
 TOKENS = [[5, 6, 7, 8], [9, 10, 11, 12, 13], [14, 15, 16]]
@@ -30,7 +30,7 @@ def sealed_table(tmp_path) -> tuple[str, FileKeyStore, list[dict]]:
 def plan_of(uri: str, opener: RowOpener | None, lines: list[str]):
     config = TrainerConfig()
     config.gate.holdout_fraction = 0.0
-    stream = RowStream(TableHistory(uri), Position(-1, 0, True))
+    stream = RowStream(TableHistory(uri), StreamPosition(-1, 0, True))
     return build_step(stream, {}, "1", 0, config, say=lines.append, opener=opener)
 
 

@@ -13,12 +13,12 @@ from liverl.config.trainer import GateConfig, LossConfig
 from liverl.contracts import names
 from liverl.io.signing import SignatureMismatch, SignedStatement, folder_digest, verify
 from trainer.gate import GateReport
-from trainer.publish import Publisher
+from trainer.publish import CheckpointPublisher
 from trainer.registry import TAG_CHECKPOINT, Registry
 from trainer.signing import TAG_FILES_DIGEST, ensure_signing_key
 
 
-class Verdict(Publisher):
+class Verdict(CheckpointPublisher):
     """The real promotion (lease, compare-and-set, signature) behind a given verdict (judging is test_gate.py's)."""
 
     def __init__(self, registry, key, decision):

@@ -22,7 +22,7 @@ from trainer.base_policy import register_base
 from trainer.gate import GateReport
 from trainer.holdout import holdout_key
 from trainer.policy_io import weights_digest
-from trainer.publish import PROMOTION_LEASE, CheckpointToPublish, Publisher
+from trainer.publish import PROMOTION_LEASE, CheckpointPublisher, CheckpointToPublish
 from trainer.registry import TAG_CHECKPOINT, Registry
 from trainer.state import PendingPublish
 from trainer.step_builder import StepPlan
@@ -36,7 +36,7 @@ pytestmark = pytest.mark.slow  # real MLflow (and DeepSpeed for the judged candi
 WORDS = ["edit", "search", "ask", "fix", "file", "done"]
 
 
-class Judged(Publisher):
+class Judged(CheckpointPublisher):
     """A tenant's publisher whose evaluation is replaced by a verdict (the real one is judged below); `during` runs
     inside it, as another trainer would act meanwhile. Promotion, its lease and its aliases are the real ones."""
 
@@ -166,7 +166,7 @@ def test_a_tenant_candidate_is_judged_on_its_own_tenant_s_held_out_sessions_only
     folder = policies.export("a", tmp_path / "exports" / "a-step-1", llama)
     pending = PendingPublish("step-1", [0], {"events": {"0": [0, 10]}}, 4, ["rewards-v1"], {})
     registry = Registry(config.mlflow)
-    publisher = Publisher(registry, config.trainer.gate, config.trainer.loss, config.rewards.monitors,
+    publisher = CheckpointPublisher(registry, config.trainer.gate, config.trainer.loss, config.rewards.monitors,
                           config.trainer.max_seq_len, config.rewards.version, tmp_path / "downloads",
                           say=lambda *_: None, tenant="a")
     result = publisher.publish(CheckpointToPublish(pending, "run-t", base, 1, folder, evidence))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from liverl.config import load_config
 from liverl.io.table_history import TableHistory
 from tests.trainer.conftest import commit_batch
-from trainer.row_stream import Position, RowStream
+from trainer.row_stream import RowStream, StreamPosition
 from trainer.step_builder import build_step
 from trainer.tenant_groups import (SHARED_GROUP, build_tenant_steps, champion_alias, candidate_alias, group_of,
                                    group_streams)
@@ -46,7 +46,7 @@ def test_a_tenant_with_ten_times_the_rows_does_not_starve_a_small_one(trajectori
 
     # One stream for every tenant (the trainer without tenants): the big tenant's rows come first in the table's
     # order, so the first steps hold no row of the small one.
-    single = RowStream(TableHistory(uri), Position(-1, 0, True))
+    single = RowStream(TableHistory(uri), StreamPosition(-1, 0, True))
     first = build_step(single, {}, "1", 0, config, say=lambda *_: None, max_tokens=3 * tokens)
     assert {_tenant(t) for t in first.trajectories} == {"big"}
 

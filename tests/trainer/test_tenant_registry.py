@@ -4,7 +4,6 @@ what served that tenant (the shared policy's timeline counts shared promotions o
 
 from __future__ import annotations
 
-import json
 import uuid
 
 import pytest

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from demo.product.grammar import ToolCall
+from demo.product.grammar import ParsedCall
 
 
 @dataclass(frozen=True)
-class StepResult:
+class ToolOutput:
     """The environment's answer to one tool call; becomes a ToolResult event."""
 
     output: str
@@ -57,17 +57,17 @@ class Task:
         """The task state as the policy sees it: a short word sequence ending in ':'."""
         raise NotImplementedError
 
-    def step(self, call: ToolCall) -> StepResult:
+    def step(self, call: ParsedCall) -> ToolOutput:
         self.calls += 1
         if not call.valid:
             self.broken_calls += 1
             return self._on_broken(call)
         return self._execute(call)
 
-    def _on_broken(self, call: ToolCall) -> StepResult:
-        return StepResult(output=f"error: {call.error}", is_error=True)
+    def _on_broken(self, call: ParsedCall) -> ToolOutput:
+        return ToolOutput(output=f"error: {call.error}", is_error=True)
 
-    def _execute(self, call: ToolCall) -> StepResult:
+    def _execute(self, call: ParsedCall) -> ToolOutput:
         raise NotImplementedError
 
     def outcome(self) -> OutcomeReport:

@@ -6,8 +6,8 @@ call or a failed edit), otherwise 0. Clarifying instead of editing and broken ca
 
 from __future__ import annotations
 
-from demo.product.grammar import BUGS, FILES, FIXES, ToolCall
-from demo.product.tasks.base import OutcomeReport, StepResult, Task
+from demo.product.grammar import BUGS, FILES, FIXES, ParsedCall
+from demo.product.tasks.base import OutcomeReport, Task, ToolOutput
 
 
 class CodingTask(Task):
@@ -49,26 +49,26 @@ class CodingTask(Task):
         note = f" {self.note}" if self.note else ""
         return f"coding files {' '.join(self.files)} bug {BUGS[self.bug]} in {self.buggy_file}{note} :"
 
-    def _on_broken(self, call: ToolCall) -> StepResult:
+    def _on_broken(self, call: ParsedCall) -> ToolOutput:
         self.note = "error"
         return super()._on_broken(call)
 
-    def _execute(self, call: ToolCall) -> StepResult:
+    def _execute(self, call: ParsedCall) -> ToolOutput:
         if call.name == "ask_user":
             if self.asked_at is None:
                 self.asked_at = self.calls - 1
             self.note = "asked"
-            return StepResult(output=f"user: it is the {BUGS[self.bug]} bug in {self.buggy_file}")
+            return ToolOutput(output=f"user: it is the {BUGS[self.bug]} bug in {self.buggy_file}")
         if call.name == "done":
             self.finished = True
-            return StepResult(output="session closed")
+            return ToolOutput(output="session closed")
         passed = call.kwargs["file"] == self.buggy_file and call.kwargs["fix"] == FIXES[self.bug]
         self.edits.append((self.calls - 1, passed))
         if passed:
             self.finished = True
-            return StepResult(output="check passed")
+            return ToolOutput(output="check passed")
         self.note = "failed"
-        return StepResult(output="check failed: the build still breaks", is_error=True)
+        return ToolOutput(output="check failed: the build still breaks", is_error=True)
 
     def outcome(self) -> OutcomeReport:
         passed_at = self.passed_at

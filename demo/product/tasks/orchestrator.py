@@ -8,8 +8,8 @@ when the work ran in more than one stage (serial collapse), less 0.1 per sub-age
 
 from __future__ import annotations
 
-from demo.product.grammar import MAX_SUBAGENTS, PARTS, SUBAGENTS, ToolCall
-from demo.product.tasks.base import OutcomeReport, StepResult, Task
+from demo.product.grammar import MAX_SUBAGENTS, PARTS, SUBAGENTS, ParsedCall
+from demo.product.tasks.base import OutcomeReport, Task, ToolOutput
 
 SUBAGENT_SUCCESS = 0.95
 
@@ -36,27 +36,27 @@ class OrchestratorTask(Task):
         agents = " ".join(self.agents) or "none"
         return f"orchestrate parts {self.n_parts} agents {agents} todo {' '.join(self.todo) or 'none'} :"
 
-    def _execute(self, call: ToolCall) -> StepResult:
+    def _execute(self, call: ParsedCall) -> ToolOutput:
         if call.name == "done":
             self.finished = True
-            return StepResult(output="session closed")
+            return ToolOutput(output="session closed")
         if call.name == "create_subagent":
             count = call.kwargs["count"]
             if len(self.agents) + count > MAX_SUBAGENTS:
                 self.broken_calls += 1
-                return StepResult(output=f"error: at most {MAX_SUBAGENTS} sub-agents", is_error=True)
+                return ToolOutput(output=f"error: at most {MAX_SUBAGENTS} sub-agents", is_error=True)
             created = SUBAGENTS[len(self.agents) : len(self.agents) + count]
             self.agents += created
-            return StepResult(output=f"created {' '.join(created)}", created=tuple(created))
+            return ToolOutput(output=f"created {' '.join(created)}", created=tuple(created))
         pairs = tuple(tuple(pair) for pair in call.kwargs["assignments"])
         wrong = [f"{s} {p}" for s, p in pairs if s not in self.agents or p not in self.todo]
         if wrong:
             self.broken_calls += 1
-            return StepResult(output=f"error: cannot assign {', '.join(wrong)}", is_error=True)
+            return ToolOutput(output=f"error: cannot assign {', '.join(wrong)}", is_error=True)
         self.stages += 1
         for _, part in pairs:
             self.todo.remove(part)
-        return StepResult(output=f"assigned {len(pairs)} parts in stage {self.stages}", assignments=pairs)
+        return ToolOutput(output=f"assigned {len(pairs)} parts in stage {self.stages}", assignments=pairs)
 
     def finish_part(self, subagent: str, part: str, rng) -> tuple[bool, int]:
         """Run a frozen sub-agent's part (scripted): returns (success, extra steps it took)."""

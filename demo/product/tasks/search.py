@@ -9,8 +9,8 @@ beyond two; 0 when the agent never answers (the "one broad search then stop" hac
 
 from __future__ import annotations
 
-from demo.product.grammar import CHUNKS, TOPICS, ToolCall
-from demo.product.tasks.base import OutcomeReport, StepResult, Task
+from demo.product.grammar import CHUNKS, TOPICS, ParsedCall
+from demo.product.tasks.base import OutcomeReport, Task, ToolOutput
 
 CHUNK_TOKENS = 100  # every chunk costs this many context tokens
 BUDGET_CHUNKS = 5
@@ -57,29 +57,29 @@ class SearchTask(Task):
             parts.append("over")
         return " ".join(parts) + " :"
 
-    def _execute(self, call: ToolCall) -> StepResult:
+    def _execute(self, call: ParsedCall) -> ToolOutput:
         if self.over_budget and call.name not in ("prune_chunks", "done"):
             self.broken_calls += 1
-            return StepResult(output="error: over the token budget, only prune_chunks is allowed", is_error=True)
+            return ToolOutput(output="error: over the token budget, only prune_chunks is allowed", is_error=True)
         if call.name == "search":
             query = call.kwargs["query"]
             found = self.broad if query == "all" else self.focused if query == self.topic else self.off_topic
             self.context += [c for c in found if c not in self.context]
-            return StepResult(output=f"{len(found)} chunks", chunk_ids=tuple(found))
+            return ToolOutput(output=f"{len(found)} chunks", chunk_ids=tuple(found))
         chunks = tuple(call.kwargs.get("chunk_ids", ()))
         missing = [c for c in chunks if c not in self.context]
         if missing:
             self.broken_calls += 1
-            return StepResult(output=f"error: not in context: {' '.join(missing)}", is_error=True)
+            return ToolOutput(output=f"error: not in context: {' '.join(missing)}", is_error=True)
         if call.name == "prune_chunks":
             self.prunes += 1
             self.context = [c for c in self.context if c not in chunks]
-            return StepResult(output=f"pruned {len(chunks)}, {len(self.context)} left")
+            return ToolOutput(output=f"pruned {len(chunks)}, {len(self.context)} left")
         self.finished = True
         if call.name == "answer":
             self.answer = chunks
-            return StepResult(output=f"answered with {len(chunks)} chunks")
-        return StepResult(output="session closed")
+            return ToolOutput(output=f"answered with {len(chunks)} chunks")
+        return ToolOutput(output="session closed")
 
     def outcome(self) -> OutcomeReport:
         answered, gold = set(self.answer), set(self.gold)

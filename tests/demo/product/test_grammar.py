@@ -1,8 +1,8 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from demo.product.grammar import TOOLS, parse_tool_call
 from demo.policy.vocabulary import VOCABULARY
+from demo.product.grammar import TOOLS, parse_tool_call
 
 
 def test_well_formed_calls_parse_into_arguments():

@@ -11,8 +11,8 @@ import grpc
 import pytest
 
 from demo.product.grpc_policy import GrpcPolicy
-from liverl.io.processes import free_port
 from liverl.contracts import names
+from liverl.io.processes import free_port
 from liverl.v1 import common_pb2, serving_pb2, serving_pb2_grpc
 
 

@@ -110,3 +110,34 @@ def test_sessions_arrive_at_the_configured_rate(demo_base_policy):
     starts = sorted(s.started_at for s in stats.sessions)
     # five free slots, yet each session waits for its arrival: starts are at least 1/rate apart
     assert all(later - earlier >= 1 / rate - 0.01 for earlier, later in zip(starts, starts[1:]))
+
+
+class ScriptedChat:
+    """An HttpChatPolicy look-alike: every reply asks two sub-questions (a well-sized split for the orchestrator)."""
+
+    def __init__(self):
+        self.roles = []
+
+    def chat(self, messages, max_tokens, session_id, agent_role, agent_id="main"):
+        from demo.product.http_policy import ChatCompletion
+
+        self.roles.append(agent_role)
+        return ChatCompletion(text="Who built it?\nWhere is it?", request_id=f"r-{len(self.roles)}",
+                              policy_version="3", completion_tokens=9, finish_reason="stop")
+
+
+class ScriptedHelpers:
+    def answer(self, requests, seeds):
+        return ["no idea"] * len(requests)
+
+
+def test_with_frozen_helpers_the_traffic_plays_the_chat_tasks_of_every_family():
+    policy, recorder = ScriptedChat(), MemoryRecorder()
+    stats = run_traffic(policy, recorder, n_sessions=3, seed=0, feedback_delay_s=0.0, helpers=ScriptedHelpers())
+    assert not stats.errors and sorted(s.family for s in stats.sessions) == ["coding", "orchestrator", "search"]
+    assert all(s.task_id.startswith("real-") and s.served_version == "3" and s.calls == 1 for s in stats.sessions)
+    orchestrated = next(s for s in stats.sessions if s.family == "orchestrator")
+    assert orchestrated.subagent_calls == 2, "each sub-question went to a frozen helper, not to the policy"
+    assert "subagent" not in policy.roles
+    kinds = {e.kind for e in recorder.events if e.session_id == orchestrated.session_id}
+    assert {"session_start", "tool_call", "subagent_created", "subagent_finished", "outcome", "session_end"} <= kinds

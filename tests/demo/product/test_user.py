@@ -1,9 +1,12 @@
 import random
 from collections import Counter
 
+import pytest
+
 from demo.product.grammar import parse_tool_call
 from demo.product.tasks import CodingTask, SearchTask
-from demo.product.user import SimulatedUser, UserModel
+from demo.product.tasks.base import OutcomeReport
+from demo.product.user import UNSOLVED_FOLLOW_UP, SimulatedUser, UserModel
 
 
 def coding(seed, texts):
@@ -82,3 +85,35 @@ def test_an_edit_is_confirmed_only_when_the_question_came_before_it():
     asked_after = coding(0, lambda t: [wrong(t), "ask_user"])
     assert asked_first.asked_user and asked_first.confirmed(asked_first.edits[-1][0])
     assert asked_after.asked_user and not asked_after.confirmed(asked_after.edits[-1][0])
+
+
+# The chat tasks' users (react_to_reply): the same habits, judging the reply that produced the answer.
+PASSED = OutcomeReport(success=True, score=1.0, detail="unit tests: passed")
+FAILED = OutcomeReport(success=False, score=0.0, detail="unit tests: AssertionError")
+
+
+def react(family: str, report: OutcomeReport, call_id: str, rng):
+    return SimulatedUser().react_to_reply(family, report, call_id, rng)
+
+
+def _kinds(family: str, report: OutcomeReport, n: int = 400) -> list[str]:
+    rng = random.Random(0)
+    return [item.kind for _ in range(n) for item in react(family, report, "call-1", rng).feedback]
+
+
+def test_chat_coding_users_keep_passing_functions_and_revert_failing_ones():
+    kept_when_passed = _kinds("coding", PASSED).count("EDIT_KEPT") / 400
+    kept_when_failed = _kinds("coding", FAILED).count("EDIT_KEPT") / 400
+    assert kept_when_passed > 0.8 and kept_when_failed < 0.25
+    reaction = next(r for r in (react("coding", FAILED, "call-1", random.Random(s)) for s in range(50)) if r.follow_up)
+    assert reaction.follow_up == UNSOLVED_FOLLOW_UP
+    assert all(item.target_call_id == "call-1" for item in reaction.feedback)
+    assert not any(react("coding", PASSED, "c", random.Random(s)).follow_up for s in range(200))
+
+
+@pytest.mark.parametrize("family", ["search", "orchestrator"])
+def test_chat_rating_users_thumb_up_by_outcome(family):
+    up_good = _kinds(family, PASSED).count("THUMBS_UP")
+    down_good = _kinds(family, PASSED).count("THUMBS_DOWN")
+    up_bad = _kinds(family, FAILED).count("THUMBS_UP")
+    assert down_good == 0 and up_bad == 0 and 120 < up_good < 280  # about half the users rate at all

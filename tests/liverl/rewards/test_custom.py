@@ -17,8 +17,8 @@ from pydantic import ValidationError
 
 from liverl.config.rewards import DriftThreshold, RewardsConfig
 from liverl.rewards import custom, drift_report, label, mix, version_monitors
-from liverl.rewards.builder import SessionBuilder
 from liverl.rewards.examples import tool_success
+from tests.liverl.rewards.session_builder import SessionBuilder
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "rewards.md"
 RELEASE = threading.Event()  # lets the hanging function's abandoned threads end when the test is over

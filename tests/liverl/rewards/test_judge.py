@@ -1,6 +1,6 @@
 """The generative judge against a real HTTP server on 127.0.0.1 speaking the OpenAI chat API.
 
-The server is a test double of a remote LLM judge (liverl/rewards/judge_double.py): the judge's model is
+The server is a test double of a remote LLM judge (tests/judge_double.py): the judge's model is
 outside what liverl integrates, while the client, HTTP, timeouts and failure handling here are real.
 """
 
@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 
 from liverl.rewards.batch import label_batch
-from liverl.rewards.builder import SessionBuilder
 from liverl.rewards.judge import Judge
-from demo.judge_double import JudgeDouble, Reply
+from tests.judge_double import JudgeDouble, Reply
 from liverl.rewards.judge_prompt import parse_score, render_transcript
+from tests.liverl.rewards.session_builder import SessionBuilder
 
 
 def rubric_of(body: dict) -> str:

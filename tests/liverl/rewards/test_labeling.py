@@ -12,8 +12,8 @@ import pytest
 
 from liverl.config.rewards import KNOWN_COMPONENTS
 from liverl.rewards import label, mix
-from liverl.rewards.builder import SessionBuilder
 from liverl.v1 import session_event_pb2 as ev
+from tests.liverl.rewards.session_builder import SessionBuilder
 
 STEPS = (0, 500, 10_000)
 

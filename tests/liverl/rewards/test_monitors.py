@@ -9,8 +9,8 @@ import pytest
 
 from liverl.config.rewards import DriftThreshold
 from liverl.rewards import drift_report, label, version_monitors
-from liverl.rewards.builder import SessionBuilder
 from liverl.contracts.table_schema import TRAJECTORY_SCHEMA
+from tests.liverl.rewards.session_builder import SessionBuilder
 
 
 def row(config, versions, broken=0, asks=False, family="coding"):

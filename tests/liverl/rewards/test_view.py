@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from liverl.rewards.builder import SessionBuilder
 from liverl.rewards.view import agent_view
+from tests.liverl.rewards.session_builder import SessionBuilder
 
 
 def orchestrated():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from liverl.rewards import label
-from liverl.rewards.builder import SessionBuilder
+from tests.liverl.rewards.session_builder import SessionBuilder
 
 GOLD = ["g1", "g2", "g3", "g4"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from liverl.rewards import label
-from liverl.rewards.builder import SessionBuilder
+from tests.liverl.rewards.session_builder import SessionBuilder
 
 
 def orchestrator(main_calls: int = 0) -> SessionBuilder:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from liverl.rewards import label
-from liverl.rewards.builder import SessionBuilder
 from liverl.rewards.components.penalties import turn_penalty
+from tests.liverl.rewards.session_builder import SessionBuilder
 
 
 def labelled(builder, config):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from liverl.rewards import label
-from liverl.rewards.builder import SessionBuilder
 from liverl.v1 import session_event_pb2 as ev
+from tests.liverl.rewards.session_builder import SessionBuilder
 
 
 def components(builder, config, agent_id="main"):
