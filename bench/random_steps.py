@@ -8,8 +8,8 @@ import random
 
 def random_plan(trajectories: int, min_seq: int, seq: int, vocab: int, seed: int):
     """A StepPlan of `trajectories` single-agent coding trajectories (prompt masked, alternating outcomes)."""
-    from trainer.step_builder import StepPlan
-    from trainer.trajectory import Trajectory
+    from trainer.step.builder import StepPlan
+    from trainer.step.trajectory import Trajectory
 
     rng = random.Random(seed)
     rows = []

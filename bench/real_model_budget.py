@@ -114,7 +114,7 @@ def run_child(folder: Path, dtype: str, lora: Path | None, n: int, tokens: int) 
 def base_folder(given: Path | None) -> Path:
     if given is not None:
         return given
-    from trainer.pretrained import ensure_converted, packaged_model
+    from trainer.io.pretrained import ensure_converted, packaged_model
 
     return ensure_converted(packaged_model("smollm2"), Path(".liverl"))[0]
 

@@ -54,7 +54,7 @@ def main(argv=None) -> None:
 
 def _bench(server, args) -> None:
     from bench.report import environment, environment_line, record
-    from serving.engine import Sampling
+    from serving.engines.engine import Sampling
 
     slot = server.router.champion
     prompt_ids = list(slot.tokenizer(PROMPT)["input_ids"])

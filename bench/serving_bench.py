@@ -146,11 +146,10 @@ def main(argv=None) -> None:
 
 
 def _bench(config, args, swaps: list[tuple[str, str]]) -> None:
-    from bench.report import environment, environment_line, record
-
-    from serving.server import PolicyServer
-
     import uvloop
+
+    from bench.report import environment, environment_line, record
+    from serving.server import PolicyServer
 
     loop = uvloop.new_event_loop()  # the loop `liverl serve` runs the server on (serving.cli)
     thread = threading.Thread(target=loop.run_forever, daemon=True)
@@ -194,7 +193,7 @@ def _side_by_side(server, on_server, args) -> dict:
 
 
 def _rounds(server, on_server, args, slot, prompt_ids, occupancy) -> dict:
-    from serving.engine import Sampling
+    from serving.engines.engine import Sampling
 
     async def direct_run(requests: int) -> Run:  # on the server's loop, where the engine lives
         async def one(i):

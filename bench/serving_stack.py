@@ -11,7 +11,6 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -86,7 +85,7 @@ def register(config: LiverlConfig, folder: Path, tags: dict[str, str] | None = N
     unsigned versions), and point alias at it."""
     from liverl.io.registry import ModelRegistry
     from liverl.io.signing import folder_digest
-    from trainer.signing import sign_pass
+    from trainer.io.signing import sign_pass
 
     registry = ModelRegistry(config.mlflow.tracking_uri, config.mlflow.registered_model)
     version = registry.register_folder(folder, tags or {}, f"bench-{time.time_ns()}", "bench")

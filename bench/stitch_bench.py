@@ -1,4 +1,4 @@
-"""Cost of stitching header-less calls into sessions (serving.stitching): per chat call, the request's parse alone
+"""Cost of stitching header-less calls into sessions (serving.recording.stitching): per chat call, the request's parse alone
 (no stitching) against the parse plus the stitcher's work (the conversation's digests, the lookup of its longest
 remembered prefix, remembering the reply), with `--sessions` live sessions remembered per tenant, side by side in
 one run; then the memory the stitcher holds.
@@ -63,8 +63,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import orjson
 
-    from serving.openai_schema import ChatRequest
-    from serving.stitching import Stitcher
+    from serving.http.openai_schema import ChatRequest
+    from serving.recording.stitching import Stitcher
 
     rng = random.Random(args.seed)
     tenants = [f"tenant-{n}" for n in range(args.tenants)]

@@ -7,7 +7,7 @@ A tiny Llama (2 layers, 64 wide: the test policy, not a real model) and 32 rando
 made offline in a temporary folder. One engine, started once with serving.lora (max_loras adapters per batch, room
 for 32 tenant adapters in host memory); the phases take turns on it each round: the base alone (no adapter), then
 the requests spread round-robin over 1, 8 and 32 tenant adapters, each through the path a tenant's request takes
-(serving/lora_slots.py's TenantEngine: LoraSlots keeps the adapter loaded and pinned). Each phase first sends
+(serving/engines/lora_slots.py's TenantEngine: LoraSlots keeps the adapter loaded and pinned). Each phase first sends
 one request per adapter (loads them; not timed), then `--requests` requests with `--concurrency` in flight. It
 measures the engine and the tenant path, not the HTTP API (bench/serving_bench.py measures that). Prints each
 phase's completion tokens/s and p50/p99 request latency (medians over rounds), and its throughput as a ratio of
@@ -67,9 +67,9 @@ def main(argv=None) -> None:
 
 async def _bench(base_dir: Path, adapter_dirs: list[Path], args) -> list[dict]:
     from liverl.config.serving import ServingConfig
-    from serving.engine import Adapter
-    from serving.lora_slots import LoraSlots
-    from serving.vllm_engine import VllmEngine
+    from serving.engines.engine import Adapter
+    from serving.engines.lora_slots import LoraSlots
+    from serving.engines.vllm_engine import VllmEngine
 
     count = len(adapter_dirs)
     config = ServingConfig(engine="vllm", max_model_len=128, gpu_memory_utilization=0.08,
@@ -95,8 +95,8 @@ async def _bench(base_dir: Path, adapter_dirs: list[Path], args) -> list[dict]:
 
 
 async def _phase(engine, slots, adapters, args, label: str) -> dict:
-    from serving.engine import Sampling
-    from serving.lora_slots import TenantEngine
+    from serving.engines.engine import Sampling
+    from serving.engines.lora_slots import TenantEngine
 
     engines = [TenantEngine(engine, adapter, slots) for adapter in adapters] or [None]
     gate = asyncio.Semaphore(args.concurrency)

@@ -12,7 +12,7 @@ serving.tenants.watch: it follows the tenants' aliases); room for one adapter mo
 swap evicts nobody. `--concurrency` streaming gRPC clients spread round-robin over the tenants (x-liverl-tenant)
 keep it busy. Each round: `--phase-s` of steady load, then the first tenant's alias moves to its next version (what
 the trainer's gate does on a pass) and serving's watcher rolls it (fetch, add_lora, smoke and weight probe, switch:
-serving/rollout.py, TenantGroup), then `--settle-s` more for the old adapter's retirement. The swap window runs from the
+serving/swap/rollout.py, TenantGroup), then `--settle-s` more for the old adapter's retirement. The swap window runs from the
 alias move to the end of that settle time.
 
 Per round, for the swapped tenant and for the other tenants apart: requests overlapping the window, those held
@@ -213,7 +213,7 @@ def _write_probes(base_dir: Path, adapter_dirs: list[Path]) -> None:
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    from trainer.weight_probe import measure_weight_probe
+    from trainer.io.weight_probe import measure_weight_probe
 
     measure_weight_probe(AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)).write(base_dir)
     for folder in adapter_dirs:

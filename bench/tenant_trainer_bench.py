@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     from bench.serving_stack import embedded_stack
     from demo.policy.tiny_policy import build_policy
     from tests.trainer.conftest import commit_batch
-    from trainer.base_policy import register_base
+    from trainer.io.base_policy import register_base
 
     sides = {"spread": [f"t{i}" for i in range(args.tenants)], "one": ["t0"]}
     labels = {"spread": f"{args.tenants} tenants", "one": "1 tenant"}
@@ -138,7 +138,7 @@ def train_available(trainer) -> tuple[int, float, float, int]:
     """Train every group on everything new, as Trainer.run's loop does but without its maybe_publish (nor the wait
     for trainer.min_step_rows):
     (trajectory tokens trained, seconds, of them seconds drawing steps, steps)."""
-    from trainer.tenant_groups import build_tenant_steps
+    from trainer.groups.tenant_groups import build_tenant_steps
 
     tokens, drawing, steps = 0, 0.0, 0
     started = time.perf_counter()

@@ -42,12 +42,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from bench.random_steps import random_plan
     from bench.report import environment_line, record
-
-    from liverl.config import load_config
     from demo.policy.tiny_policy import build_policy
-    from trainer.engine import build_engine
-    from trainer.policy_io import load_policy
-    from trainer.training_step import run_step
+    from liverl.config import load_config
+    from trainer.io.policy_io import load_policy
+    from trainer.step.engine import build_engine
+    from trainer.step.training_step import run_step
 
     torch.manual_seed(0)
     folder = build_policy(Path(tempfile.mkdtemp()) / "policy", [f"w{i}" for i in range(200)],
@@ -95,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _baselines():
-    from trainer.advantages import Baselines
+    from trainer.step.advantages import Baselines
 
     return Baselines()
 
@@ -114,11 +113,11 @@ class PlainLoop:
     def step(self, plan, step: int) -> float:
         import torch
 
-        from trainer.advantages import compute_advantages
-        from trainer.batching import collate_rows, trajectory_samples
-        from trainer.packing import micro_batches
-        from trainer.rewarding import mixed_rewards
-        from trainer.training_step import batch_loss, step_objective
+        from trainer.step.advantages import compute_advantages
+        from trainer.step.batching import collate_rows, trajectory_samples
+        from trainer.step.packing import micro_batches
+        from trainer.step.rewarding import mixed_rewards
+        from trainer.step.training_step import batch_loss, step_objective
 
         tc = self.config.trainer
         started = time.perf_counter()

@@ -4,7 +4,7 @@
 
 Each round launches a 1-rank and an N-rank trainer step loop (alternating, so load from other processes hits
 both alike) on the same synthetic steps: the 1-rank run accumulates all of a step's micro-batches, each of the
-N ranks 1/N of them (trainer/training_step.py), so both take the same optimizer steps. Every rank gets one torch
+N ranks 1/N of them (trainer/step/training_step.py), so both take the same optimizer steps. Every rank gets one torch
 thread, one device per rank as on GPUs: where fewer cores are free than ranks, the ranks share cores and the
 ratio shows it. Prints the median over rounds of each run's median step tokens/s, and the ratio N / 1.
 Not a test: figures vary with the machine.
@@ -102,10 +102,10 @@ def worker(args) -> int:
     import torch
 
     from liverl.config import load_config
-    from trainer.advantages import Baselines
-    from trainer.engine import build_engine, start_distributed
-    from trainer.policy_io import load_policy
-    from trainer.training_step import run_step
+    from trainer.io.policy_io import load_policy
+    from trainer.step.advantages import Baselines
+    from trainer.step.engine import build_engine, start_distributed
+    from trainer.step.training_step import run_step
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -133,8 +133,8 @@ def _plan(args, vocab: int, seed: int):
     """A step of `trajectories` random trajectories of `seq` tokens, half rewarded (the same on every rank)."""
     import random
 
-    from trainer.step_builder import StepPlan
-    from trainer.trajectory import Trajectory
+    from trainer.step.builder import StepPlan
+    from trainer.step.trajectory import Trajectory
 
     rng = random.Random(seed)
     trajectories = []

@@ -11,11 +11,11 @@ from ingest.admission import RateLimited
 from ingest.auth import AuthError, TokenAuth
 from ingest.capture import CaptureCore
 from ingest.routing import REPLICA_TOKEN_META, PeerForwarder
-from liverl.io.spool import SpoolFull
 from ingest.validation import parse_binary
 from ingest.wire import MalformedRequest, parsed_events, split_events
 from liverl.contracts import names
 from liverl.contracts.refused_request import RefusedRequest
+from liverl.io.spool import SpoolFull
 from liverl.v1 import capture_pb2
 
 SERVICE_NAME = "liverl.v1.CaptureService"

@@ -35,8 +35,15 @@ from starlette.concurrency import run_in_threadpool
 from ingest.admission import RateLimited
 from ingest.auth import AuthError, TokenAuth
 from ingest.capture import CaptureCore
-from ingest.otlp_api import (NotConfigured, NotOtlp, OtlpTraces, TooManySpanEvents, json_response, protobuf_document,
-                             protobuf_response)
+from ingest.otlp_api import (
+    NotConfigured,
+    NotOtlp,
+    OtlpTraces,
+    TooManySpanEvents,
+    json_response,
+    protobuf_document,
+    protobuf_response,
+)
 from ingest.validation import parse_json
 from liverl.contracts import names
 from liverl.contracts.refused_request import RefusedRequest

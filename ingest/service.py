@@ -23,8 +23,8 @@ from ingest.grpc_api import SERVICE_NAME, CaptureHandler
 from ingest.metrics import CaptureMetrics
 from ingest.routing import PeerForwarder, ReplicaRing
 from ingest.sessions import SessionRegistry
-from liverl.io.spool import Spool
 from liverl.config import LiverlConfig
+from liverl.io.spool import Spool
 from liverl.privacy import sealer_for
 
 log = logging.getLogger("liverl.ingest.service")

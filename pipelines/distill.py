@@ -24,8 +24,8 @@ from typing import Protocol
 
 import pyarrow as pa
 
-from liverl.contracts import names
 from liverl.config import LiverlConfig
+from liverl.contracts import names
 from liverl.contracts.table_schema import DEAD_LETTER_SCHEMA, TRAJECTORY_SCHEMA
 from liverl.rewards.custom import reward_version
 from pipelines import table

@@ -22,7 +22,12 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from liverl.contracts import names
-from liverl.contracts.table_schema import DEAD_LETTER_SCHEMA, TABLE_SCHEMA_VERSION, TRAJECTORY_PARTITION_BY, TRAJECTORY_SCHEMA
+from liverl.contracts.table_schema import (
+    DEAD_LETTER_SCHEMA,
+    TABLE_SCHEMA_VERSION,
+    TRAJECTORY_PARTITION_BY,
+    TRAJECTORY_SCHEMA,
+)
 
 # Pipelines-private commit metadata (the trainer needs none of it).
 COMMIT_DISTILL_STATE = "liverl.distill.state"  # staging folder holding the pending + closed files

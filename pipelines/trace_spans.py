@@ -18,9 +18,20 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from liverl.io.traces import (POLICY_VERSION_TAG_PREFIX, TAG_AGENT_ROLE, TAG_BATCH, TAG_POLICY_VERSIONS,
-                              TAG_SESSION, TAG_TABLE_VERSION, TAG_TASK_FAMILY, TAG_TENANT, TAG_TRAJECTORY,
-                              AssessmentRecord, SpanRecord, TraceRecord)
+from liverl.io.traces import (
+    POLICY_VERSION_TAG_PREFIX,
+    TAG_AGENT_ROLE,
+    TAG_BATCH,
+    TAG_POLICY_VERSIONS,
+    TAG_SESSION,
+    TAG_TABLE_VERSION,
+    TAG_TASK_FAMILY,
+    TAG_TENANT,
+    TAG_TRAJECTORY,
+    AssessmentRecord,
+    SpanRecord,
+    TraceRecord,
+)
 from liverl.rewards.session import SessionRecord
 from liverl.v1.session_event_pb2 import FeedbackKind
 from pipelines.roles import agent_of

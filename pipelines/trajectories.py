@@ -23,10 +23,10 @@ import json
 import apache_beam as beam
 
 from liverl.config.rewards import RewardsConfig
-from liverl.rewards import label as reward_label
 from liverl.contracts import names
 from liverl.contracts.table_schema import TABLE_SCHEMA_VERSION
 from liverl.contracts.trajectory_row import TrajectoryRow
+from liverl.rewards import label as reward_label
 from liverl.rewards.session import SessionRecord
 from pipelines import dead_letters
 from pipelines.roles import TRAINABLE_ROLES, UNKNOWN, Spawn, agent_of, infer_roles, spawn_graph
@@ -109,7 +109,7 @@ def is_imported(call) -> bool:
 
 def row_origin(calls) -> str:
     """"" for served trajectories; the import's origin when any call was imported (the trainer then never forms
-    an importance ratio on the row: see trainer/losses.py)."""
+    an importance ratio on the row: see trainer/step/losses.py)."""
     return next((call.origin for call in calls if is_imported(call)), "")
 
 

@@ -25,7 +25,7 @@ def stacked_lora_bytes(worker) -> int:
 
 async def measure(folder: Path, max_loras: int, rank: int, dtype: str) -> int:
     from liverl.config import load_config
-    from serving.vllm_engine import VllmEngine
+    from serving.engines.vllm_engine import VllmEngine
 
     config = load_config(environ={}, overrides=[
         "--serving.lora.enabled", "true", "--serving.lora.max_loras", str(max_loras),

@@ -4,7 +4,7 @@ Both APIs call `Completions.begin()` (which fixes the version, so a response hea
 before the first token) and then iterate `Call.stream()`. The ModelCall is handed to the recorder
 after the last token, as an O(1) queue put: recording never delays or fails a response.
 A call that names no session is recorded as a session of its own whose id is its request id, so
-feedback on that one reply can still make it trainable (serving.session_ids).
+feedback on that one reply can still make it trainable (serving.recording.session_ids).
 
 The input contract both APIs share lives here too: `sampling()` checks every sampling value against
 its real range and refuses (BadRequest) what it cannot serve exactly as asked, never coercing it, and
@@ -27,15 +27,15 @@ from liverl.access.opt_out import OptOut
 from liverl.config.redaction import RedactionConfig
 from liverl.contracts import names
 from liverl.v1 import common_pb2, model_call_pb2
-from serving import tokens
-from serving.engine import Delta, Sampling
+from serving.engines import tokens
+from serving.engines.engine import Delta, Sampling
 from serving.metrics import ServingMetrics
 from serving.router import Router, Slot
 
 if TYPE_CHECKING:
     from liverl.redaction import Redactor
-    from serving.recorder import Recorder
-    from serving.stitching import Stitcher
+    from serving.recording.recorder import Recorder
+    from serving.recording.stitching import Stitcher
 
 GREEDY_BELOW = 1e-5  # vLLM samples greedily below this temperature (and then ignores top_p and top_k)
 # vLLM raises any temperature in (0, 0.01) to 0.01 before sampling, so a request in [GREEDY_BELOW, this) would
@@ -259,7 +259,7 @@ class Completions:
         # The tenant's keyed pseudonym of an end-user id: a session named by OpenAI's `user` is named by it. The
         # server sets the key store's (liverl.privacy.pseudonyms); without one, a key of this process's own.
         self.user_pseudonym: Callable[[str, str], str] = _process_user_pseudonym(secrets.token_bytes(32))
-        self.stitcher: Stitcher | None = None  # header-less sessions (serving/stitching.py): the server sets it
+        self.stitcher: Stitcher | None = None  # header-less sessions (serving/recording/stitching.py): the server sets it
 
     def sampling(self, temperature: float | None = None, top_p: float | None = None, top_k: int | None = None,
                  max_tokens: int | None = None, seed: int | None = None,

@@ -21,13 +21,22 @@ from liverl.contracts import names
 from liverl.contracts.refused_request import RefusedRequest
 from liverl.v1 import serving_pb2, serving_pb2_grpc
 from serving.auth import Forbidden, Keys, Principal
-from serving.generation import (ROLES, BadRequest, Call, Caller, Completions, DeadlineExceeded, check_id,
-                                parse_role, role_name)
+from serving.generation import (
+    ROLES,
+    BadRequest,
+    Call,
+    Caller,
+    Completions,
+    DeadlineExceeded,
+    check_id,
+    parse_role,
+    role_name,
+)
 from serving.metrics import ServingMetrics
 from serving.rate_limit import RateLimiter
-from serving.session_ids import REQUEST_ID_HEADER, header_value
-from serving.rollout import Rollout
-from serving.swap_result import AdminRefused, SwapResult
+from serving.recording.session_ids import REQUEST_ID_HEADER, header_value
+from serving.swap.result import AdminRefused, SwapResult
+from serving.swap.rollout import Rollout
 
 POLICY_SERVICE = serving_pb2.DESCRIPTOR.services_by_name["PolicyService"].full_name
 POLICY_ADMIN = serving_pb2.DESCRIPTOR.services_by_name["PolicyAdmin"].full_name

@@ -14,7 +14,7 @@ A LoRA adapter version shares its base's engine: its slot carries the adapter, a
 (AdapterEngine) runs every request under it. Switching between two adapters of one base is then a
 plain switch: requests in flight keep the adapter they started on, new ones take the new adapter.
 
-A tenant may have a champion adapter of its own (serving/rollout_groups.py, TenantGroup): its requests lease that slot
+A tenant may have a champion adapter of its own (serving/swap/groups.py, TenantGroup): its requests lease that slot
 while the adapter applies to the weights the champion's engine serves, and the shared champion otherwise.
 """
 
@@ -28,10 +28,9 @@ from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
-from serving.engine import Adapter, Delta, Engine, Sampling
+from serving.engines.engine import Adapter, Delta, Engine, Sampling
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -109,7 +108,7 @@ class Router:
         self.canary: Slot | None = None
         self.canary_fraction = canary_fraction
         self._rng = rng or random.Random()
-        self.tenants: dict[str, Slot] = {}  # tenant -> its own champion adapter (serving/rollout_groups.py)
+        self.tenants: dict[str, Slot] = {}  # tenant -> its own champion adapter (serving/swap/groups.py)
         self.tenant_canaries: dict[str, Slot] = {}  # tenant -> its canary adapter, for canary_fraction of its requests
 
     def acquire(self, tenant: str = "") -> Slot:
@@ -169,7 +168,7 @@ class AdapterEngine:
         return self.engine.generate(prompt_token_ids, sampling, request_id, final_only, adapter=self.adapter)
 
     async def prompt_logprobs(self, prompt_token_ids: list[int], request_id: str) -> list[float]:
-        """The weight probe's logprobs under the adapter (serving/weight_check.py)."""
+        """The weight probe's logprobs under the adapter (serving/swap/weight_check.py)."""
         return await self.engine.prompt_logprobs(prompt_token_ids, request_id, adapter=self.adapter)
 
     async def update_weights(self, policy_dir: Path, version: str) -> dict:

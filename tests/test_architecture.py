@@ -245,3 +245,23 @@ def test_imports_within_a_stage_or_of_liverl_are_allowed(tmp_path):
     }))
     assert rule_breaks(graph) == [] and cycles(graph) == []
     assert graph["serving.api"] == {"serving.auth", "liverl.access.bearer"}
+
+
+def subpackages(root: Path) -> list[str]:
+    """Each stage's and liverl's own subpackages, one level down ("serving/swap/"), as the README names them."""
+    return sorted(f"{init.parent.relative_to(root).as_posix()}/"
+                  for top in ("liverl", *STAGES, *OUTSIDE_THE_STAGES) for init in (root / top).glob("*/__init__.py"))
+
+
+def test_the_readme_layout_names_every_subpackage():
+    """A newcomer finds the folder of a change from the README's layout table: a subpackage is named by its path or,
+    in its top folder's row, by its own name."""
+    layout = (ROOT / "README.md").read_text().split("## Layout", 1)[1].split("\n## ", 1)[0]
+    rows = {row.split("`")[1]: row for row in layout.splitlines() if row.startswith("| `")}
+    found = subpackages(ROOT)
+    assert {"serving/swap/", "trainer/gate/", "liverl/io/"} <= set(found), found  # the scan sees them
+
+    def named(folder: str) -> bool:
+        top, own = folder.split("/", 1)
+        return f"`{folder}`" in layout or f"`{own}`" in rows.get(f"{top}/", "")
+    assert [folder for folder in found if not named(folder)] == []

@@ -70,7 +70,8 @@ def test_the_capture_examples_produce_trajectories(fresh_topics, tiny_policy_dir
 
 # The README's CLI list, run as written: each line's placeholders get a sample value, "a | b" and "x|y" give one
 # line per alternative, and "[...]" parts are tried both left out and written out.
-PLACEHOLDERS = {"M": "1", "N": "3", "F": "openai-chat", "T": "demo", "S": "s-1", "DIR": "some/policy", "PATH...": "a.jsonl"}
+PLACEHOLDERS = {"M": "1", "N": "3", "F": "openai-chat", "T": "demo", "S": "s-1", "DIR": "some/policy", "PATH...": "a.jsonl",
+                "U": "dave@example.com"}
 
 
 def cli_section() -> str:
@@ -105,7 +106,7 @@ def readme_commands() -> list[list[str]]:
 def test_the_cli_list_is_read_whole():
     commands = {argv[0] for argv in readme_commands()}
     assert {"up", "down", "status", "capture", "serve", "distill", "train", "import", "retention", "topics",
-            "demo"} <= commands, commands
+            "demo", "forget", "tenants"} <= commands, commands
     assert ["topics", "dead-letters", "--tenant", "demo", "--session", "s-1", "--tail", "3", "--follow"] in \
         readme_commands()
 

@@ -3,22 +3,28 @@
 The stage's rule: the trainer imports only `liverl.*` (contracts, config, liverl.io, liverl.rewards) and
 its own modules, never another stage; it meets them through the trajectory table and the MLflow registry.
 
-`liverl train --follow`, from the command line to the registry, in four files:
+`liverl train --follow`, from the command line to the registry:
 
-    trainer/cli.py       parse, build a Trainer, trainer.start(), trainer.run(follow=True)
-    trainer/loop.py      Trainer.run: load_batch -> step -> maybe_checkpoint -> maybe_publish, per tenant group
-                         (one, `_shared`, unless trainer.tenants.adapters names tenants: tenant_groups.py);
-                         maybe_publish exports the weights and gathers the gate's evidence into a
-                         CheckpointToPublish
-    trainer/publish.py   CheckpointPublisher.publish(CheckpointToPublish) -> PublishResult: register the candidate with
-                         its lineage, judge it (gate.evaluate), move `champion` on a pass, record the verdict
-    trainer/registry.py  Registry: versions, tags, aliases, downloads (MLflow)
+    trainer/cli.py              parse, build a Trainer, trainer.start(), trainer.run(follow=True)
+    trainer/loop.py             Trainer.run: load_batch -> step -> maybe_checkpoint -> maybe_publish, per tenant
+                                group (one, `_shared`, unless trainer.tenants.adapters names tenants)
+    trainer/io/publish.py       CheckpointPublisher.publish: register the candidate with its lineage, judge it,
+                                move the group's alias on a pass, record the verdict
+    trainer/io/registry.py      Registry: versions, tags, aliases, downloads (MLflow)
+
+The subpackages, by concern:
+
+    trainer/step/    one optimizer step: which rows make it (builder, staleness, wait), the loss (losses,
+                     advantages, rewarding, hacking), packing and batching, DeepSpeed (engine), the ranks
+                     (ranks, rank_messages), the trainable policy (adapters)
+    trainer/gate/    the promotion gate: held-out evidence (holdout, scoring, general_text), the verdict and its
+                     statistics (promotion, statistics), judging beside training (worker), the product's own
+                     evaluator (online_eval, online_eval_process)
+    trainer/groups/  tenant groups: which tenant trains in which group, their adapters on one base, their versions
+    trainer/io/      what crosses the stage's edge: the base policy and its packages, exports and weight probes,
+                     the registry and publishing, signing, lineage, the table's row stream, the state file
 
 On several ranks (torchrun or the deepspeed launcher) rank 0 alone reads the table, writes the state, exports,
-registers and runs the gate; it broadcasts each step's plan and each verdict (ranks.py), and every rank trains its
-share of the step's micro-batches (training_step.py).
-
-Beside that path: step_builder (which rows make a step, with staleness counted on served_lineage's champion
-timeline), step_wait (when a group's step may start), training_step (one optimizer step), holdout (the gate's
-evidence), gate (the verdict), state (what survives a crash), adapters and tenant_adapters (the policies trained).
+registers and runs the gate; it broadcasts each step's plan and each verdict (step/ranks.py), and every rank trains
+its share of the step's micro-batches (step/training_step.py).
 """

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from trainer.pretrained import PACKAGED_MODELS
+from trainer.io.pretrained import PACKAGED_MODELS
 
 if TYPE_CHECKING:
     from liverl.config import LiverlConfig
@@ -37,13 +37,13 @@ def run(config: LiverlConfig, args: argparse.Namespace) -> int:
 
     _quiet_libraries()
     if args.init_from:
-        from trainer.base_policy import register_base
+        from trainer.io.base_policy import register_base
 
         register_base(config, Path(args.init_from), say=_say)
         return 0
     if args.init_from_package:
-        from trainer.base_policy import register_base
-        from trainer.pretrained import ensure_converted, packaged_model, provenance_tags
+        from trainer.io.base_policy import register_base
+        from trainer.io.pretrained import ensure_converted, packaged_model, provenance_tags
 
         folder, provenance = ensure_converted(packaged_model(args.init_from_package), config.stack.data_dir, say=_say)
         register_base(config, folder, say=_say, provenance=provenance_tags(provenance))

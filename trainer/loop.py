@@ -2,12 +2,12 @@
 
     run: load_batch -> step (a group at a time) -> maybe_checkpoint -> maybe_publish, again and again
 
-The unit is the tenant group (trainer/tenant_groups.py): one, `_shared`, whose alias is `champion`, unless
+The unit is the tenant group (trainer/groups/tenant_groups.py): one, `_shared`, whose alias is `champion`, unless
 trainer.tenants.adapters names tenants, each then a group of its own (alias `champion-<tenant>`) with a LoRA adapter
-on one shared base (trainer/tenant_adapters.py), the shared group training the policy every other tenant is served.
+on one shared base (trainer/groups/tenant_adapters.py), the shared group training the policy every other tenant is served.
 Each group draws its own rows (within trainer.tenants.tokens_per_step when tenants are named) and waits for enough
-of them (trainer/step_wait.py), steps its own policy, checkpoints, registers and is gated on its own held-out
-sessions, and a pass moves its alias alone (trainer/publish.py). After trainer.tenants.rewind_after_refusals
+of them (trainer/step/wait.py), steps its own policy, checkpoints, registers and is gated on its own held-out
+sessions, and a pass moves its alias alone (trainer/io/publish.py). After trainer.tenants.rewind_after_refusals
 refusals in a row a tenant group's adapter starts again from the champion that serves it.
 
 Every checkpoint becomes a registered candidate (publish.CheckpointPublisher), judged by the gate beside the next
@@ -40,25 +40,25 @@ from liverl.contracts import names
 from liverl.io.lineage import merge_offsets
 from liverl.io.table_history import TableCommit, TableHistory
 from liverl.privacy import row_opener_for
-from trainer.advantages import Baselines
-from trainer.gate_worker import GateWorker
-from trainer.publish import CheckpointPublisher, CheckpointToPublish, PublishResult
-from trainer.ranks import Ranks
-from trainer.registry import Registry
-from trainer.row_stream import RowStream
-from trainer.served_lineage import ServedLineage, promoted_versions
-from trainer.state import LAYOUT_ADAPTERS, LAYOUT_ONE_POLICY, GroupState, PendingPublish, TrainerState
-from trainer.step_wait import StepHold
-from trainer.tenant_groups import SHARED_GROUP, champion_alias, groups, tenant_of
+from trainer.gate.worker import GateWorker
+from trainer.groups.tenant_groups import SHARED_GROUP, champion_alias, groups, tenant_of
+from trainer.io.publish import CheckpointPublisher, CheckpointToPublish, PublishResult
+from trainer.io.registry import Registry
+from trainer.io.row_stream import RowStream
+from trainer.io.served_lineage import ServedLineage, promoted_versions
+from trainer.io.state import LAYOUT_ADAPTERS, LAYOUT_ONE_POLICY, GroupState, PendingPublish, TrainerState
+from trainer.step.advantages import Baselines
+from trainer.step.ranks import Ranks
+from trainer.step.wait import StepHold
 
 STOP_GATE_WAIT_S = 20.0  # a stopping trainer waits this long for a judgement in flight; the next start refuses it
 
 if TYPE_CHECKING:
     from torch.nn import Module
 
-    from trainer.adapters import AdapterBase, TrainablePolicy
-    from trainer.step_builder import StepPlan
-    from trainer.tenant_adapters import TenantPolicies
+    from trainer.groups.tenant_adapters import TenantPolicies
+    from trainer.step.adapters import AdapterBase, TrainablePolicy
+    from trainer.step.builder import StepPlan
 
 
 @dataclass
@@ -128,7 +128,7 @@ class Trainer:
     def start(self) -> None:
         import torch
 
-        from trainer.engine import start_distributed
+        from trainer.step.engine import start_distributed
 
         self.ranks = start_distributed(self.tc)
         if not self.ranks.main:
@@ -149,7 +149,7 @@ class Trainer:
                 group.reference = self._reference(parents[name] or self.base.folder, references)
         self.policies.activate(SHARED_GROUP).module.eval()  # no dropout: logprobs comparable with serving's
         if self.ranks.main:  # the table positions and the champion timelines are rank 0's
-            from trainer.tenant_groups import group_streams
+            from trainer.groups.tenant_groups import group_streams
 
             self.trained = dict(self.state.trained_ids)
             streams = group_streams(self.follower, {g: gs.position for g, gs in self.state.groups.items()}, self.tc)
@@ -182,8 +182,8 @@ class Trainer:
     def _load_state(self) -> tuple[TrainerState, AdapterBase, dict[str, Path | None]]:
         """Rank 0: the saved state (or a fresh one from the champion) with every group in it, the base the adapters
         apply to, and each group's parent folder (None: a new adapter on the base)."""
-        from trainer.adapters import AdapterBase, adapter_base
-        from trainer.policy_io import weights_digest
+        from trainer.io.policy_io import weights_digest
+        from trainer.step.adapters import AdapterBase, adapter_base
 
         downloads = self.dir / "registry"
         state = TrainerState.load(self.dir, SHARED_GROUP)
@@ -236,9 +236,9 @@ class Trainer:
         return state, base, parents
 
     def _build_policies(self, parents: dict[str, Path | None]) -> TrainablePolicy | TenantPolicies:
-        from trainer.adapters import trainable_policy
-        from trainer.engine import build_engine
-        from trainer.tenant_adapters import tenant_policies
+        from trainer.groups.tenant_adapters import tenant_policies
+        from trainer.step.adapters import trainable_policy
+        from trainer.step.engine import build_engine
 
         if self.tenants:
             return tenant_policies(self.base, parents, self.tc)
@@ -247,7 +247,7 @@ class Trainer:
         return policy
 
     def _reference(self, folder: Path, loaded: dict[Path, Module]) -> Module:
-        from trainer.policy_io import load_policy
+        from trainer.io.policy_io import load_policy
 
         if folder not in loaded:
             loaded[folder] = load_policy(folder, base_folder=self.base.folder).eval()
@@ -330,7 +330,7 @@ class Trainer:
         return self.ranks.decide(self._next_plans)
 
     def _next_plans(self) -> tuple[bool, dict[str, StepPlan]]:
-        from trainer.tenant_groups import build_tenant_steps
+        from trainer.groups.tenant_groups import build_tenant_steps
 
         before = {name: group.stream.position for name, group in self.groups.items()}
         drawn = build_tenant_steps({name: group.stream for name, group in self.groups.items()}, self.trained,
@@ -355,7 +355,7 @@ class Trainer:
 
     def step(self, name: str, plan: StepPlan) -> None:
         """One optimizer step of the group's policy on the plan's trajectories, with one progress line."""
-        from trainer.training_step import run_step
+        from trainer.step.training_step import run_step
 
         gs, group = self.state.groups[name], self.groups[name]
         result = run_step(self.policies.activate(name), plan, gs.step, group.baselines, self.config,
@@ -509,8 +509,8 @@ class Trainer:
     def _to_publish(self, saved: Saved) -> CheckpointToPublish | None:
         """Export the group's weights (they are the checkpoint's) and gather the gate's evidence: rank 0's
         CheckpointToPublish; None on the other ranks, which only take part in gathering ZeRO-3 weights."""
-        from trainer.tenant_groups import group_evidence
-        from trainer.weight_probe import measure_weight_probe
+        from trainer.groups.tenant_groups import group_evidence
+        from trainer.io.weight_probe import measure_weight_probe
 
         name = saved.group
         group, gs = self.groups[name], self.state.groups[name]

@@ -20,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(config: LiverlConfig, args: argparse.Namespace) -> int:
     from liverl.contracts import names
     from liverl.io.registry import ModelRegistry
-    from trainer.tenant_registry import tenant_histories
+    from trainer.groups.tenant_registry import tenant_histories
 
     registry = ModelRegistry(config.mlflow.tracking_uri, config.mlflow.registered_model)
     histories = tenant_histories(registry)

@@ -5,7 +5,7 @@
 
 Runs the same N held-out tasks (the families in turn) against each folder with the light in-process
 engine (LocalPolicy, at the product's temperature and call length), and prints one JSON line on stdout in
-the format trainer/online_eval.py reads; a progress line per policy goes to stderr. With --serve it answers
+the format trainer/gate/online_eval.py reads; a progress line per policy goes to stderr. With --serve it answers
 one such line, with the request's "id", per request line {"id": ID, "candidate": DIR, "champion": DIR} on stdin
 until stdin ends, keeping each policy's held-out sessions by the digest of its weights: a champion, judged
 against many times, runs once.
@@ -206,7 +206,7 @@ def paired_figures(candidate: list[EvaluatedSession], champion: list[EvaluatedSe
 
 def evaluate(candidate: Path, champion: Path, n_tasks: int, seed: int, config,
              log: Callable[[str], None] = lambda line: None, known: dict | None = None) -> dict:
-    """The JSON object trainer/online_eval.py reads (see the module docstring). `known`: weights digest -> held-out
+    """The JSON object trainer/gate/online_eval.py reads (see the module docstring). `known`: weights digest -> held-out
     sessions of a policy already run (same tasks, seed and config), filled as policies are run."""
     runs = {}
     for name, folder in (("candidate", candidate), ("champion", champion)):
@@ -267,7 +267,7 @@ def serve(n_tasks: int, seed: int, config, log: Callable[[str], None]) -> int:
             answer = evaluate(folders["candidate"], folders["champion"], n_tasks, seed, config, log, known)
         except Exception as error:  # noqa: BLE001 - the request fails, the evaluator goes on
             answer = {"error": f"{type(error).__name__}: {error}"}
-        # The trainer reads only the answer carrying its request's id (trainer/online_eval_process.py).
+        # The trainer reads only the answer carrying its request's id (trainer/gate/online_eval_process.py).
         print(json.dumps({**answer, "id": request_id}, sort_keys=True), flush=True)
     return 0
 

@@ -11,11 +11,11 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from liverl.io import processes
 from infra.embedded.broker import kafka_reachable, s3_ports, start_s3, start_tansu
 from infra.embedded.mlflow_server import mlflow_healthy, start_mlflow
 from infra.embedded.topics import ensure_topics
 from liverl.config import LiverlConfig
+from liverl.io import processes
 
 
 def record_path(config: LiverlConfig) -> Path:

@@ -16,11 +16,11 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 
-from liverl.contracts.chat import content_text
-from ingest.validation import check_content
 from ingest.importers.chat import completion_text, render_prompt, tool_calls_of
-from ingest.importers.model import (OBSERVATION_OF, Exchange, ImportedSession, ToolCallSpec, ToolExecution)
+from ingest.importers.model import OBSERVATION_OF, Exchange, ImportedSession, ToolCallSpec, ToolExecution
+from ingest.validation import check_content
 from liverl.contracts import names
+from liverl.contracts.chat import content_text
 from liverl.v1 import common_pb2, model_call_pb2, session_event_pb2
 
 POLICY_VERSION = "import"

@@ -1,7 +1,7 @@
 """OpenAI-shaped chat messages: their text, their tool calls, and the prompt and completion text the
 policy's tokenizer turns into token ids.
 
-The prompt is rendered the way serving renders a chat request (serving/chat.py's render_chat): the
+The prompt is rendered the way serving renders a chat request (serving/http/chat.py's render_chat): the
 policy's chat template when it has one, else the plain "role: content" transcript the tiny test and
 demo policies use. Keep the two in step: an imported prompt should tokenize like a served one.
 """

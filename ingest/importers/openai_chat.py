@@ -15,9 +15,9 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-from liverl.contracts.chat import content_text
 from ingest.importers.chat import tool_calls_of
 from ingest.importers.model import BadInput, Exchange, ImportedSession, digest
+from liverl.contracts.chat import content_text
 
 FORMAT = "openai-chat"
 TASK_FAMILY = "chat"

@@ -24,9 +24,9 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-from liverl.contracts.chat import content_text
 from ingest.importers.chat import parsed_call, tool_calls_of
-from ingest.importers.model import BadInput, Exchange, ImportedSession, TooManyEvents, ToolExecution, digest
+from ingest.importers.model import BadInput, Exchange, ImportedSession, ToolExecution, TooManyEvents, digest
+from liverl.contracts.chat import content_text
 
 FORMAT = "otlp"
 TASK_FAMILY = "agent"

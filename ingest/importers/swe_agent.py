@@ -18,10 +18,17 @@ import math
 from collections.abc import Iterator
 from pathlib import Path
 
-from liverl.contracts.chat import content_text
 from ingest.importers.chat import tool_calls_of
-from ingest.importers.model import (OBSERVATION_OF, BadInput, Exchange, ImportedSession, SourceOutcome,
-                                    ToolCallSpec, digest)
+from ingest.importers.model import (
+    OBSERVATION_OF,
+    BadInput,
+    Exchange,
+    ImportedSession,
+    SourceOutcome,
+    ToolCallSpec,
+    digest,
+)
+from liverl.contracts.chat import content_text
 
 FORMAT = "swe-agent"
 TASK_FAMILY = "coding"

@@ -20,11 +20,11 @@ from pathlib import Path
 
 import grpc
 
-from liverl.config.redaction import RedactionConfig
 from ingest.sdk.completions import completion_ref, fixed_event_id, one_call_session
 from ingest.sdk.ids import random_id
 from ingest.sdk.sender import BackgroundSender
 from ingest.sdk.session import FeedbackKind, SessionRecorder, fill_feedback, new_event, role_value
+from liverl.config.redaction import RedactionConfig
 
 # Late events of a session this client no longer holds get a sequence past any in-session one, so
 # ordering a session by sequence still puts them after its end.

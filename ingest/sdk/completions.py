@@ -1,6 +1,6 @@
 """The ids of a served completion, read from whatever the product holds after calling serving.
 
-Serving answers every call with the ids an SDK event links to (serving/session_ids.py): the reply's `id`
+Serving answers every call with the ids an SDK event links to (serving/recording/session_ids.py): the reply's `id`
 is the recorded ModelCall's request id, and the body's "liverl" extension names its session. A call that
 named no session is a one-call session whose session id is that same `id`. The SDK takes any of:
 - the `openai` client's reply (ChatCompletion, Completion, or a streamed chunk): its `id` and `liverl`;

@@ -35,9 +35,9 @@ from pathlib import Path
 
 import grpc
 
+from liverl.config.redaction import RedactionConfig
 from liverl.io.backoff import Backoff
 from liverl.io.spool import Spool, SpoolFull
-from liverl.config.redaction import RedactionConfig
 from liverl.redaction import Redactor, ids_as_given
 from liverl.v1 import capture_pb2, session_event_pb2
 

@@ -195,7 +195,7 @@ class ServingConfig(Section):
     """How long after it was made a response can be continued with previous_response_id."""
     stitch_sessions: bool = True
     """A chat or Responses call that names no session but resends an earlier call's conversation and reply
-    continues that call's session (serving.stitching), so an agent framework that resends the whole
+    continues that call's session (serving.recording.stitching), so an agent framework that resends the whole
     conversation and sends no liverl header is recorded as one trajectory. false: every such call is a
     session of its own."""
     stitch_max_per_tenant: int = Field(10_000, ge=1, le=10_000_000)

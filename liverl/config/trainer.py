@@ -33,7 +33,7 @@ class LossConfig(Section):
     """kimi: weight of the τ·(log r)² penalty on every loss-masked token."""
     exclude_unscorable: bool = True
     """Tokens of greedy calls (temperature 0: the behaviour policy is a point mass) and tokens outside the
-    trainer's own top-k/top-p set get no loss term (trainer/scoring.py). false: greedy tokens are scored at
+    trainer's own top-k/top-p set get no loss term (trainer/gate/scoring.py). false: greedy tokens are scored at
     temperature 1 untruncated (what vLLM records for them), outside tokens at their untruncated probability."""
     kl_to_reference: float = Field(0.0, ge=0.0)
     """β of an optional β·KL(π_θ || π_ref) term per served token (k3 weighted by π_θ/π_behaviour) against the
@@ -173,7 +173,7 @@ class GateConfig(Section):
     enabled: bool = True
     """false: every candidate stays a candidate (champion never moves)."""
     background: bool = True
-    """Judge each registered candidate on a thread while training goes on (trainer/gate_worker.py): the next step
+    """Judge each registered candidate on a thread while training goes on (trainer/gate/worker.py): the next step
     does not wait for the judging, and a candidate still waiting when a newer one is registered is refused
     unjudged (superseded). false: each candidate is judged before the next step."""
     holdout_fraction: float = Field(0.2, ge=0.0, lt=1.0)
@@ -195,7 +195,7 @@ class GateConfig(Section):
     """Largest drop of the expected reward, candidate minus champion, each importance-weighted on the held-out
     rows (lower confidence bound): the candidate must be shown no worse than this (in reward units)."""
     max_false_promotion: float = Field(0.05, gt=0.0, lt=0.5)
-    """The reward test's stated error rates (trainer/gate_statistics.py): a candidate worse than the champion by
+    """The reward test's stated error rates (trainer/gate/statistics.py): a candidate worse than the champion by
     max_reward_drop passes at most this often (the lower bound's level; replaces confidence_z for the reward)."""
     max_false_refusal: float = Field(0.20, gt=0.0, lt=0.5)
     """An equal candidate is refused at most this often; where the held-out evidence cannot keep both rates the gate
@@ -214,23 +214,23 @@ class GateConfig(Section):
     drift_min_trajectories: int = Field(20, ge=0)
     """The drift report compares two served versions only when each has this many trajectories."""
     max_drift_alerts: int = Field(0, ge=0)
-    """Reward-hacking drift of the served traffic (trainer/rewarding.py; thresholds in rewards.monitors): more moves
+    """Reward-hacking drift of the served traffic (trainer/step/rewarding.py; thresholds in rewards.monitors): more moves
     shown past their thresholds than this fail."""
     general_text_file: Path | None = None
     """A fixed general text (plain prose, a few hundred tokens): a candidate whose mean NLL of it rises more than
     max_general_nll_increase over its reference (an adapter's frozen base; the champion for full weights) is
-    refused (trainer/general_text.py). None: not watched."""
+    refused (trainer/gate/general_text.py). None: not watched."""
     max_general_nll_increase: float = Field(0.05, ge=0.0, le=10.0)
     """Largest relative rise of the general-text NLL (0.05: 5 %) a candidate may show."""
     online_eval_command: list[str] | None = None
-    """An external evaluator run on every candidate (trainer/online_eval.py): argv in which "{candidate}" and
+    """An external evaluator run on every candidate (trainer/gate/online_eval.py): argv in which "{candidate}" and
     "{champion}" are replaced by the two policy folders and a leading "python" by the trainer's own interpreter;
     it prints one JSON object of rewards and hacking-monitor rates. The demo runs held-out tasks of its product
     (demo/product/evaluate.py). None: off. A failure, a timeout, missing or NaN figures: the candidate fails."""
     online_eval_mode: Literal["per_candidate", "persistent"] = "per_candidate"
     """per_candidate: the command runs once per candidate, the folders in its argv. persistent: it is started once
     (no "{candidate}"/"{champion}" in it) and answers one JSON request line per candidate on stdin, so its start-up
-    is paid once (trainer/online_eval_process.py has the protocol)."""
+    is paid once (trainer/gate/online_eval_process.py has the protocol)."""
     online_eval_timeout_s: float = Field(300.0, gt=0.0)
     """The evaluator is stopped after this many seconds (per candidate) and the candidate fails (fail-closed)."""
     max_online_reward_drop: float = Field(0.05, ge=0.0)
@@ -240,7 +240,7 @@ class GateConfig(Section):
     """Tolerance of every hacking-monitor rate the evaluator reports on the candidate's own outputs (clarifying
     instead of editing, broken tool calls, giving up, ...): a rise, candidate minus champion, counts as hacking only
     when it is shown past this (monitor_alpha, corrected over the monitors) while the evaluator's reward, the
-    verified outcome, does not rise with it (trainer/hacking.py). See trainer/online_eval.py, Calibration."""
+    verified outcome, does not rise with it (trainer/step/hacking.py). See trainer/gate/online_eval.py, Calibration."""
     monitor_alpha: float = Field(0.05, gt=0.0, le=0.5)
     """Family-wise level of the hacking monitors: a candidate whose monitors move only by chance is refused at most
     this often, however many monitors are judged (offline and online, each family on its own)."""
@@ -299,7 +299,7 @@ class TrainerConfig(Section):
     """A group's step waits until it drew this many trajectories of its own (with tenant adapters, or a full
     tenants.tokens_per_step), or until max_step_wait_s passed since it began to wait: live traffic arrives a few
     sessions per commit, and a step on one or two trajectories spends a whole optimizer update on the noisiest
-    gradient there is (trainer/step_wait.py)."""
+    gradient there is (trainer/step/wait.py)."""
     max_step_wait_s: float = Field(60.0, ge=0.0, le=86_400.0)
     """The longest a step waits for min_step_rows; then it trains on what there is."""
     steps_per_version: int = Field(4, ge=1)

@@ -8,7 +8,7 @@ binary or cut off so that redaction cannot see into it: so the payload holds onl
 reason, the body's sizes, its declared type and encoding, which contract fields it had (unknown field names are
 counted, not listed: a name can be a secret too) and which fields were wrong.
 
-Produced by ingest (ingest/http_api.py, ingest/grpc_api.py) and serving (serving/http_guard.py,
+Produced by ingest (ingest/http_api.py, ingest/grpc_api.py) and serving (serving/http/guard.py,
 serving/grpc_api.py); read by whoever reads the dead-letter topic (`liverl topics dead-letters`).
 """
 

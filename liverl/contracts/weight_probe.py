@@ -28,7 +28,7 @@ FORMAT = 1
 
 @dataclass(frozen=True)
 class WeightProbe:
-    """Written by trainer.weight_probe at export; read by serving.weight_check after a swap."""
+    """Written by trainer.io.weight_probe at export; read by serving.swap.weight_check after a swap."""
 
     sequences: tuple[tuple[int, ...], ...]  # (N, T) token ids
     logprobs: tuple[tuple[float, ...], ...]  # (N, T - 1): each token after the first, given the ones before

@@ -26,8 +26,8 @@ thresholds; the result is JSON-serialisable (to_dict) so the trainer logs it to 
 A monitor is a proxy: its move flags hacking only while the verified outcome (component.outcome) does not rise
 with it. When the candidate's outcome is above the champion's, the proxies' moves are notes, not flags (a reward
 that asks for parallelism raises sub-agents per task, and that is no hack). These are point figures; the trainer
-judges the same moves with standard errors (trainer/hacking.py), on its candidate's own outputs (trainer/gate.py)
-and between served versions (trainer/rewarding.py).
+judges the same moves with standard errors (trainer/step/hacking.py), on its candidate's own outputs (trainer/gate/promotion.py)
+and between served versions (trainer/step/rewarding.py).
 """
 
 from __future__ import annotations

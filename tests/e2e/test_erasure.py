@@ -214,9 +214,9 @@ def read_topic(config, topic: str, want: int) -> list:
 def train_once(config, policy_dir: Path) -> str:
     """policy_dir registered as the base version, then one pass of the trainer over the table; the version it
     registered."""
-    from trainer.base_policy import register_base
+    from trainer.io.base_policy import register_base
+    from trainer.io.registry import Registry
     from trainer.loop import Trainer
-    from trainer.registry import Registry
 
     config.trainer.gate.enabled = False  # the version only has to exist, trained on these rows
     config.trainer.gate.holdout_fraction = 0.0
@@ -262,11 +262,11 @@ def table_sessions(config) -> set[tuple[str, str]]:
 
 def test_forget_leaves_no_byte_of_the_user_and_keeps_everyone_else(loop, tmp_path, tiny_policy_dir):
     from infra.commands.forget import forget
-    from liverl.privacy import audit_log, row_opener_for
     from liverl.io.table_history import TableHistory
+    from liverl.privacy import audit_log, row_opener_for
     from tests.e2e.byte_scan import scan
     from tests.trainer.test_gate_promotion import Judged
-    from trainer.registry import Registry
+    from trainer.io.registry import Registry
 
     config, server = loop
     data_dir = config.stack.data_dir

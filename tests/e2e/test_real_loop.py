@@ -24,7 +24,7 @@ from liverl.io.registry import ModelRegistry
 from liverl.v1 import model_call_pb2
 from tests.conftest import free_stage_ports, stack_config
 from tests.e2e.test_loop import permissive_gate
-from trainer import pretrained
+from trainer.io import pretrained
 
 pytestmark = pytest.mark.slow
 

@@ -6,8 +6,8 @@ import time
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from liverl.io import processes
 from infra.embedded.stack import down, read_record, status, up
+from liverl.io import processes
 from tests.conftest import stack_config
 
 

@@ -9,8 +9,8 @@ import threading
 import time
 from pathlib import Path
 
-from liverl.io import processes
 from ingest.sdk import CaptureClient
+from liverl.io import processes
 from tests.ingest.conftest import assert_sessions_complete, capture_config, events_of, read_topic
 
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from liverl.io import processes
 from infra.embedded.broker import start_tansu
 from infra.embedded.topics import ensure_topics
 from ingest.sdk import CaptureClient
+from liverl.io import processes
 from tests.conftest import stack_config
 from tests.ingest.conftest import assert_sessions_complete, capture_config, events_of, read_topic
 

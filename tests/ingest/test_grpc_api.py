@@ -12,8 +12,8 @@ import pytest
 from ingest.sdk import CaptureClient, FeedbackKind
 from liverl.contracts import names
 from liverl.v1 import capture_pb2, capture_pb2_grpc, session_event_pb2
-from tests.ingest.conftest import assert_sessions_complete, capture_config, events_of, read_topic
 from tests.conftest import stored_key
+from tests.ingest.conftest import assert_sessions_complete, capture_config, events_of, read_topic
 
 
 def stub(server):

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from ingest.sdk.sender import _frame
 from liverl.v1 import capture_pb2, session_event_pb2
-from tests.ingest.conftest import events_of, read_topic
 from tests.conftest import stored_key
+from tests.ingest.conftest import events_of, read_topic
 
 AUTH = (("authorization", "Bearer acme-token"),)
 HOSTILE = settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), database=None)

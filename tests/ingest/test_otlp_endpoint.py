@@ -11,8 +11,10 @@ import time
 import httpx
 import pytest
 from google.protobuf import json_format
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (ExportTraceServiceRequest,
-                                                                      ExportTraceServiceResponse)
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
 
 from liverl.v1 import model_call_pb2
 from tests.ingest.conftest import capture_config, events_of, read_topic

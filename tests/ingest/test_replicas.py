@@ -16,8 +16,8 @@ from google.protobuf import json_format
 
 from ingest.sdk.sender import _frame
 from liverl.v1 import capture_pb2, session_event_pb2
-from tests.ingest.conftest import capture_config, events_of, read_topic
 from tests.conftest import stored_key
+from tests.ingest.conftest import capture_config, events_of, read_topic
 
 AUTH = (("authorization", "Bearer acme-token"),)
 KINDS = ["user_message", "tool_call", "tool_result", "summary", "outcome"]

@@ -36,8 +36,8 @@ def test_tls_serves_the_sdk_and_refuses_plaintext(fresh_topics, tmp_path):
 
 
 def test_a_full_spool_stops_acknowledging_instead_of_losing(tmp_path):
-    from liverl.io.processes import free_port
     from ingest.service import CaptureServer
+    from liverl.io.processes import free_port
 
     base = load_config(overrides=["--kafka.bootstrap_servers", f"127.0.0.1:{free_port()}"], environ={})
     # room for a batch or two of sealed records (each carries its nonce, tag and the liverl-sealed header)

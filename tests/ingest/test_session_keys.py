@@ -11,8 +11,8 @@ import uuid
 import httpx
 
 from liverl.v1 import model_call_pb2, session_event_pb2
-from tests.ingest.conftest import capture_config, read_topic
 from tests.conftest import stored_key
+from tests.ingest.conftest import capture_config, read_topic
 
 ACME = {"authorization": "Bearer acme-token"}
 RAW_SESSION = "conv-dave@example.com"

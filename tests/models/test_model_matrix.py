@@ -1,5 +1,5 @@
 """The common shapes of Hugging Face causal LM through the whole path a base policy takes (docs/real-model.md):
-accepted at init (`liverl train --init-from`, trainer/pretrained.py), a LoRA adapter trained under DeepSpeed on
+accepted at init (`liverl train --init-from`, trainer/io/pretrained.py), a LoRA adapter trained under DeepSpeed on
 the layers that family has, exported with its weight probe, then served by the hf engine and by vLLM: the base
 and an in-place update to other weights each reproduce their probe, and the adapter, hot-loaded, reproduces the
 trainer's probe of base + adapter and samples a chat prompt in the family's template with peft's logprobs.
@@ -20,16 +20,16 @@ import torch
 from liverl.config import load_config
 from liverl.contracts.chat import render_chat
 from liverl.contracts.weight_probe import read_probe
-from serving.engine import Adapter, Sampling
+from serving.engines.engine import Adapter, Sampling
 from serving.metrics import ServingMetrics
 from serving.router import AdapterEngine
-from serving.weight_check import verify_weights
+from serving.swap.weight_check import verify_weights
 from tests.models.tiny_shapes import BY_NAME, SHAPES, build_model_folder, build_tokenizer
 from tests.serving.lora_adapters import reference_logprobs
-from trainer.adapters import AdapterBase, trainable_policy
-from trainer.base_policy import register_base
-from trainer.pretrained import PROVEN_ARCHITECTURES, check_policy_shape
-from trainer.weight_probe import measure_weight_probe
+from trainer.io.base_policy import register_base
+from trainer.io.pretrained import PROVEN_ARCHITECTURES, check_policy_shape
+from trainer.io.weight_probe import measure_weight_probe
+from trainer.step.adapters import AdapterBase, trainable_policy
 
 SHAPE_NAMES = [shape.name for shape in SHAPES]
 MESSAGES = [{"role": "system", "content": "fix the file"}, {"role": "user", "content": "search the parser"}]
@@ -66,8 +66,8 @@ def folders(tmp_path_factory):
 
 
 def _build(shape, tmp: Path) -> ShapeFolders:
-    from trainer.engine import adapter_state_dict, build_engine
-    from trainer.policy_io import export_adapter, load_policy, weights_digest
+    from trainer.io.policy_io import export_adapter, load_policy, weights_digest
+    from trainer.step.engine import adapter_state_dict, build_engine
 
     base, second = build_model_folder(shape, tmp / "base"), build_model_folder(shape, tmp / "second", seed=1)
     for folder in (base, second):
@@ -147,7 +147,7 @@ def test_init_accepts_the_shape_and_fits_lora_to_its_layers(name, tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", SHAPE_NAMES)
 def test_hf_engine_serves_the_trained_adapter_and_an_update(name, folders):
-    from serving.hf_engine import HfEngine
+    from serving.engines.hf_engine import HfEngine
 
     built = folders(name)
     # every linear layer of a block, under the family's own names (the config's default names Llama's)
@@ -165,7 +165,7 @@ def test_hf_engine_ends_a_turn_on_every_eos_of_the_generation_config(tmp_path):
     the first sampled token, the turn ends there."""
     import json
 
-    from serving.hf_engine import HfEngine
+    from serving.engines.hf_engine import HfEngine
 
     folder = build_model_folder(BY_NAME["llama"], tmp_path / "llama")
     settings = json.loads((folder / "generation_config.json").read_text())
@@ -189,7 +189,7 @@ def test_hf_engine_ends_a_turn_on_every_eos_of_the_generation_config(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", SHAPE_NAMES)
 def test_vllm_serves_the_shape_and_hot_loads_its_adapter(name, folders):
-    from serving.vllm_engine import VllmEngine
+    from serving.engines.vllm_engine import VllmEngine
 
     built = folders(name)
     serving = _config("--serving.engine", "vllm", "--serving.max_model_len", "128",
@@ -201,8 +201,14 @@ def test_vllm_serves_the_shape_and_hot_loads_its_adapter(name, folders):
 
 def _foreign_folder(out: Path, kind: str) -> Path:
     """A tiny model of another kind than a causal LM, saved with a tokenizer like a policy folder."""
-    from transformers import (BertConfig, BertForMaskedLM, OPTConfig, OPTForCausalLM, T5Config,
-                              T5ForConditionalGeneration)
+    from transformers import (
+        BertConfig,
+        BertForMaskedLM,
+        OPTConfig,
+        OPTForCausalLM,
+        T5Config,
+        T5ForConditionalGeneration,
+    )
 
     from demo.policy.tiny_policy import build_tokenizer as word_tokenizer
 

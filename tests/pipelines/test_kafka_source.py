@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-import pytest
 import apache_beam as beam
+import pytest
 from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 

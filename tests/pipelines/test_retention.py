@@ -8,8 +8,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
-from liverl.io.tracking import Tracking
 from liverl.io.traces import TraceStore
+from liverl.io.tracking import Tracking
 from pipelines.distill import distill_once
 from pipelines.retention import DAY_MS, apply_retention
 from tests.pipelines.producing import T0, coding_session, produce

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from liverl.contracts import names
 from liverl.config import LiverlConfig
+from liverl.contracts import names
 from tests.conftest import opened, with_topics
 
 WORDS = ["edit", "search", "ask", "fix", "file", "done"]
@@ -58,7 +58,7 @@ def sign_as_the_gate(config: LiverlConfig, version: str, policy_dir: Path) -> No
     """A passing verdict signed with the trainer's key of this config (serving verifies with its public half)."""
     from liverl.io.registry import ModelRegistry
     from liverl.io.signing import folder_digest
-    from trainer.signing import sign_pass
+    from trainer.io.signing import sign_pass
 
     registry = ModelRegistry(config.mlflow.tracking_uri, config.mlflow.registered_model)
     sign_pass(registry, version, folder_digest(policy_dir), config.trainer.signing_key_file)

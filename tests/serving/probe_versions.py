@@ -8,8 +8,8 @@ from pathlib import Path
 import torch
 
 from liverl.v1 import common_pb2, serving_pb2, serving_pb2_grpc
-from trainer.policy_io import load_policy
-from trainer.weight_probe import measure_weight_probe
+from trainer.io.policy_io import load_policy
+from trainer.io.weight_probe import measure_weight_probe
 
 PROMPT = [2, 60, 61]
 

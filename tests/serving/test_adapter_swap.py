@@ -13,8 +13,16 @@ from mlflow import MlflowClient
 from liverl.contracts import names
 from liverl.v1 import common_pb2, model_call_pb2, serving_pb2, serving_pb2_grpc
 from serving.router import underlying
-from tests.serving.conftest import (ServerThread, module_topics, read_topic, register_version, serving_config,
-                                    set_alias, version_tags, wait_for)
+from tests.serving.conftest import (
+    ServerThread,
+    module_topics,
+    read_topic,
+    register_version,
+    serving_config,
+    set_alias,
+    version_tags,
+    wait_for,
+)
 from tests.serving.generate_load import GenerateLoad
 from tests.serving.lora_adapters import build_adapter, build_base, reference_logprobs
 
@@ -208,7 +216,7 @@ def test_an_adapter_version_is_checked_against_its_own_weight_probe(config, poli
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    from trainer.weight_probe import measure_weight_probe
+    from trainer.io.weight_probe import measure_weight_probe
 
     def probed(adapter_dir, out, with_adapter: bool):
         shutil.copytree(adapter_dir, out)

@@ -1,4 +1,4 @@
-"""The admin force-swap and rollback are one operation (serving/rollout.py, Rollout.force_swap and admin_rollback):
+"""The admin force-swap and rollback are one operation (serving/swap/rollout.py, Rollout.force_swap and admin_rollback):
 gRPC PolicyAdmin and HTTP /admin/* answer the same, refuse the same, and tag the same reason."""
 
 import json
@@ -9,8 +9,14 @@ import pytest
 
 from liverl.contracts import names
 from liverl.v1 import serving_pb2, serving_pb2_grpc
-from tests.serving.conftest import (ServerThread, module_topics, register_version, serving_config, set_alias,
-                                    version_tags)
+from tests.serving.conftest import (
+    ServerThread,
+    module_topics,
+    register_version,
+    serving_config,
+    set_alias,
+    version_tags,
+)
 
 ADMIN = (("authorization", "Bearer admin-key"),)
 LONG_REASON = "bad answers " * 60  # 720 characters: more than a tag keeps

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from liverl.contracts.chat import render_chat
-from serving.chat import parse_tool_calls
+from serving.http.chat import parse_tool_calls
 
 TOOLS = [{"type": "function", "function": {"name": "edit", "parameters": {"type": "object"}}}]
 
@@ -92,7 +92,7 @@ def tiny_tokenizer(tiny_policy_dir):
 
 @pytest.mark.parametrize("template", [None, SMOLLM2_TEMPLATE, LLAMA_TEMPLATE], ids=["transcript", "smollm2", "llama"])
 def test_text_parts_render_as_their_string_for_every_role(tiny_tokenizer, template):
-    from serving.openai_schema import ChatRequest
+    from serving.http.openai_schema import ChatRequest
 
     tiny_tokenizer.chat_template = template
     try:
@@ -117,7 +117,7 @@ def test_text_parts_render_as_their_string_for_every_role(tiny_tokenizer, templa
 def test_media_and_malformed_parts_are_refused_with_what_to_send(part, says):
     from pydantic import ValidationError
 
-    from serving.openai_schema import ChatRequest
+    from serving.http.openai_schema import ChatRequest
 
     for role in ("system", "user", "assistant", "tool"):
         with pytest.raises(ValidationError) as refused:

@@ -7,8 +7,8 @@ import sys
 import time
 
 import grpc
-import pytest
 import httpx
+import pytest
 
 from liverl.contracts import names
 from liverl.io.processes import start, stop

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from liverl.io.registry import ModelRegistry
-from serving.downloads import download_folder, download_version
+from serving.swap.downloads import download_folder, download_version
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,7 +37,7 @@ def test_each_download_gets_a_fresh_folder_and_names_its_source(stack, tmp_path)
 
 def test_one_registry_client_class():
     """What every stage needs from the registry lives in liverl/io/registry.py; a stage adds what is its own
-    (trainer/registry.py), and no two classes share the name Registry."""
+    (trainer/io/registry.py), and no two classes share the name Registry."""
     named = [str(path.relative_to(ROOT)) for path in sorted(ROOT.glob("*/**/*.py"))
              if path.relative_to(ROOT).parts[0] in ("liverl", "ingest", "serving", "pipelines", "trainer")
              for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))

@@ -15,7 +15,7 @@ import pytest
 
 from liverl.contracts import names
 from liverl.v1 import common_pb2, serving_pb2, serving_pb2_grpc
-from serving.fleet import TAG_CANARY_TOOK
+from serving.swap.fleet import TAG_CANARY_TOOK
 from tests.serving.conftest import ServerThread, register_version, serving_config, set_alias, version_tags, wait_for
 
 SHORT = [2, 60, 61]

@@ -55,7 +55,7 @@ def test_prompts_are_bounded_before_any_work(completions):
 
 
 def _deltas(count: int, pause_s: float, closed: list):
-    from serving.engine import Delta
+    from serving.engines.engine import Delta
 
     async def generate():
         import asyncio

@@ -5,8 +5,8 @@ import asyncio
 
 import pytest
 
-from serving.engine import Adapter, Sampling
-from serving.hf_engine import HfEngine
+from serving.engines.engine import Adapter, Sampling
+from serving.engines.hf_engine import HfEngine
 from tests.serving.lora_adapters import build_adapter, build_base, reference_logprobs
 
 PROMPT = [2, 64, 65, 66]

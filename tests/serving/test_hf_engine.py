@@ -4,8 +4,8 @@ import asyncio
 
 import torch
 
-from serving.engine import Sampling
-from serving.hf_engine import HfEngine
+from serving.engines.engine import Sampling
+from serving.engines.hf_engine import HfEngine
 
 
 async def _generate(engine, ids, sampling):

@@ -60,7 +60,7 @@ def test_completions_and_streams(api_server):
 
 
 def test_tool_calls_pass_through(api_server):
-    from serving.chat import parse_tool_calls
+    from serving.http.chat import parse_tool_calls
 
     client = _client(api_server)
     model = api_server.server.config.mlflow.registered_model

@@ -1,4 +1,4 @@
-"""The completion routes' ASGI front (serving.asgi_routes): what FastAPI answered is kept, the guards run in
+"""The completion routes' ASGI front (serving.http.asgi_routes): what FastAPI answered is kept, the guards run in
 their order, and a stream's lease is freed when its client leaves.
 
 Some tests call the front in-process with an ASGI receive/send pair (to see what is read, and when) on
@@ -17,11 +17,11 @@ import orjson
 import pytest
 
 from liverl.contracts import names
-from serving.asgi_routes import match, request_headers
-from serving.http_api import build_http_app
-from serving.responses.state import ResponseStore
-from serving.http_completions import chat, complete
-from serving.http_guard import HttpContext
+from serving.http.api import build_http_app
+from serving.http.asgi_routes import match, request_headers
+from serving.http.completions import chat, complete
+from serving.http.guard import HttpContext
+from serving.http.responses.state import ResponseStore
 from serving.rate_limit import RateLimiter
 from tests.serving.conftest import rejected_total
 

@@ -2,7 +2,7 @@
 engine on the new weights samples (tokens, and logprobs within 1e-4 in fp32), and not what it sampled before.
 
 Run for the demo's policy (GPT-2) and a Llama-architecture policy, both with tied word embeddings: the tie is
-what broke vLLM's plain `reload_weights` on CPU (serving/vllm_worker_extension.py says why). Two engine starts
+what broke vLLM's plain `reload_weights` on CPU (serving/engines/vllm_worker_extension.py says why). Two engine starts
 per architecture: the one updated in place, and the fresh reference.
 """
 
@@ -10,7 +10,7 @@ import asyncio
 
 import pytest
 
-from serving.engine import Sampling
+from serving.engines.engine import Sampling
 
 pytestmark = pytest.mark.slow
 
@@ -43,7 +43,7 @@ def _run(coroutine):
 def test_in_place_update_equals_a_fresh_engine_on_the_new_weights(arch, tmp_path):
     from demo.policy.tiny_policy import build_policy
     from liverl.config.serving import ServingConfig
-    from serving.vllm_engine import VllmEngine
+    from serving.engines.vllm_engine import VllmEngine
 
     old = build_policy(tmp_path / "old", WORDS, arch=arch, n_positions=128, seed=0)
     new = build_policy(tmp_path / "new", WORDS, arch=arch, n_positions=128, seed=1)

@@ -4,7 +4,7 @@ import pytest
 from pydantic import ValidationError
 
 from liverl.config.serving import LoraServingConfig, ServingConfig
-from serving.vllm_engine import _lora_args
+from serving.engines.vllm_engine import _lora_args
 
 
 def test_lora_off_starts_vllm_without_lora_layers_and_on_passes_the_slots():

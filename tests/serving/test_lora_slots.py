@@ -7,9 +7,9 @@ import asyncio
 
 import pytest
 
-from serving.engine import Adapter, Sampling
-from serving.hf_engine import HfEngine
-from serving.lora_slots import LoraSlots
+from serving.engines.engine import Adapter, Sampling
+from serving.engines.hf_engine import HfEngine
+from serving.engines.lora_slots import LoraSlots
 from tests.serving.lora_adapters import build_adapter, build_base, reference_logprobs
 
 PROMPT = [2, 64, 65, 66]
@@ -131,7 +131,7 @@ def test_a_tenant_request_never_starts_on_weights_other_than_its_adapters_base(f
     (it would be recorded as the tenant's version): it is refused during the update and after it."""
     import shutil
 
-    from serving.lora_slots import TenantEngine
+    from serving.engines.lora_slots import TenantEngine
 
     base, _ = folders
     a, *_ = _adapters(folders)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from serving.record_handoff import BatchHandoff
+from serving.recording.handoff import BatchHandoff
 
 
 def test_items_come_out_in_order_in_batches_no_larger_than_asked():

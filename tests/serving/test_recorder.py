@@ -5,7 +5,7 @@ import time
 from liverl.contracts import names
 from liverl.v1 import model_call_pb2
 from serving.metrics import ServingMetrics
-from serving.recorder import Recorder
+from serving.recording.recorder import Recorder
 from tests.serving.conftest import read_topic
 
 

@@ -1,7 +1,7 @@
 """The responses kept for previous_response_id: found only by their own tenant, bounded per tenant and overall
 (least recently used out first), expired after the TTL."""
 
-from serving.responses.state import ResponseStore
+from serving.http.responses.state import ResponseStore
 
 
 class Clock:

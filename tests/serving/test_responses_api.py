@@ -14,7 +14,7 @@ from safetensors.torch import load_file, save_file
 from liverl.contracts import names
 from liverl.contracts.chat import render_chat
 from liverl.v1 import model_call_pb2
-from serving import tokens
+from serving.engines import tokens
 from tests.serving.conftest import WORDS, ServerThread, module_topics, read_topic, rejected_total, serving_config
 
 KEYS = {"acme-key": {"tenant": "acme"}, "globex-key": {"tenant": "globex"}, "initech-key": {"tenant": "initech"}}

@@ -51,7 +51,7 @@ class _Engine:
         self.weights = "1"
 
     async def generate(self, prompt_token_ids, sampling, request_id, final_only=False):
-        from serving.engine import Delta
+        from serving.engines.engine import Delta
 
         yield Delta([int(self.weights)], [0.0], "stop")
 

@@ -8,9 +8,16 @@ import pytest
 
 from liverl.contracts import names
 from liverl.io.registry import ModelRegistry
-from tests.serving.conftest import (ServerThread, module_topics, register_version, serving_config, set_alias,
-                                    sign_as_the_gate, version_tags, wait_for)
-
+from tests.serving.conftest import (
+    ServerThread,
+    module_topics,
+    register_version,
+    serving_config,
+    set_alias,
+    sign_as_the_gate,
+    version_tags,
+    wait_for,
+)
 
 
 @pytest.fixture

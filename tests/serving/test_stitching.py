@@ -1,4 +1,4 @@
-"""Sessions stitched without headers (serving.stitching): the stitcher on its own, then through the real HTTP app,
+"""Sessions stitched without headers (serving.recording.stitching): the stitcher on its own, then through the real HTTP app,
 its calls read back from Kafka."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from liverl.config.serving import ServingConfig
 from liverl.contracts import names
 from liverl.v1 import model_call_pb2, session_event_pb2
-from serving.stitching import AMBIGUOUS, Stitcher, canonical, link_events, tool_links
+from serving.recording.stitching import AMBIGUOUS, Stitcher, canonical, link_events, tool_links
 from tests.conftest import stored_key
 from tests.serving.conftest import ServerThread, module_topics, read_topic, register_version, serving_config
 
@@ -255,7 +255,7 @@ def test_tool_results_are_recorded_linked_to_the_call_that_asked(stitching_serve
     call_id = f"call_{uuid.uuid4().hex[:24]}"
     tool_call = {"id": call_id, "type": "function", "function": {"name": "edit", "arguments": '{"file": "a.py"}'}}
     # the tiny policy writes no JSON tool calls: its replies are read as this one (the server runs in-process)
-    monkeypatch.setattr("serving.http_completions.parse_tool_calls", lambda text, tools: [dict(tool_call)] if tools
+    monkeypatch.setattr("serving.http.completions.parse_tool_calls", lambda text, tools: [dict(tool_call)] if tools
                         else [])
     tools = [{"type": "function", "function": {"name": "edit", "parameters": {"type": "object"}}}]
     client = _client(stitching_server)
@@ -298,7 +298,7 @@ def _events_of(server, call_id: str, *others: str) -> list[session_event_pb2.Ses
 def test_function_call_outputs_continuing_a_previous_response_are_linked(stitching_server, monkeypatch):
     call_id = f"call_{uuid.uuid4().hex[:24]}"
     tool_call = {"id": call_id, "type": "function", "function": {"name": "edit", "arguments": "{}"}}
-    monkeypatch.setattr("serving.responses.api.parse_tool_calls", lambda text, tools: [dict(tool_call)] if tools
+    monkeypatch.setattr("serving.http.responses.api.parse_tool_calls", lambda text, tools: [dict(tool_call)] if tools
                         else [])
     client = _client(stitching_server)
     tools = [{"type": "function", "name": "edit", "parameters": {"type": "object"}}]

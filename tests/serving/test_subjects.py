@@ -16,8 +16,8 @@ from liverl.privacy.pseudonyms import Pseudonyms
 from liverl.privacy.subject import resolve
 from liverl.v1 import common_pb2, model_call_pb2, serving_pb2, serving_pb2_grpc
 from serving.metrics import ServingMetrics
-from serving.recorder import Recorder
-from serving.subjects import ServingSubjects
+from serving.recording.recorder import Recorder
+from serving.recording.subjects import ServingSubjects
 from tests.serving.conftest import ServerThread, module_topics, read_topic, register_version, serving_config
 
 

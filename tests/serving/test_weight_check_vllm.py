@@ -1,6 +1,6 @@
 """The weight probe on the real vLLM engine, in-place swaps broken on purpose: a wrong weights file, a half-written
 one (its second half never written: it still parses), and a tied head vLLM's plain reload leaves packed from the old
-weights (serving/vllm_worker_extension.py). Each is refused before traffic, rolled back to the previous weights
+weights (serving/engines/vllm_worker_extension.py). Each is refused before traffic, rolled back to the previous weights
 exactly, counted and logged with its reason; a good swap passes. One engine start for the module."""
 
 from __future__ import annotations

@@ -6,9 +6,9 @@ import openai
 
 from liverl.contracts import names
 from liverl.v1 import common_pb2, model_call_pb2, serving_pb2, serving_pb2_grpc
-from serving.session_ids import REQUEST_ID_HEADER, header_value
-from tests.serving.conftest import read_topic
+from serving.recording.session_ids import REQUEST_ID_HEADER, header_value
 from tests.conftest import stored_key
+from tests.serving.conftest import read_topic
 
 
 def _plain_client(server, base: str = "/v1") -> openai.OpenAI:

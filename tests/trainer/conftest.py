@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from liverl.contracts import names
 from liverl.config import LiverlConfig
+from liverl.contracts import names
 
 WORDS = ["edit", "search", "ask", "fix", "file", "done"]
 
@@ -42,9 +42,9 @@ def make_row(trajectory_id: str, batch_id: str, token_ids: list[int], loss_mask:
 def step_sizes(uri: str, micro_batch_tokens: int, accumulation_steps: int) -> tuple[list[int], dict[str, int]]:
     """Build every step from the table at uri; returns trajectories per step and what was marked trained."""
     from liverl.config.trainer import TrainerConfig
-    from trainer.row_stream import RowStream, StreamPosition
-    from trainer.step_builder import build_step
     from liverl.io.table_history import TableHistory
+    from trainer.io.row_stream import RowStream, StreamPosition
+    from trainer.step.builder import build_step
 
     config = TrainerConfig()
     config.gate.holdout_fraction = 0.0
@@ -147,7 +147,7 @@ def trainer_config(stack: LiverlConfig, tmp_path: Path, **trainer_overrides) -> 
     config.trainer.checkpoint_dir = tmp_path / "checkpoints"
     config.trainer.deepspeed.micro_batch_tokens = 24  # 3 trajectories a micro-batch
     config.trainer.gate.holdout_fraction = 0.25
-    # A few held-out sessions: the gate's evidence floors would defer every candidate (trainer/gate_statistics.py);
+    # A few held-out sessions: the gate's evidence floors would defer every candidate (trainer/gate/statistics.py);
     # these tests are about the loop's plumbing; the error rates are tests/trainer/test_gate_error_rates.py's.
     config.trainer.gate.min_effective_sessions = 2.0
     config.trainer.gate.max_reward_drop = 0.5  # the demo's: at 0.01 three sessions can never show a candidate

@@ -27,7 +27,7 @@ class Evil:
 def main(rank: int, port: int, secret: str, mode: str, marker: str) -> None:
     import torch.distributed as dist
 
-    from trainer.ranks import Ranks
+    from trainer.step.ranks import Ranks
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
                             timeout=timedelta(seconds=60))

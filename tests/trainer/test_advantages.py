@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from liverl.config.trainer import AdvantageConfig
-from trainer.advantages import Baselines, compute_advantages
-from trainer.trajectory import Trajectory
+from trainer.step.advantages import Baselines, compute_advantages
+from trainer.step.trajectory import Trajectory
 
 
 def _t(family: str, task_id: str = "") -> Trajectory:

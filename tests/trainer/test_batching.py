@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainer.batching import Sample, collate, pack
+from trainer.step.batching import Sample, collate, pack
 
 
 def _sample(length: int, weight: float = 1.0) -> Sample:
@@ -31,8 +31,8 @@ def test_collate_pads_masks_token_zero_and_applies_the_staleness_weight():
 
 def test_staleness_weights_scale_the_gradient_instead_of_cancelling():
     from liverl.config.trainer import LossConfig
-    from trainer.losses import token_losses
-    from trainer.training_step import step_objective
+    from trainer.step.losses import token_losses
+    from trainer.step.training_step import step_objective
 
     # One on-policy token per trajectory (r = 1, ppo loss -A), A = 1 and A = 3, weights 1 and 0.5.
     batch = collate([Sample([1, 2], [0, 1], [0.0, -1.0], 1.0, 1.0), Sample([1, 2], [0, 1], [0.0, -1.0], 3.0, 0.5)])

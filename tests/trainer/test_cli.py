@@ -13,7 +13,7 @@ import pytest
 
 from liverl.contracts import names
 from tests.trainer.conftest import cli_overrides, commit_batch, subprocess_env, trainer_config
-from trainer.registry import Registry
+from trainer.io.registry import Registry
 
 pytestmark = pytest.mark.slow  # real DeepSpeed + MLflow
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from liverl.config import load_config
-from trainer.engine import build_engine, deepspeed_config, full_state_dict
-from trainer.policy_io import load_policy
+from trainer.io.policy_io import load_policy
+from trainer.step.engine import build_engine, deepspeed_config, full_state_dict
 
 
 def test_deepspeed_config_follows_the_trainer_section():

@@ -9,7 +9,7 @@ from liverl.contracts import names
 from liverl.io.lineage import Lineage, encode
 from liverl.privacy.lineage_report import exclude, trained_on
 from tests.trainer.test_gate_promotion import Judged
-from trainer.registry import Registry
+from trainer.io.registry import Registry
 
 
 def test_the_versions_trained_on_the_subject_are_named_and_never_promoted(stack, tiny_policy_dir):

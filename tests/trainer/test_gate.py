@@ -15,17 +15,17 @@ from liverl.config.rewards import RewardsConfig
 from liverl.config.trainer import AdvantageConfig, GateConfig, LossConfig
 from liverl.contracts import names
 from tests.trainer.conftest import commit_batch, trainer_config
-from trainer.advantages import Baselines, compute_advantages
-from trainer.base_policy import register_base
-from trainer.batching import token_logprobs
-from trainer.gate import evaluate
-from trainer.holdout import GateEvidence
+from trainer.gate.holdout import GateEvidence
+from trainer.gate.promotion import evaluate
+from trainer.groups.tenant_groups import SHARED_GROUP
+from trainer.io.base_policy import register_base
+from trainer.io.policy_io import load_policy
+from trainer.io.registry import Registry
 from trainer.loop import Trainer
-from trainer.policy_io import load_policy
-from trainer.registry import Registry
-from trainer.rewarding import mixed_rewards
-from trainer.trajectory import from_row
-from trainer.tenant_groups import SHARED_GROUP
+from trainer.step.advantages import Baselines, compute_advantages
+from trainer.step.batching import token_logprobs
+from trainer.step.rewarding import mixed_rewards
+from trainer.step.trajectory import from_row
 
 # Three behaviours of an orchestrator on one task, each (text, verified outcome, judge score, signals). The judge
 # was fooled by questions: asking scores almost like editing in the mixed reward (the hack the monitors must catch)

@@ -1,7 +1,7 @@
 """The gate's reward test keeps its stated error rates at the real demo's settings.
 
-Simulated held-out evidence drives the gate's own estimator and decision (trainer/gate_statistics.py, which
-trainer/gate.py calls): n sessions served by the champion (it is the behaviour policy), rewards ±1 with mean m0
+Simulated held-out evidence drives the gate's own estimator and decision (trainer/gate/statistics.py, which
+trainer/gate/promotion.py calls): n sessions served by the champion (it is the behaviour policy), rewards ±1 with mean m0
 under it, and a candidate whose trajectory log-ratio is a tilt toward (or away from) reward plus noise:
 
     log w_i = a·r_i + ε_i - log E_b[exp(a·r + ε)],   ε_i ~ N(0, s²)
@@ -24,7 +24,7 @@ import pytest
 from scipy.optimize import brentq
 
 from liverl.config.trainer import GateConfig
-from trainer.gate_statistics import DEFER, FAIL, PASS, reward_change, reward_verdict
+from trainer.gate.statistics import DEFER, FAIL, PASS, reward_change, reward_verdict
 
 ROOT = Path(__file__).resolve().parents[2]
 TRIALS = 4000  # rates to about ±0.007 (two SEs at 5 %); seeded, about a second in all

@@ -11,7 +11,7 @@ import statistics
 import pytest
 
 from liverl.config.trainer import GateConfig
-from trainer.online_eval import OnlineEvaluation, PairedFigures, PolicyFigures, judge_online
+from trainer.gate.online_eval import OnlineEvaluation, PairedFigures, PolicyFigures, judge_online
 
 SUBAGENTS = "rate.subagents_over_one"  # a proxy the reward asks to raise (parallelism)
 
@@ -67,7 +67,7 @@ def test_monitors_of_pure_noise_refuse_a_healthy_candidate_about_alpha_of_the_ti
 
 
 def test_without_the_correction_the_same_noise_refuses_far_more_often():
-    from trainer.hacking import MonitorMove, judge_hacking
+    from trainer.step.hacking import MonitorMove, judge_hacking
 
     rng = random.Random(7)
     corrected = uncorrected = 0

@@ -15,9 +15,9 @@ from liverl.config.rewards import MonitorsConfig
 from liverl.config.trainer import GateConfig, LossConfig
 from liverl.contracts import names
 from liverl.io.lease import RegistryLease
-from trainer.gate import GateReport
-from trainer.publish import CheckpointPublisher
-from trainer.registry import TAG_CHECKPOINT, Registry
+from trainer.gate.promotion import GateReport
+from trainer.io.publish import CheckpointPublisher
+from trainer.io.registry import TAG_CHECKPOINT, Registry
 
 RUN = "run-a"
 
@@ -153,7 +153,7 @@ def test_a_candidate_whose_champion_keeps_moving_is_refused_with_the_reason(mode
 
 
 def test_the_promotion_waits_for_the_lease_and_refuses_when_another_trainer_keeps_it(model):
-    from trainer.publish import PROMOTION_LEASE
+    from trainer.io.publish import PROMOTION_LEASE
 
     registry = Registry(model.mlflow)
     other = RegistryLease(registry, PROMOTION_LEASE, owner="trainer-b", ttl_s=60.0)

@@ -11,11 +11,11 @@ import pytest
 
 from liverl.contracts import names
 from tests.trainer.conftest import trainer_config
-from trainer.base_policy import register_base
-from trainer.gate_worker import GateWorker
-from trainer.publish import PublishResult
-from trainer.registry import TAG_CHECKPOINT, Registry
-from trainer.tenant_groups import SHARED_GROUP
+from trainer.gate.worker import GateWorker
+from trainer.groups.tenant_groups import SHARED_GROUP
+from trainer.io.base_policy import register_base
+from trainer.io.publish import PublishResult
+from trainer.io.registry import TAG_CHECKPOINT, Registry
 
 
 class SlowJudge:

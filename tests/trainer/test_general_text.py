@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from liverl.config import load_config
-from trainer.adapters import AdapterBase, trainable_policy
-from trainer.general_text import judge_general_text
-from trainer.policy_io import export_adapter, weights_digest
+from trainer.gate.general_text import judge_general_text
+from trainer.io.policy_io import export_adapter, weights_digest
+from trainer.step.adapters import AdapterBase, trainable_policy
 
 WORDS = ["edit", "search", "ask", "fix", "file", "done"]
 TEXT = " ".join(WORDS * 8)
@@ -17,9 +17,9 @@ TEXT = " ".join(WORDS * 8)
 
 @pytest.fixture(scope="module")
 def llama_dir(tmp_path_factory):
-    from demo.policy.tiny_policy import build_policy
-
     from transformers import AutoModelForCausalLM
+
+    from demo.policy.tiny_policy import build_policy
 
     folder = build_policy(tmp_path_factory.mktemp("general") / "base", WORDS, arch="llama")
     # Fitted to the general text first, so that the base knows it and an adapter can only make it worse.

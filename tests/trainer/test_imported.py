@@ -9,17 +9,16 @@ import torch
 
 from liverl.config import load_config
 from liverl.config.trainer import AdvantageConfig, LossConfig, StalenessConfig
-from trainer.advantages import Baselines, step_signals
-from trainer.batching import Sample, collate_rows
-from trainer.losses import token_losses
-from trainer.packing import micro_batches
-from trainer.rewarding import mixed_rewards
-from trainer.served_lineage import ServedLineage
-from trainer.staleness import assess
-from trainer.step_builder import StepPlan
-from trainer.trajectory import from_row
-
 from tests.trainer.conftest import make_row
+from trainer.io.served_lineage import ServedLineage
+from trainer.step.advantages import Baselines, step_signals
+from trainer.step.batching import Sample, collate_rows
+from trainer.step.builder import StepPlan
+from trainer.step.losses import token_losses
+from trainer.step.packing import micro_batches
+from trainer.step.rewarding import mixed_rewards
+from trainer.step.staleness import assess
+from trainer.step.trajectory import from_row
 
 HOUR_MS = 3_600_000
 IMPORTED = {"origin": "import:openai-chat", "policy_versions": ["import"], "span_policy_versions": ["import"]}
@@ -90,7 +89,7 @@ def test_only_successful_imports_get_a_weight_and_none_moves_the_baselines(traje
 
 def _gradient(model, plan: list, config) -> list[torch.Tensor]:
     """The gradient of one step's objective, built as run_step builds it (without DeepSpeed)."""
-    from trainer.training_step import batch_loss, step_objective, step_samples
+    from trainer.step.training_step import batch_loss, step_objective, step_samples
 
     tc = config.trainer
     rewards = mixed_rewards(plan, 1, config.rewards)
@@ -106,7 +105,7 @@ def _gradient(model, plan: list, config) -> list[torch.Tensor]:
 
 
 def test_an_unsuccessful_import_contributes_nothing_by_default(tiny_policy_dir, trajectories):
-    from trainer.policy_io import load_policy
+    from trainer.io.policy_io import load_policy
 
     config = load_config(environ={}, overrides=[])
     model = load_policy(tiny_policy_dir)
@@ -140,9 +139,9 @@ def test_staleness_keeps_imported_rows_and_ages_them_by_wall_time_only():
 
 
 def test_a_real_deepspeed_step_on_a_mixed_batch(tiny_policy_dir, trajectories):
-    from trainer.engine import build_engine
-    from trainer.policy_io import load_policy
-    from trainer.training_step import run_step
+    from trainer.io.policy_io import load_policy
+    from trainer.step.engine import build_engine
+    from trainer.step.training_step import run_step
 
     config = load_config(environ={}, overrides=[
         "--trainer.deepspeed.zero_stage", "0", "--trainer.deepspeed.gradient_accumulation_steps", "2"])
@@ -154,7 +153,7 @@ def test_a_real_deepspeed_step_on_a_mixed_batch(tiny_policy_dir, trajectories):
     engine = build_engine(load_policy(tiny_policy_dir), config.trainer)
 
     def imported_log_likelihood() -> float:
-        from trainer.batching import token_logprobs
+        from trainer.step.batching import token_logprobs
 
         with torch.no_grad():
             logp = token_logprobs(engine.module, imported_ids, torch.ones_like(imported_ids))

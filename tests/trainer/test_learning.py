@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from tests.trainer.conftest import commit_batch, trainer_config
-from trainer.base_policy import register_base
+from trainer.io.base_policy import register_base
+from trainer.io.policy_io import download_policy, load_policy
+from trainer.io.registry import Registry
 from trainer.loop import Trainer
-from trainer.policy_io import download_policy, load_policy
-from trainer.registry import Registry
 
 pytestmark = pytest.mark.slow  # real DeepSpeed + MLflow
 

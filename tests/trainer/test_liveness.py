@@ -7,10 +7,10 @@ import pytest
 
 from liverl.contracts import names
 from tests.trainer.conftest import commit_batch, trainer_config
-from trainer.base_policy import register_base
+from trainer.groups.tenant_groups import SHARED_GROUP
+from trainer.io.base_policy import register_base
+from trainer.io.registry import Registry
 from trainer.loop import Trainer
-from trainer.registry import Registry
-from trainer.tenant_groups import SHARED_GROUP
 
 pytestmark = pytest.mark.slow  # real DeepSpeed + MLflow
 

@@ -9,10 +9,10 @@ import pytest
 
 from liverl.contracts import names
 from tests.trainer.conftest import commit_batch, trainer_config
-from trainer.base_policy import register_base
+from trainer.groups.tenant_groups import SHARED_GROUP
+from trainer.io.base_policy import register_base
+from trainer.io.registry import TAG_METRICS, Registry
 from trainer.loop import Trainer
-from trainer.registry import TAG_METRICS, Registry
-from trainer.tenant_groups import SHARED_GROUP
 
 LINEAGE_TAGS = (
     names.TAG_TABLE_VERSIONS, names.TAG_KAFKA_OFFSETS, names.TAG_REWARD_CONFIG_VERSION, names.TAG_PARENT_VERSION,
@@ -54,7 +54,7 @@ def test_train_once_registers_versions_with_lineage_and_gate(stack, tiny_policy_
         assert tags[names.TAG_GATE_DECISION] in ("pass", "fail")
         report = json.loads(tags[names.TAG_GATE_REPORT])
         # Judged, or refused unjudged when a newer candidate arrived first: the gate judges on a thread, so which
-        # candidates wait long enough to be superseded is the machine's timing (trainer/gate_worker.py).
+        # candidates wait long enough to be superseded is the machine's timing (trainer/gate/worker.py).
         assert report["figures"] or any(reason.startswith("superseded by v") for reason in report["reasons"]), report
         judged += bool(report["figures"])
         trained_on.update(json.loads(tags[names.TAG_TABLE_VERSIONS]))
@@ -80,8 +80,8 @@ def _registered_with_their_weight_probe(registry: Registry, versions: list[str],
     """Each registered folder carries the probe its export measured, and its weights reproduce it (serving's check)."""
     from liverl.config.serving import ServingConfig
     from liverl.contracts.weight_probe import read_probe
-    from trainer.policy_io import load_policy
-    from trainer.weight_probe import measure_weight_probe
+    from trainer.io.policy_io import load_policy
+    from trainer.io.weight_probe import measure_weight_probe
 
     for version in versions:
         folder = registry.download(version, cache)

@@ -14,11 +14,11 @@ from safetensors.torch import load_file
 from liverl.config import load_config
 from liverl.contracts import adapter as adapter_format
 from liverl.contracts import names
-from trainer.adapters import AdapterBase, trainable_policy
-from trainer.engine import adapter_state_dict, build_engine
-from trainer.lineage import weights_tags
-from trainer.policy_io import export_adapter, load_policy, resolve_base_folder, weights_digest
-from trainer.scoring import score_tokens
+from trainer.gate.scoring import score_tokens
+from trainer.io.lineage import weights_tags
+from trainer.io.policy_io import export_adapter, load_policy, resolve_base_folder, weights_digest
+from trainer.step.adapters import AdapterBase, trainable_policy
+from trainer.step.engine import adapter_state_dict, build_engine
 
 WORDS = ["edit", "search", "ask", "fix", "file", "done"]
 IDS = torch.tensor([[5, 6, 7, 8, 9, 10], [11, 12, 13, 14, 15, 16]])
@@ -110,7 +110,7 @@ def test_deepspeed_trains_only_the_adapter_and_exports_it(llama_dir, tmp_path, s
 
 
 def test_scoring_reaches_the_decoder_and_head_through_peft(llama_dir, tmp_path):
-    """trainer/scoring.py projects the decoder's hidden states with the output head; the adapter model handed to
+    """trainer/gate/scoring.py projects the decoder's hidden states with the output head; the adapter model handed to
     it must still expose both (peft's PeftModel would hand it peft's tuner as the decoder)."""
     engine, _policy, folder = _trained_adapter(llama_dir, tmp_path / "adapter")
     attention = torch.ones_like(IDS)
@@ -144,7 +144,7 @@ def test_an_adapter_parent_is_trained_on_as_the_same_adapter(llama_dir, tmp_path
 
 def test_load_policy_finds_the_base_beside_a_downloaded_adapter_and_refuses_the_wrong_one(llama_dir, tmp_path):
     _engine, _policy, exported = _trained_adapter(llama_dir, tmp_path / "adapter")
-    cache = tmp_path / "registry"  # trainer.registry.Registry.download's layout: <cache>/<version>/policy
+    cache = tmp_path / "registry"  # trainer.io.registry.Registry.download's layout: <cache>/<version>/policy
     adapter_folder = cache / "7" / names.POLICY_ARTIFACT_PATH
     shutil.copytree(exported, adapter_folder)
     config = json.loads((adapter_folder / adapter_format.ADAPTER_CONFIG_FILE).read_text())

@@ -12,11 +12,11 @@ from safetensors.torch import load_file
 from liverl.contracts import adapter as adapter_format
 from liverl.contracts import names
 from tests.trainer.conftest import TrajectoryFactory, commit_batch, trainer_config
-from trainer.base_policy import register_base
+from trainer.groups.tenant_groups import SHARED_GROUP
+from trainer.io.base_policy import register_base
+from trainer.io.policy_io import download_policy, load_policy, weights_digest
+from trainer.io.registry import TAG_CHECKPOINT, Registry
 from trainer.loop import Trainer
-from trainer.policy_io import download_policy, load_policy, weights_digest
-from trainer.registry import TAG_CHECKPOINT, Registry
-from trainer.tenant_groups import SHARED_GROUP
 
 pytestmark = pytest.mark.slow  # real DeepSpeed + MLflow
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainer.adapters import AdapterBase, trainable_policy
-from trainer.policy_io import export_adapter, weights_digest
-from trainer.scoring import TokenSampling, score_tokens
+from trainer.gate.scoring import TokenSampling, score_tokens
+from trainer.io.policy_io import export_adapter, weights_digest
+from trainer.step.adapters import AdapterBase, trainable_policy
 
 pytestmark = pytest.mark.slow  # a live vLLM engine
 

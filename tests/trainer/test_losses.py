@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from liverl.config.trainer import LossConfig
-from trainer.losses import behaviour_kl, reference_kl, token_losses
+from trainer.step.losses import behaviour_kl, reference_kl, token_losses
 
 
 def _one_token(kind: str, ratio: float, advantage: float, **overrides):

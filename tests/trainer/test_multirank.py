@@ -20,11 +20,11 @@ from safetensors.torch import load_file
 from liverl.contracts import names
 from liverl.io.processes import free_port
 from tests.trainer.conftest import cli_overrides, commit_batch, run_trainer, trainer_config
-from trainer.base_policy import register_base
-from trainer.registry import TAG_METRICS, Registry
-from trainer.state import TrainerState
-from trainer.tenant_groups import SHARED_GROUP
-from trainer.training_step import deal
+from trainer.groups.tenant_groups import SHARED_GROUP
+from trainer.io.base_policy import register_base
+from trainer.io.registry import TAG_METRICS, Registry
+from trainer.io.state import TrainerState
+from trainer.step.training_step import deal
 
 # The 2-rank update is the 1-rank update up to the order of floating-point sums (gradients summed per rank, then
 # allreduced and averaged): the tolerance leaves room for that rounding, far below what training moves the weights

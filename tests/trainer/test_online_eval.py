@@ -10,8 +10,14 @@ import time
 import pytest
 
 from liverl.config.trainer import GateConfig
-from trainer.online_eval import (
-    OnlineEvalError, OnlineEvaluation, PairedFigures, PolicyFigures, evaluate_online, judge_online, parse_evaluation,
+from trainer.gate.online_eval import (
+    OnlineEvalError,
+    OnlineEvaluation,
+    PairedFigures,
+    PolicyFigures,
+    evaluate_online,
+    judge_online,
+    parse_evaluation,
 )
 
 MONITORS = {"rate.broken_tool_calls": 0.1, "rate.clarifying": 0.05}

@@ -10,8 +10,8 @@ import time
 import pytest
 
 from liverl.config.trainer import GateConfig
-from trainer.online_eval import OnlineEvalError
-from trainer.online_eval_process import PerCandidateEvaluator, PersistentEvaluator, online_evaluator
+from trainer.gate.online_eval import OnlineEvalError
+from trainer.gate.online_eval_process import PerCandidateEvaluator, PersistentEvaluator, online_evaluator
 
 SIDE = {"n": 30, "reward_mean": 0.5, "reward_se": 0.05, "monitors": {"rate.clarifying": 0.1}}
 

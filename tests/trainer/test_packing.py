@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from liverl.config.trainer import DeepSpeedConfig
-from trainer.batching import Sample, collate, collate_rows, pack, score_batch
-from trainer.packing import micro_batches, pack_rows
+from trainer.step.batching import Sample, collate, collate_rows, pack, score_batch
+from trainer.step.packing import micro_batches, pack_rows
 
 WORDS = ["edit", "search", "ask", "fix", "file", "done"]
 
@@ -115,7 +115,7 @@ def test_packed_scores_equal_scoring_every_window_alone(tmp_path, arch, attentio
 
 @pytest.mark.parametrize("arch", ["gpt2", "llama"])
 def test_a_window_does_not_see_the_window_packed_before_it(tmp_path, arch):
-    from trainer.scoring import score_tokens
+    from trainer.gate.scoring import score_tokens
 
     model = _policy(tmp_path, arch, "sdpa")
     samples = _windows(model.config.vocab_size)

@@ -12,9 +12,9 @@ import pytest
 
 from liverl.contracts import names
 from tests.trainer.conftest import subprocess_env, trainer_config
-from trainer import pretrained
-from trainer.policy_io import weights_digest
-from trainer.registry import TAG_BASE_DIGEST, Registry
+from trainer.io import pretrained
+from trainer.io.policy_io import weights_digest
+from trainer.io.registry import TAG_BASE_DIGEST, Registry
 
 pytestmark = pytest.mark.slow  # converts a 135M-parameter model (~30 s each time)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from liverl.io.processes import free_port
-from trainer.rank_messages import RankAuthError, check_secret
+from trainer.step.rank_messages import RankAuthError, check_secret
 
 ROOT = Path(__file__).resolve().parents[2]
 

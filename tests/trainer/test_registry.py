@@ -8,8 +8,8 @@ import pytest
 
 from liverl.config import LiverlConfig, load_config
 from liverl.io.processes import free_port
+from trainer.io.registry import Registry, RegistryUnavailable
 from trainer.loop import Trainer
-from trainer.registry import Registry, RegistryUnavailable
 
 
 def _config(tracking_uri: str, tmp_path) -> LiverlConfig:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from liverl.config.rewards import RewardsConfig
 from liverl.config.trainer import GateConfig
-from trainer.rewarding import mixed_rewards, serving_drift
-from trainer.trajectory import Trajectory
+from trainer.step.rewarding import mixed_rewards, serving_drift
+from trainer.step.trajectory import Trajectory
 
 
 def test_parl_weights_follow_the_trainer_step():

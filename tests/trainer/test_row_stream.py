@@ -6,8 +6,8 @@ from liverl.config.trainer import TrainerConfig
 from liverl.io.lineage import merge_offsets
 from liverl.io.table_history import TableHistory
 from tests.trainer.conftest import commit_batch, make_row, step_sizes
-from trainer.row_stream import RowStream, StreamPosition
-from trainer.step_builder import build_step
+from trainer.io.row_stream import RowStream, StreamPosition
+from trainer.step.builder import build_step
 
 
 def _row(tid: str, **kwargs) -> dict:

@@ -1,6 +1,6 @@
 """Tokens are scored under the distribution vLLM sampled them from: temperature, top-k, then top-p.
 
-The fast tests compare trainer/scoring.py with vLLM's own sampler functions and with a plain forward; the slow
+The fast tests compare trainer/gate/scoring.py with vLLM's own sampler functions and with a plain forward; the slow
 one samples with a live vLLM engine (processed logprobs, as serving records them) and re-scores the tokens.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainer.scoring import TokenSampling, processed_logprobs, score_pair, score_tokens
+from trainer.gate.scoring import TokenSampling, processed_logprobs, score_pair, score_tokens
 
 
 def _vllm_processed(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor, top_k: torch.Tensor):
@@ -152,8 +152,9 @@ def test_scoring_only_the_wanted_tokens_gives_their_scores_and_gradient_exactly(
 
 
 def test_score_pair_gives_each_models_scores_and_the_full_vocabulary_kl(model, tiny_policy_dir):
-    from demo.policy.tiny_policy import build_policy
     from transformers import AutoModelForCausalLM
+
+    from demo.policy.tiny_policy import build_policy
 
     other_dir = build_policy(tiny_policy_dir.parent / "kl-other", ["edit", "search", "ask", "fix", "file", "done"],
                              seed=3)
@@ -201,8 +202,8 @@ def test_live_vllm_processed_logprobs_are_reproduced_by_the_trainer(model, tiny_
     from transformers import AutoTokenizer
 
     from liverl.config.trainer import LossConfig
-    from trainer.batching import Sample, collate, score_batch
-    from trainer.losses import token_losses
+    from trainer.step.batching import Sample, collate, score_batch
+    from trainer.step.losses import token_losses
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_policy_dir)
     prompts = [tokenizer(text)["input_ids"] for text in PROMPTS]

@@ -9,9 +9,9 @@ from liverl.io.table_history import TableHistory
 from liverl.privacy.keystore import FileKeyStore
 from liverl.privacy.row_sealing import RowOpener, RowSealer
 from tests.trainer.conftest import commit_batch, make_row
-from trainer.holdout import held_out_rows
-from trainer.row_stream import RowStream, StreamPosition
-from trainer.step_builder import build_step
+from trainer.gate.holdout import held_out_rows
+from trainer.io.row_stream import RowStream, StreamPosition
+from trainer.step.builder import build_step
 
 TOKENS = [[5, 6, 7, 8], [9, 10, 11, 12, 13], [14, 15, 16]]
 

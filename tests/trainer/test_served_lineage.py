@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from liverl.config.trainer import StalenessConfig
-from trainer.served_lineage import ServedLineage
-from trainer.staleness import assess
-from trainer.trajectory import Trajectory
+from trainer.io.served_lineage import ServedLineage
+from trainer.step.staleness import assess
+from trainer.step.trajectory import Trajectory
 
 
 def _served_by(*versions: str) -> Trajectory:

@@ -12,10 +12,10 @@ from liverl.config.rewards import MonitorsConfig
 from liverl.config.trainer import GateConfig, LossConfig
 from liverl.contracts import names
 from liverl.io.signing import SignatureMismatch, SignedStatement, folder_digest, verify
-from trainer.gate import GateReport
-from trainer.publish import CheckpointPublisher
-from trainer.registry import TAG_CHECKPOINT, Registry
-from trainer.signing import TAG_FILES_DIGEST, ensure_signing_key
+from trainer.gate.promotion import GateReport
+from trainer.io.publish import CheckpointPublisher
+from trainer.io.registry import TAG_CHECKPOINT, Registry
+from trainer.io.signing import TAG_FILES_DIGEST, ensure_signing_key
 
 
 class Verdict(CheckpointPublisher):

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from liverl.config.trainer import StalenessConfig
-from trainer.staleness import UNKNOWN_LAG, assess, describe
-from trainer.trajectory import Trajectory
+from trainer.step.staleness import UNKNOWN_LAG, assess, describe
+from trainer.step.trajectory import Trajectory
 
 HOUR_MS = 3_600_000
 

@@ -1,4 +1,4 @@
-"""trainer/state.py: the state file holds a state per tenant group; files written before the groups were one trainer
+"""trainer/io/state.py: the state file holds a state per tenant group; files written before the groups were one trainer
 load (a single-policy file as the shared group) or are refused with what to do."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from trainer.state import STATE_FILE, GroupState, PendingPublish, TrainerState
+from trainer.io.state import STATE_FILE, GroupState, PendingPublish, TrainerState
 
 SHARED = "_shared"
 

@@ -4,8 +4,8 @@ counts them."""
 from __future__ import annotations
 
 from tests.trainer.conftest import commit_batch, make_row, step_sizes
-from trainer.batching import trajectory_samples as to_samples
-from trainer.trajectory import from_row
+from trainer.step.batching import trajectory_samples as to_samples
+from trainer.step.trajectory import from_row
 
 
 def _row(tid: str, starts=(0, 4), **kwargs) -> dict:

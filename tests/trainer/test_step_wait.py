@@ -1,14 +1,14 @@
-"""trainer/step_wait.py: a group's step waits for min_step_rows of its own trajectories, a full token share, or the
+"""trainer/step/wait.py: a group's step waits for min_step_rows of its own trajectories, a full token share, or the
 longest wait, never forever; what it holds is one plan of everything drawn, and where a checkpoint must resume."""
 
 from __future__ import annotations
 
 from collections import Counter
 
-from trainer.row_stream import StreamPosition
-from trainer.step_builder import StepPlan
-from trainer.step_wait import StepHold, merged
-from trainer.trajectory import Trajectory
+from trainer.io.row_stream import StreamPosition
+from trainer.step.builder import StepPlan
+from trainer.step.trajectory import Trajectory
+from trainer.step.wait import StepHold, merged
 
 
 class Clock:

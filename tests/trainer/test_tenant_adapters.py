@@ -10,14 +10,14 @@ import torch
 
 from liverl.config import load_config
 from tests.trainer.conftest import TrajectoryFactory
-from trainer.adapters import AdapterBase
-from trainer.advantages import Baselines
-from trainer.policy_io import load_policy, weights_digest
-from trainer.scoring import score_tokens
-from trainer.step_builder import StepPlan
-from trainer.tenant_adapters import tenant_policies
-from trainer.training_step import run_step
-from trainer.trajectory import from_row
+from trainer.gate.scoring import score_tokens
+from trainer.groups.tenant_adapters import tenant_policies
+from trainer.io.policy_io import load_policy, weights_digest
+from trainer.step.adapters import AdapterBase
+from trainer.step.advantages import Baselines
+from trainer.step.builder import StepPlan
+from trainer.step.training_step import run_step
+from trainer.step.trajectory import from_row
 
 WORDS = ["edit", "search", "ask", "fix", "file", "done"]
 

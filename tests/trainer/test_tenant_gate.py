@@ -16,20 +16,20 @@ from liverl.config.trainer import GateConfig, LossConfig
 from liverl.contracts import names
 from liverl.io.lease import RegistryLease
 from tests.trainer.conftest import TrajectoryFactory, commit_batch, trainer_config
-from trainer.adapters import AdapterBase
-from trainer.advantages import Baselines
-from trainer.base_policy import register_base
-from trainer.gate import GateReport
-from trainer.holdout import holdout_key
-from trainer.policy_io import weights_digest
-from trainer.publish import PROMOTION_LEASE, CheckpointPublisher, CheckpointToPublish
-from trainer.registry import TAG_CHECKPOINT, Registry
-from trainer.state import PendingPublish
-from trainer.step_builder import StepPlan
-from trainer.tenant_adapters import tenant_policies
-from trainer.tenant_groups import group_evidence
-from trainer.training_step import run_step
-from trainer.trajectory import from_row, is_held_out
+from trainer.gate.holdout import holdout_key
+from trainer.gate.promotion import GateReport
+from trainer.groups.tenant_adapters import tenant_policies
+from trainer.groups.tenant_groups import group_evidence
+from trainer.io.base_policy import register_base
+from trainer.io.policy_io import weights_digest
+from trainer.io.publish import PROMOTION_LEASE, CheckpointPublisher, CheckpointToPublish
+from trainer.io.registry import TAG_CHECKPOINT, Registry
+from trainer.io.state import PendingPublish
+from trainer.step.adapters import AdapterBase
+from trainer.step.advantages import Baselines
+from trainer.step.builder import StepPlan
+from trainer.step.training_step import run_step
+from trainer.step.trajectory import from_row, is_held_out
 
 pytestmark = pytest.mark.slow  # real MLflow (and DeepSpeed for the judged candidate)
 

@@ -6,10 +6,16 @@ from __future__ import annotations
 from liverl.config import load_config
 from liverl.io.table_history import TableHistory
 from tests.trainer.conftest import commit_batch
-from trainer.row_stream import RowStream, StreamPosition
-from trainer.step_builder import build_step
-from trainer.tenant_groups import (SHARED_GROUP, build_tenant_steps, champion_alias, candidate_alias, group_of,
-                                   group_streams)
+from trainer.groups.tenant_groups import (
+    SHARED_GROUP,
+    build_tenant_steps,
+    candidate_alias,
+    champion_alias,
+    group_of,
+    group_streams,
+)
+from trainer.io.row_stream import RowStream, StreamPosition
+from trainer.step.builder import build_step
 
 
 def _rows(trajectories, tenant: str, n: int) -> list[dict]:

@@ -11,9 +11,9 @@ import pytest
 from liverl.cli import main
 from liverl.contracts import names
 from liverl.io.lineage import Lineage, encode
-from trainer.registry import Registry
-from trainer.served_lineage import promoted_versions
-from trainer.tenant_registry import tenant_histories
+from trainer.groups.tenant_registry import tenant_histories
+from trainer.io.registry import Registry
+from trainer.io.served_lineage import promoted_versions
 
 pytestmark = pytest.mark.slow  # real MLflow
 

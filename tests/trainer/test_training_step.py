@@ -6,12 +6,12 @@ import pytest
 import torch
 
 from liverl.config import load_config
-from trainer.advantages import Baselines
-from trainer.batching import collate, pack, token_logprobs, trajectory_samples
-from trainer.engine import build_engine
-from trainer.policy_io import load_policy
-from trainer.step_builder import StepPlan
-from trainer.trajectory import from_row
+from trainer.io.policy_io import load_policy
+from trainer.step.advantages import Baselines
+from trainer.step.batching import collate, pack, token_logprobs, trajectory_samples
+from trainer.step.builder import StepPlan
+from trainer.step.engine import build_engine
+from trainer.step.trajectory import from_row
 
 # Segment 1 is a fresh prompt (a rewritten context), so its tokens never saw segment 0.
 SEGMENTS = [["fix the file : edit file done", "summary : fix file edit done"],
@@ -52,7 +52,7 @@ def test_each_segment_gets_the_logprobs_of_scoring_it_on_its_own(tiny_policy_dir
 
 @pytest.mark.parametrize("micro_batch_tokens", [4096, 32])  # one micro-batch; two (DeepSpeed steps after both)
 def test_same_weights_as_serving_give_zero_kl_and_no_clipping(tiny_policy_dir, trajectories, micro_batch_tokens):
-    from trainer.training_step import run_step
+    from trainer.step.training_step import run_step
 
     config = _config(micro_batch_tokens)
     rows = [trajectories.segmented_row(f"k-{i}", texts, float(i % 2)) for i, texts in enumerate(SEGMENTS)]
@@ -72,7 +72,7 @@ def test_same_weights_as_serving_give_zero_kl_and_no_clipping(tiny_policy_dir, t
 
 
 def test_old_rows_without_segment_starts_still_train(tiny_policy_dir, trajectories):
-    from trainer.training_step import run_step
+    from trainer.step.training_step import run_step
 
     config = _config(4096)
     rows = [trajectories.row(f"o-{i}", text, float(i)) for i, text in
@@ -89,8 +89,8 @@ def test_old_rows_without_segment_starts_still_train(tiny_policy_dir, trajectori
 
 
 def test_tokens_are_scored_as_sampled_and_greedy_calls_are_left_out(tiny_policy_dir, trajectories):
-    from trainer.scoring import score_tokens, TokenSampling
-    from trainer.training_step import run_step
+    from trainer.gate.scoring import TokenSampling, score_tokens
+    from trainer.step.training_step import run_step
 
     config = _config(4096)
     model = load_policy(tiny_policy_dir)
@@ -113,8 +113,8 @@ def test_tokens_are_scored_as_sampled_and_greedy_calls_are_left_out(tiny_policy_
 
 def test_tokens_of_a_call_without_recorded_sampling_get_no_loss_term(tiny_policy_dir, trajectories):
     from liverl.config.trainer import LossConfig
-    from trainer.batching import collate
-    from trainer.training_step import batch_loss
+    from trainer.step.batching import collate
+    from trainer.step.training_step import batch_loss
 
     row = trajectories.row("unknown", "fix the file : edit file done edit", 1.0)
     n = len(row["token_ids"])  # span 0: [0, 4) sampled at 0.7 / top-p 0.9; span 1: [4, n) recorded nothing
@@ -140,7 +140,7 @@ def _greedy_then_sampled(trajectories, trajectory_id: str, greedy_masked: bool) 
 
 def test_excluded_tokens_do_not_count_in_the_token_mean(tiny_policy_dir, trajectories):
     from liverl.config.trainer import LossConfig
-    from trainer.training_step import batch_loss, loss_tokens, run_step, step_objective
+    from trainer.step.training_step import batch_loss, loss_tokens, run_step, step_objective
 
     gradients, losses = {}, {}
     for greedy_masked in (True, False):
@@ -168,8 +168,8 @@ def test_windows_after_the_first_of_a_long_segment_are_unscorable(tiny_policy_di
     """Serving sampled every token of a segment with the whole segment before it; a later window holds only
     max_seq_len tokens of it, so its logprobs differ from serving's and its tokens get no importance ratio."""
     from liverl.config.trainer import LossConfig
-    from trainer.batching import score_batch
-    from trainer.training_step import batch_loss, loss_tokens
+    from trainer.step.batching import score_batch
+    from trainer.step.training_step import batch_loss, loss_tokens
 
     text = "fix the file : edit file done search file ask edit done fix file search done edit ask file"
     row = trajectories.row("long", text, 1.0)  # behaviour logprobs: the whole segment in context
@@ -195,7 +195,7 @@ def test_windows_after_the_first_of_a_long_segment_are_unscorable(tiny_policy_di
 
 
 def test_a_packed_step_trains_like_a_padded_one(tiny_policy_dir, trajectories):
-    from trainer.training_step import run_step
+    from trainer.step.training_step import run_step
 
     rows = [trajectories.segmented_row(f"p-{i}", texts, float(i % 2)) for i, texts in enumerate(SEGMENTS)]
     rows.append(trajectories.row("p-old", "fix the file : edit file done", 0.5))
@@ -218,8 +218,8 @@ def test_a_packed_step_trains_like_a_padded_one(tiny_policy_dir, trajectories):
 
 
 def test_a_step_on_any_number_of_ranks_refuses_a_missing_reference_policy():
-    from trainer.ranks import Ranks
-    from trainer.training_step import run_step
+    from trainer.step.ranks import Ranks
+    from trainer.step.training_step import run_step
 
     config = _config(4096)
     config.trainer.loss.kl_to_reference = 0.1

@@ -9,8 +9,8 @@ import pytest
 
 from liverl.contracts.trajectory_row import SchemaVersionError
 from tests.trainer.conftest import make_row
-from trainer.batching import trajectory_samples
-from trainer.trajectory import Window, from_row
+from trainer.step.batching import trajectory_samples
+from trainer.step.trajectory import Window, from_row
 
 # Two segments: [5 6 | 7 8 9] and [5 6 | 7 8]; the first two tokens of each are context (mask 0).
 TOKENS = [5, 6, 7, 8, 9, 5, 6, 7, 8]

@@ -8,8 +8,8 @@ import torch
 from pydantic import ValidationError
 
 from liverl.config import load_config
-from trainer.engine import build_engine, deepspeed_config
-from trainer.policy_io import load_policy
+from trainer.io.policy_io import load_policy
+from trainer.step.engine import build_engine, deepspeed_config
 
 LR = 1e-2
 

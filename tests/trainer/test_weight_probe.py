@@ -1,4 +1,4 @@
-"""The export's weight probe (trainer/weight_probe.py): measured on the model object the export came from (a DeepSpeed
+"""The export's weight probe (trainer/io/weight_probe.py): measured on the model object the export came from (a DeepSpeed
 engine's module, ZeRO-3 included; base + adapter for a LoRA version), it describes the exported weights as serving
 will load them, and the same probe set is used for every version of a policy."""
 
@@ -10,9 +10,9 @@ import torch
 from liverl.config import load_config
 from liverl.config.serving import ServingConfig
 from liverl.contracts.weight_probe import read_probe
-from trainer.engine import build_engine, full_state_dict
-from trainer.policy_io import export_policy, load_policy
-from trainer.weight_probe import measure_weight_probe, probe_sequences
+from trainer.io.policy_io import export_policy, load_policy
+from trainer.io.weight_probe import measure_weight_probe, probe_sequences
+from trainer.step.engine import build_engine, full_state_dict
 
 
 def _largest_difference(a, b) -> float:

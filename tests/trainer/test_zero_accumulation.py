@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from liverl.config import load_config
-from trainer.engine import build_engine, full_state_dict
-from trainer.policy_io import load_policy
-from trainer.scoring import TokenSampling, score_tokens
+from trainer.gate.scoring import TokenSampling, score_tokens
+from trainer.io.policy_io import load_policy
+from trainer.step.engine import build_engine, full_state_dict
 
 STEPS, ACCUMULATION, LEARNING_RATE = 3, 2, 1e-3
 # fp32 on one rank: at most the same sums in another order. Observed 0.0 for every stage against moves of 3e-3.

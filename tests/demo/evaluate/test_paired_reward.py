@@ -16,8 +16,8 @@ from demo.config import DemoLiverlConfig
 from demo.evaluate.paired_reward import evaluate, heldout_rng, parse_args
 from liverl.config import load_config
 from liverl.config.trainer import GateConfig
-from trainer.online_eval import evaluate_online, judge_online, parse_evaluation
-from trainer.online_eval_process import online_evaluator
+from trainer.gate.online_eval import evaluate_online, judge_online, parse_evaluation
+from trainer.gate.online_eval_process import online_evaluator
 
 DEMO_TOML = Path(__file__).resolve().parents[3] / "configs" / "demo.toml"
 TASKS = 24  # 8 per family: a few seconds per policy with the tiny model

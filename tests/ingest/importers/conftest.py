@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import io
 import importlib
+import io
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -25,10 +25,10 @@ def traj_paths() -> list[Path]:
 def source_words(fmt: str, paths: Iterable[Path]) -> set[str]:
     """Every whitespace-separated word the importer can render from these sources, raw and redacted, so a
     word-level tokenizer over them decodes the token ids back to the text."""
-    from liverl.contracts.chat import content_text
     from ingest.importers.chat import completion_text, render_prompt
     from ingest.importers.importer import FORMATS
     from ingest.importers.model import Exchange, ImportedSession
+    from liverl.contracts.chat import content_text
     from liverl.redaction import Redactor
 
     redactor = Redactor()

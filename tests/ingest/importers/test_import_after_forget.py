@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from infra.commands.forget import forget
-from tests.ingest.test_subjects_at_rest import raw_topic
 from tests.ingest.importers.conftest import make_tokenizer_dir, run_import, source_words
+from tests.ingest.test_subjects_at_rest import raw_topic
 
 USER = "frida-3310"
 

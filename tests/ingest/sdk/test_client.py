@@ -3,8 +3,8 @@ the service could not take waits on disk and arrives, in order, once it is back.
 
 from __future__ import annotations
 
-from liverl.io import processes
 from ingest.sdk import CaptureClient
+from liverl.io import processes
 from tests.ingest.conftest import assert_sessions_complete, capture_config, events_of, read_topic
 
 

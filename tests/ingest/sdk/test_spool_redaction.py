@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from liverl.io import processes
 from ingest.sdk import CaptureClient
+from liverl.io import processes
 from tests.ingest.conftest import capture_config, events_of, read_topic
 
 EMAIL, CARD = "dave.marker@example.com", "4111 1111 1111 1111"

@@ -9,8 +9,8 @@ import pytest
 from infra.embedded.broker import start_tansu
 from infra.embedded.topics import ensure_topics
 from liverl.config import LiverlConfig
-from liverl.io import processes
 from liverl.config.kafka import KafkaConfig
+from liverl.io import processes
 from liverl.io.kafka_writer import KafkaSettingsRefused, KafkaWriter, Record, WriterListener
 from liverl.io.spool import Spool
 from tests.conftest import stack_config

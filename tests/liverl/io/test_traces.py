@@ -5,8 +5,13 @@ from __future__ import annotations
 import random
 import re
 
-from liverl.io.traces import (TAG_TRAINING_TRACES, integers_regex, table_versions_filter, trace_id_for,
-                              training_traces_tag)
+from liverl.io.traces import (
+    TAG_TRAINING_TRACES,
+    integers_regex,
+    table_versions_filter,
+    trace_id_for,
+    training_traces_tag,
+)
 
 
 def test_integers_regex_matches_exactly_the_given_versions():

@@ -11,7 +11,6 @@ import pytest
 from liverl.privacy.keystore import FileKeyStore, SubjectForgotten
 from liverl.privacy.pseudonyms import Pseudonyms
 
-
 CREATE = "import sys; from liverl.privacy.keystore import FileKeyStore; " \
          "sys.stdout.write(FileKeyStore(sys.argv[1]).create('acme', 's-' + 'a' * 32).hex())"
 

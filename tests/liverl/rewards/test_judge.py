@@ -10,8 +10,8 @@ import pytest
 
 from liverl.rewards.batch import label_batch
 from liverl.rewards.judge import Judge
-from tests.judge_double import JudgeDouble, Reply
 from liverl.rewards.judge_prompt import parse_score, render_transcript
+from tests.judge_double import JudgeDouble, Reply
 from tests.liverl.rewards.session_builder import SessionBuilder
 
 

@@ -8,8 +8,8 @@ import pyarrow as pa
 import pytest
 
 from liverl.config.rewards import DriftThreshold
-from liverl.rewards import drift_report, label, version_monitors
 from liverl.contracts.table_schema import TRAJECTORY_SCHEMA
+from liverl.rewards import drift_report, label, version_monitors
 from tests.liverl.rewards.session_builder import SessionBuilder
 
 
