@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from liverl.contracts.chat import content_text
 from serving.generation import INT32_MAX, INT64_MAX, INT64_MIN, MAX_STOP_SEQUENCES
@@ -169,19 +169,24 @@ class ChatRequest(Sampled):
     logprobs: bool | None = None
     top_logprobs: int | None = Field(None, ge=0, le=20)
 
-    @model_validator(mode="after")
-    def _named_tool_is_offered(self) -> ChatRequest:
-        if isinstance(self.tool_choice, NamedToolChoice):
-            offered = {t.function.name for t in self.tools or ()}
-            if self.tool_choice.function.name not in offered:
-                raise ValueError("tool_choice names a function that is not in tools")
-        return self
+    @field_validator("tool_choice")
+    @classmethod
+    def _no_forced_tool(cls, choice):
+        """Refused, never ignored: this server does not constrain decoding, so it cannot force a tool call."""
+        if choice == "required" or isinstance(choice, NamedToolChoice):
+            raise ValueError("a forced tool_choice is not enforced by this server (it does not constrain decoding): "
+                             "send \"auto\" or leave it out, and read the reply for tool_calls")
+        return choice
 
     def message_dicts(self) -> list[dict[str, Any]]:
         return [m.model_dump(exclude_none=True) for m in self.messages]
 
     def tool_dicts(self) -> list[dict[str, Any]] | None:
-        return [t.model_dump(exclude_none=True) for t in self.tools] if self.tools else None
+        """The offered tools, as the chat template renders them and tool calls are parsed against them (none under
+        tool_choice "none")."""
+        if not self.tools or self.tool_choice == "none":
+            return None
+        return [t.model_dump(exclude_none=True) for t in self.tools]
 
 
 def one_prompt(prompt: str | list) -> tuple[str | None, list[int] | None]:

@@ -123,3 +123,20 @@ def test_media_and_malformed_parts_are_refused_with_what_to_send(part, says):
         with pytest.raises(ValidationError) as refused:
             ChatRequest.model_validate({"messages": [{"role": role, "content": [{"type": "text", "text": "a"}, part]}]})
         assert says in str(refused.value) and "part 1" in str(refused.value)
+
+
+def test_tool_choice_none_offers_no_tools_and_forcing_is_refused_not_ignored():
+    from pydantic import ValidationError
+
+    from serving.http.openai_schema import ChatRequest
+
+    ask = [{"role": "user", "content": "fix the file"}]
+    offered = ChatRequest.model_validate({"messages": ask, "tools": TOOLS, "tool_choice": "auto"})
+    withheld = ChatRequest.model_validate({"messages": ask, "tools": TOOLS, "tool_choice": "none"})
+    assert offered.tool_dicts() == TOOLS and withheld.tool_dicts() is None  # neither rendered nor parsed
+    assert render_chat(_NoTemplate(), withheld.message_dicts(), withheld.tool_dicts()) == \
+        render_chat(_NoTemplate(), ask, None)
+    for forced in ("required", {"type": "function", "function": {"name": "edit"}}):
+        with pytest.raises(ValidationError) as refused:
+            ChatRequest.model_validate({"messages": ask, "tools": TOOLS, "tool_choice": forced})
+        assert "not enforced by this server" in str(refused.value) and "tool_choice" in str(refused.value)

@@ -67,7 +67,8 @@ CHAT = {
                  ("hello", False), ([5], False), ([{"role": "user", "content": 5}], False), (OMIT, False)],
     "tools": [(OMIT, True), (TOOLS, True), ([1], False), ([{"function": 5}], False),
               ([{"type": "function", "function": {"name": "bad name!"}}], False), ({"a": 1}, False)],
-    "tool_choice": [(OMIT, True), ("auto", True), ("none", True), ("sometimes", False), (5, False)],
+    "tool_choice": [(OMIT, True), ("auto", True), ("none", True), ("sometimes", False), (5, False),
+                    ("required", False), ({"type": "function", "function": {"name": "edit"}}, False)],
     "max_completion_tokens": [(OMIT, True), (2, True), (0, False), (2**40, False)],
     "logprobs": [(OMIT, True), (True, True), (False, True), ("yes", False)],
 }
