@@ -144,13 +144,17 @@ class AdminServicer(serving_pb2_grpc.PolicyAdminServicer):
 
     async def ForceSwap(self, request, context):
         try:
-            result = await self.rollout.force_swap(request.version)
+            result = await self.rollout.force_swap(request.version, request.tenant)
         except AdminRefused as refused:
             await context.abort(ADMIN_REFUSALS[refused.kind], str(refused))
         return _swap_response(result)
 
     async def Rollback(self, request, context):
-        return _swap_response(await self.rollout.admin_rollback(request.reason))
+        try:
+            result = await self.rollout.admin_rollback(request.reason, request.tenant)
+        except AdminRefused as refused:
+            await context.abort(ADMIN_REFUSALS[refused.kind], str(refused))
+        return _swap_response(result)
 
 
 ADMIN_REFUSALS = {"failed-precondition": grpc.StatusCode.FAILED_PRECONDITION, "not-found": grpc.StatusCode.NOT_FOUND}

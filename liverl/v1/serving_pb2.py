@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from liverl.v1 import common_pb2 as liverl_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17liverl/v1/serving.proto\x12\tliverl.v1\x1a\x16liverl/v1/common.proto\"\xcc\x01\n\x0fGenerateRequest\x12\x0e\n\x06prompt\x18\x01 \x01(\t\x12\x18\n\x10prompt_token_ids\x18\x02 \x03(\x05\x12+\n\x08sampling\x18\x03 \x01(\x0b\x32\x19.liverl.v1.SamplingParams\x12\x12\n\nsession_id\x18\x04 \x01(\t\x12(\n\nagent_role\x18\x05 \x01(\x0e\x32\x14.liverl.v1.AgentRole\x12\x10\n\x08\x61gent_id\x18\x06 \x01(\t\x12\x12\n\nrequest_id\x18\x07 \x01(\t\"\xb6\x01\n\x10GenerateResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x11\n\ttoken_ids\x18\x03 \x03(\x05\x12\x10\n\x08logprobs\x18\x04 \x03(\x02\x12\x16\n\x0epolicy_version\x18\x05 \x01(\t\x12\x15\n\rfinish_reason\x18\x06 \x01(\t\x12\x18\n\x10prompt_token_ids\x18\x07 \x03(\x05\x12\x12\n\nsession_id\x18\x08 \x01(\t\"\x85\x01\n\rGenerateChunk\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x11\n\ttoken_ids\x18\x03 \x03(\x05\x12\x10\n\x08logprobs\x18\x04 \x03(\x02\x12\x16\n\x0epolicy_version\x18\x05 \x01(\t\x12\x15\n\rfinish_reason\x18\x06 \x01(\t\"\x12\n\x10ModelInfoRequest\"\xb7\x01\n\x11ModelInfoResponse\x12\x12\n\nmodel_name\x18\x01 \x01(\t\x12\x16\n\x0epolicy_version\x18\x02 \x01(\t\x12\r\n\x05\x61lias\x18\x03 \x01(\t\x12\x12\n\nsource_uri\x18\x04 \x01(\t\x12\x14\n\x0cloaded_at_ms\x18\x05 \x01(\x03\x12\x15\n\rmax_model_len\x18\x06 \x01(\x05\x12\x0e\n\x06\x65ngine\x18\x07 \x01(\t\x12\x16\n\x0e\x63\x61nary_version\x18\x08 \x01(\t\"\x1e\n\x0bSwapRequest\x12\x0f\n\x07version\x18\x01 \x01(\t\"!\n\x0fRollbackRequest\x12\x0e\n\x06reason\x18\x01 \x01(\t\"]\n\x0cSwapResponse\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x16\n\x0epolicy_version\x18\x02 \x01(\t\x12\x18\n\x10previous_version\x18\x03 \x01(\t\x12\x0f\n\x07message\x18\x04 \x01(\t2\xe6\x01\n\rPolicyService\x12\x43\n\x08Generate\x12\x1a.liverl.v1.GenerateRequest\x1a\x1b.liverl.v1.GenerateResponse\x12H\n\x0eGenerateStream\x12\x1a.liverl.v1.GenerateRequest\x1a\x18.liverl.v1.GenerateChunk0\x01\x12\x46\n\tModelInfo\x12\x1b.liverl.v1.ModelInfoRequest\x1a\x1c.liverl.v1.ModelInfoResponse2\x8c\x01\n\x0bPolicyAdmin\x12<\n\tForceSwap\x12\x16.liverl.v1.SwapRequest\x1a\x17.liverl.v1.SwapResponse\x12?\n\x08Rollback\x12\x1a.liverl.v1.RollbackRequest\x1a\x17.liverl.v1.SwapResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17liverl/v1/serving.proto\x12\tliverl.v1\x1a\x16liverl/v1/common.proto\"\xcc\x01\n\x0fGenerateRequest\x12\x0e\n\x06prompt\x18\x01 \x01(\t\x12\x18\n\x10prompt_token_ids\x18\x02 \x03(\x05\x12+\n\x08sampling\x18\x03 \x01(\x0b\x32\x19.liverl.v1.SamplingParams\x12\x12\n\nsession_id\x18\x04 \x01(\t\x12(\n\nagent_role\x18\x05 \x01(\x0e\x32\x14.liverl.v1.AgentRole\x12\x10\n\x08\x61gent_id\x18\x06 \x01(\t\x12\x12\n\nrequest_id\x18\x07 \x01(\t\"\xb6\x01\n\x10GenerateResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x11\n\ttoken_ids\x18\x03 \x03(\x05\x12\x10\n\x08logprobs\x18\x04 \x03(\x02\x12\x16\n\x0epolicy_version\x18\x05 \x01(\t\x12\x15\n\rfinish_reason\x18\x06 \x01(\t\x12\x18\n\x10prompt_token_ids\x18\x07 \x03(\x05\x12\x12\n\nsession_id\x18\x08 \x01(\t\"\x85\x01\n\rGenerateChunk\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x11\n\ttoken_ids\x18\x03 \x03(\x05\x12\x10\n\x08logprobs\x18\x04 \x03(\x02\x12\x16\n\x0epolicy_version\x18\x05 \x01(\t\x12\x15\n\rfinish_reason\x18\x06 \x01(\t\"\x12\n\x10ModelInfoRequest\"\xb7\x01\n\x11ModelInfoResponse\x12\x12\n\nmodel_name\x18\x01 \x01(\t\x12\x16\n\x0epolicy_version\x18\x02 \x01(\t\x12\r\n\x05\x61lias\x18\x03 \x01(\t\x12\x12\n\nsource_uri\x18\x04 \x01(\t\x12\x14\n\x0cloaded_at_ms\x18\x05 \x01(\x03\x12\x15\n\rmax_model_len\x18\x06 \x01(\x05\x12\x0e\n\x06\x65ngine\x18\x07 \x01(\t\x12\x16\n\x0e\x63\x61nary_version\x18\x08 \x01(\t\".\n\x0bSwapRequest\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\"1\n\x0fRollbackRequest\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\"]\n\x0cSwapResponse\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x16\n\x0epolicy_version\x18\x02 \x01(\t\x12\x18\n\x10previous_version\x18\x03 \x01(\t\x12\x0f\n\x07message\x18\x04 \x01(\t2\xe6\x01\n\rPolicyService\x12\x43\n\x08Generate\x12\x1a.liverl.v1.GenerateRequest\x1a\x1b.liverl.v1.GenerateResponse\x12H\n\x0eGenerateStream\x12\x1a.liverl.v1.GenerateRequest\x1a\x18.liverl.v1.GenerateChunk0\x01\x12\x46\n\tModelInfo\x12\x1b.liverl.v1.ModelInfoRequest\x1a\x1c.liverl.v1.ModelInfoResponse2\x8c\x01\n\x0bPolicyAdmin\x12<\n\tForceSwap\x12\x16.liverl.v1.SwapRequest\x1a\x17.liverl.v1.SwapResponse\x12?\n\x08Rollback\x12\x1a.liverl.v1.RollbackRequest\x1a\x17.liverl.v1.SwapResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -43,13 +43,13 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_MODELINFORESPONSE']._serialized_start=611
   _globals['_MODELINFORESPONSE']._serialized_end=794
   _globals['_SWAPREQUEST']._serialized_start=796
-  _globals['_SWAPREQUEST']._serialized_end=826
-  _globals['_ROLLBACKREQUEST']._serialized_start=828
-  _globals['_ROLLBACKREQUEST']._serialized_end=861
-  _globals['_SWAPRESPONSE']._serialized_start=863
-  _globals['_SWAPRESPONSE']._serialized_end=956
-  _globals['_POLICYSERVICE']._serialized_start=959
-  _globals['_POLICYSERVICE']._serialized_end=1189
-  _globals['_POLICYADMIN']._serialized_start=1192
-  _globals['_POLICYADMIN']._serialized_end=1332
+  _globals['_SWAPREQUEST']._serialized_end=842
+  _globals['_ROLLBACKREQUEST']._serialized_start=844
+  _globals['_ROLLBACKREQUEST']._serialized_end=893
+  _globals['_SWAPRESPONSE']._serialized_start=895
+  _globals['_SWAPRESPONSE']._serialized_end=988
+  _globals['_POLICYSERVICE']._serialized_start=991
+  _globals['_POLICYSERVICE']._serialized_end=1221
+  _globals['_POLICYADMIN']._serialized_start=1224
+  _globals['_POLICYADMIN']._serialized_end=1364
 # @@protoc_insertion_point(module_scope)

@@ -86,16 +86,20 @@ class ModelInfoResponse(_message.Message):
     def __init__(self, model_name: _Optional[str] = ..., policy_version: _Optional[str] = ..., alias: _Optional[str] = ..., source_uri: _Optional[str] = ..., loaded_at_ms: _Optional[int] = ..., max_model_len: _Optional[int] = ..., engine: _Optional[str] = ..., canary_version: _Optional[str] = ...) -> None: ...
 
 class SwapRequest(_message.Message):
-    __slots__ = ("version",)
+    __slots__ = ("version", "tenant")
     VERSION_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
     version: str
-    def __init__(self, version: _Optional[str] = ...) -> None: ...
+    tenant: str
+    def __init__(self, version: _Optional[str] = ..., tenant: _Optional[str] = ...) -> None: ...
 
 class RollbackRequest(_message.Message):
-    __slots__ = ("reason",)
+    __slots__ = ("reason", "tenant")
     REASON_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
     reason: str
-    def __init__(self, reason: _Optional[str] = ...) -> None: ...
+    tenant: str
+    def __init__(self, reason: _Optional[str] = ..., tenant: _Optional[str] = ...) -> None: ...
 
 class SwapResponse(_message.Message):
     __slots__ = ("ok", "policy_version", "previous_version", "message")

@@ -87,18 +87,20 @@ async def responses_not_served(principal: Principal = Depends(authenticated)) ->
 
 class SwapBody(Strict):
     version: str = ""
+    tenant: str = ""  # "": the shared group
 
 
 class RollbackBody(Strict):
     reason: str = ""
+    tenant: str = ""
 
 
 @router.post("/admin/swap")
 async def admin_swap(principal: Principal = Depends(admin), body: Body = Depends(json_body),
                      ctx: HttpContext = Depends(context)) -> dict:
-    version = parse(SwapBody, body, ctx, principal).version
+    request = parse(SwapBody, body, ctx, principal)
     try:
-        result = await ctx.rollout.force_swap(version)
+        result = await ctx.rollout.force_swap(request.version, request.tenant)
     except AdminRefused as refused:
         raise ApiError(ADMIN_REFUSALS[refused.kind], str(refused), "invalid_request_error") from refused
     return _swap_body(result)
@@ -107,7 +109,12 @@ async def admin_swap(principal: Principal = Depends(admin), body: Body = Depends
 @router.post("/admin/rollback")
 async def admin_rollback(principal: Principal = Depends(admin), body: Body = Depends(json_body),
                          ctx: HttpContext = Depends(context)) -> dict:
-    return _swap_body(await ctx.rollout.admin_rollback(parse(RollbackBody, body, ctx, principal).reason))
+    request = parse(RollbackBody, body, ctx, principal)
+    try:
+        result = await ctx.rollout.admin_rollback(request.reason, request.tenant)
+    except AdminRefused as refused:
+        raise ApiError(ADMIN_REFUSALS[refused.kind], str(refused), "invalid_request_error") from refused
+    return _swap_body(result)
 
 
 ADMIN_REFUSALS = {"failed-precondition": 409, "not-found": 404}

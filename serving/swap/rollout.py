@@ -193,21 +193,34 @@ class Rollout:
 
     # -- what the admin APIs do (gRPC PolicyAdmin and HTTP /admin/*, the same through both) -------------
 
-    async def force_swap(self, version: str = "") -> SwapResult:
-        """Swap the shared group to version (empty: the version its alias names now), whatever the minimum
-        interval, even a version refused before. AdminRefused when there is nothing to swap from."""
+    async def force_swap(self, version: str = "", tenant: str = "") -> SwapResult:
+        """Swap a group (tenant's, or the shared one for "") to version (empty: the version its alias names now),
+        whatever the minimum interval, even a version refused before. AdminRefused when there is nothing to swap
+        from, or the tenant has no group here."""
+        self._admin_group(tenant)
         if self.registry is None:
             raise AdminRefused("failed-precondition", "serving a fixed policy_dir: versions cannot be loaded from "
                                "the registry (unset serving.policy_dir to follow an alias)")
         if not version:
-            version = await asyncio.to_thread(self.registry.alias_version, self.config.alias) or ""
+            alias = names.tenant_champion_alias(tenant) if tenant else self.config.alias
+            version = await asyncio.to_thread(self.registry.alias_version, alias) or ""
             if not version:
-                raise AdminRefused("not-found", f"alias {self.config.alias!r} is not set")
-        return await self.swap_to(version, reason="force")
+                raise AdminRefused("not-found", f"alias {alias!r} is not set")
+        return await self.swap_to(version, reason="force", tenant=tenant)
 
-    async def admin_rollback(self, reason: str) -> SwapResult:
-        """Roll the shared group back on an admin's word; the reason is tagged on the version rolled back."""
-        return await self.rollback("admin", {"message": reason[:ADMIN_REASON_MAX_CHARS]})
+    async def admin_rollback(self, reason: str, tenant: str = "") -> SwapResult:
+        """Roll a group back (tenant's, or the shared one for "") on an admin's word; the reason is tagged on the
+        version rolled back. AdminRefused when the tenant has no group here."""
+        self._admin_group(tenant)
+        return await self.rollback("admin", {"message": reason[:ADMIN_REASON_MAX_CHARS]}, tenant=tenant)
+
+    def _admin_group(self, tenant: str) -> RolloutGroup:
+        """The group an admin names: never one made for the asking (a typo must not start following a new alias)."""
+        if tenant not in self.groups:
+            followed = sorted(t for t in self.groups if t)
+            raise AdminRefused("not-found", f"tenant {tenant!r} has no group on this server (it follows "
+                               f"{', '.join(map(repr, followed)) or 'no tenant'}): check the name")
+        return self.groups[tenant]
 
     # -- probation and retiring ----------------------------------------------------------------------
 

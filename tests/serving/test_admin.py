@@ -53,6 +53,21 @@ def test_grpc_and_http_admin_answer_the_same(stack, tmp_path, tiny_policy_dir, s
         to_alias = [_fields(admin.ForceSwap(serving_pb2.SwapRequest(), metadata=ADMIN, timeout=120))]
         http("/admin/rollback", {})
         to_alias.append(http("/admin/swap", {}))
+        # A tenant group this server does not follow is refused alike, and naming it makes none
+        unknown = []
+        for call in (lambda: admin.ForceSwap(serving_pb2.SwapRequest(tenant="acme"), metadata=ADMIN, timeout=30),
+                     lambda: admin.Rollback(serving_pb2.RollbackRequest(tenant="acme"), metadata=ADMIN, timeout=30)):
+            with pytest.raises(grpc.RpcError) as refused:
+                call()
+            unknown.append((refused.value.code(), refused.value.details()))
+        for path in ("/admin/swap", "/admin/rollback"):
+            reply = httpx.post(server.http_base + path, json={"tenant": "acme"}, headers=dict(ADMIN), timeout=30)
+            unknown.append((reply.status_code, reply.json()["error"]["message"]))
+        groups = set(server.server.rollout.groups)
+
+    assert groups == {""}, groups
+    assert [code for code, _ in unknown] == [grpc.StatusCode.NOT_FOUND] * 2 + [404] * 2
+    assert len({message for _, message in unknown}) == 1 and "'acme' has no group" in unknown[0][1]
 
     assert nothing[0] == nothing[1] and not nothing[0]["ok"] and "previous" in nothing[0]["message"]
     assert swaps[0] == swaps[1] and swaps[0]["ok"] and swaps[0]["policy_version"] == second
