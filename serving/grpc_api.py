@@ -143,18 +143,18 @@ class AdminServicer(serving_pb2_grpc.PolicyAdminServicer):
         self.rollout = rollout
 
     async def ForceSwap(self, request, context):
-        try:
-            result = await self.rollout.force_swap(request.version, request.tenant)
-        except AdminRefused as refused:
-            await context.abort(ADMIN_REFUSALS[refused.kind], str(refused))
-        return _swap_response(result)
+        return await _admin_answer(self.rollout.force_swap(request.version, request.tenant), context)
 
     async def Rollback(self, request, context):
-        try:
-            result = await self.rollout.admin_rollback(request.reason, request.tenant)
-        except AdminRefused as refused:
-            await context.abort(ADMIN_REFUSALS[refused.kind], str(refused))
-        return _swap_response(result)
+        return await _admin_answer(self.rollout.admin_rollback(request.reason, request.tenant), context)
+
+
+async def _admin_answer(operation, context) -> serving_pb2.SwapResponse:
+    """The admin operation's result; a refusal aborts the call with the code HTTP's status stands for."""
+    try:
+        return _swap_response(await operation)
+    except AdminRefused as refused:
+        await context.abort(ADMIN_REFUSALS[refused.kind], str(refused))
 
 
 ADMIN_REFUSALS = {"failed-precondition": grpc.StatusCode.FAILED_PRECONDITION, "not-found": grpc.StatusCode.NOT_FOUND}

@@ -12,6 +12,8 @@ handlers guarded by the dependencies of serving.http.dependencies. What they sha
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+
 from fastapi import APIRouter, Depends, FastAPI
 
 from liverl.contracts import names
@@ -99,22 +101,22 @@ class RollbackBody(Strict):
 async def admin_swap(principal: Principal = Depends(admin), body: Body = Depends(json_body),
                      ctx: HttpContext = Depends(context)) -> dict:
     request = parse(SwapBody, body, ctx, principal)
-    try:
-        result = await ctx.rollout.force_swap(request.version, request.tenant)
-    except AdminRefused as refused:
-        raise ApiError(ADMIN_REFUSALS[refused.kind], str(refused), "invalid_request_error") from refused
-    return _swap_body(result)
+    return await _admin_answer(ctx.rollout.force_swap(request.version, request.tenant))
 
 
 @router.post("/admin/rollback")
 async def admin_rollback(principal: Principal = Depends(admin), body: Body = Depends(json_body),
                          ctx: HttpContext = Depends(context)) -> dict:
     request = parse(RollbackBody, body, ctx, principal)
+    return await _admin_answer(ctx.rollout.admin_rollback(request.reason, request.tenant))
+
+
+async def _admin_answer(operation: Awaitable[SwapResult]) -> dict:
+    """The admin operation's result as the reply's body; a refusal as the status gRPC's code stands for."""
     try:
-        result = await ctx.rollout.admin_rollback(request.reason, request.tenant)
+        return _swap_body(await operation)
     except AdminRefused as refused:
         raise ApiError(ADMIN_REFUSALS[refused.kind], str(refused), "invalid_request_error") from refused
-    return _swap_body(result)
 
 
 ADMIN_REFUSALS = {"failed-precondition": 409, "not-found": 404}

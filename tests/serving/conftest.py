@@ -181,6 +181,26 @@ def read_topic(config: LiverlConfig, topic: str, expect: int, timeout_s: float =
         consumer.close()
 
 
+def recorded_calls(server: ServerThread, request_ids: set[str]) -> dict:
+    """request id -> its recorded ModelCall read back from Kafka, with the session id of its Kafka key checked
+    against the body."""
+    from liverl.v1 import model_call_pb2
+    from tests.conftest import stored_key
+
+    config = server.server.config
+    server.server.recorder.flush(30)
+    wanted = [r.encode() for r in request_ids]
+    records = read_topic(config, config.kafka.model_calls_topic, expect=100_000,
+                         until=lambda got: all(any(w in r.value for r in got) for w in wanted))
+    found = {}
+    for record in records:
+        call = model_call_pb2.ModelCall.FromString(record.value)
+        if call.request_id in request_ids:
+            assert record.key == stored_key(config, call.tenant_id, call.session_id)
+            found[call.request_id] = call
+    return found
+
+
 def module_topics(stack: LiverlConfig, name: str) -> LiverlConfig:
     """stack with topic names of its own (for servers shared by several tests)."""
     return with_topics(stack, name, partitions=1)

@@ -11,10 +11,16 @@ import pytest
 
 from liverl.config.serving import ServingConfig
 from liverl.contracts import names
-from liverl.v1 import model_call_pb2, session_event_pb2
+from liverl.v1 import session_event_pb2
 from serving.recording.stitching import AMBIGUOUS, Stitcher, canonical, link_events, tool_links
-from tests.conftest import stored_key
-from tests.serving.conftest import ServerThread, module_topics, read_topic, register_version, serving_config
+from tests.serving.conftest import (
+    ServerThread,
+    module_topics,
+    read_topic,
+    recorded_calls,
+    register_version,
+    serving_config,
+)
 
 SYSTEM = {"role": "system", "content": "you fix files"}
 ASK = {"role": "user", "content": "fix the null check"}
@@ -192,21 +198,6 @@ def _session(reply) -> str:
     return reply.model_extra["liverl"]["session_id"]
 
 
-def _recorded(server, request_ids: set[str]) -> dict[str, model_call_pb2.ModelCall]:
-    config = server.server.config
-    server.server.recorder.flush(30)
-    wanted = [r.encode() for r in request_ids]
-    records = read_topic(config, config.kafka.model_calls_topic, expect=100_000,
-                         until=lambda got: all(any(w in r.value for r in got) for w in wanted))
-    found = {}
-    for record in records:
-        call = model_call_pb2.ModelCall.FromString(record.value)
-        if call.request_id in request_ids:
-            assert record.key == stored_key(config, call.tenant_id, call.session_id)
-            found[call.request_id] = call
-    return found
-
-
 def _distilled(session_id: str, events, calls) -> list:
     """The trajectory rows the distiller builds of a session's recorded events and calls (no dead letter)."""
     from liverl.config.rewards import RewardsConfig
@@ -231,7 +222,7 @@ def test_three_calls_resending_the_conversation_are_one_recorded_session(stitchi
     third, _ = _turn(client, [*conversation, {"role": "user", "content": "thanks"}])
     sessions = {_session(first), _session(second), _session(third)}
     assert sessions == {first.id}  # the first call's own id names the session all three continue
-    calls = _recorded(stitching_server, {first.id, second.id, third.id})
+    calls = recorded_calls(stitching_server, {first.id, second.id, third.id})
     assert {call.session_id for call in calls.values()} == {first.id} and len(calls) == 3
     (row,) = _distilled(first.id, (), calls.values())  # the distiller's one trajectory of the three calls
     assert row.num_model_calls == 3 and len(row.span_starts) == 3
@@ -271,7 +262,7 @@ def test_tool_results_are_recorded_linked_to_the_call_that_asked(stitching_serve
     assert (asked.request_id, asked.name, json.loads(asked.arguments_json)) == (first.id, "edit", {"file": "a.py"})
     assert (answered.call_id, answered.output) == (call_id, "edited")
     assert {(e.tenant_id, e.session_id) for e in events} == {("acme", first.id)}
-    calls = _recorded(stitching_server, {first.id, second.id})
+    calls = recorded_calls(stitching_server, {first.id, second.id})
     (row,) = _distilled(first.id, events, calls.values())  # the tool call's request is the session's: no dead letter
     assert row.num_model_calls == 2
 
@@ -349,5 +340,5 @@ def test_turned_off_each_call_is_a_session_of_its_own(stack, tiny_policy_dir, tm
         second, conversation = _turn(_client(server), [*conversation, {"role": "user", "content": "more"}])
         third, _ = _turn(_client(server), [*conversation, {"role": "user", "content": "again"}])
         assert [_session(r) for r in (first, second, third)] == [first.id, second.id, third.id]
-        calls = _recorded(server, {first.id, second.id, third.id})
+        calls = recorded_calls(server, {first.id, second.id, third.id})
         assert {calls[r.id].session_id for r in (first, second, third)} == {first.id, second.id, third.id}

@@ -5,30 +5,13 @@ import httpx
 import openai
 
 from liverl.contracts import names
-from liverl.v1 import common_pb2, model_call_pb2, serving_pb2, serving_pb2_grpc
+from liverl.v1 import common_pb2, serving_pb2, serving_pb2_grpc
 from serving.recording.session_ids import REQUEST_ID_HEADER, header_value
-from tests.conftest import stored_key
-from tests.serving.conftest import read_topic
+from tests.serving.conftest import recorded_calls
 
 
 def _plain_client(server, base: str = "/v1") -> openai.OpenAI:
     return openai.OpenAI(base_url=server.http_base + base, api_key="user-key", max_retries=0)
-
-
-def _recorded(server, request_ids: set[str]) -> dict[str, model_call_pb2.ModelCall]:
-    """request id -> its recorded ModelCall, with the session id of its Kafka key checked against the body."""
-    config = server.server.config
-    server.server.recorder.flush(30)
-    wanted = [r.encode() for r in request_ids]
-    records = read_topic(config, config.kafka.model_calls_topic, expect=100_000,
-                         until=lambda got: all(any(w in r.value for r in got) for w in wanted))
-    found = {}
-    for record in records:
-        call = model_call_pb2.ModelCall.FromString(record.value)
-        if call.request_id in request_ids:
-            assert record.key == stored_key(config, call.tenant_id, call.session_id)
-            found[call.request_id] = call
-    return found
 
 
 def test_a_call_without_headers_is_a_one_call_session_named_by_its_id(api_server):
@@ -44,7 +27,7 @@ def test_a_call_without_headers_is_a_one_call_session_named_by_its_id(api_server
     text = client.completions.create(model="", prompt="search file", max_tokens=2)
     assert text.id.startswith("cmpl-") and text.model_extra["liverl"]["session_id"] == text.id
 
-    calls = _recorded(api_server, {reply.id, text.id})
+    calls = recorded_calls(api_server, {reply.id, text.id})
     for one in (reply.id, text.id):
         assert calls[one].session_id == one and calls[one].tenant_id == "acme"  # the key's tenant, always
     assert calls[reply.id].api == "openai-chat" and calls[text.id].api == "openai-completions"
@@ -68,7 +51,7 @@ def test_sessions_named_by_url_metadata_or_user_in_that_order(api_server):
     by_user = shown["s-user"]  # OpenAI's `user` names the session by its keyed pseudonym, never as given
     assert by_user.startswith("u-") and "s-user" not in by_user
     assert shown == {**{session: session for session in named}, "s-user": by_user}
-    calls = _recorded(api_server, {reply.id for reply in named.values()})
+    calls = recorded_calls(api_server, {reply.id for reply in named.values()})
     assert {session: calls[reply.id].session_id for session, reply in named.items()} == shown
     assert by_url.models.list().data[0].model_extra["policy_version"] == "1"  # the whole API under the URL
 
@@ -78,7 +61,7 @@ def test_a_session_id_holding_personal_data_is_recorded_and_keyed_by_its_pseudon
         model="", messages=[{"role": "user", "content": "ask"}], max_tokens=2,
         metadata={"liverl_session_id": "conv-dave@example.com"})
     assert reply.model_extra["liverl"]["session_id"] == "conv-dave@example.com"  # the client's own id, to the client
-    call = _recorded(api_server, {reply.id})[reply.id]  # its Kafka key checked against the value there
+    call = recorded_calls(api_server, {reply.id})[reply.id]  # its Kafka key checked against the value there
     assert call.session_id.startswith("redacted-email-") and "dave@example.com" not in call.SerializeToString().decode(
         errors="replace")
 
@@ -118,4 +101,4 @@ def test_grpc_without_a_session_is_a_one_call_session_too(api_server):
     metadata = dict(call.trailing_metadata())
     assert metadata[names.META_SESSION_ID] == metadata[REQUEST_ID_HEADER] == response.request_id
     assert response.session_id == response.request_id
-    assert _recorded(api_server, {response.request_id})[response.request_id].session_id == response.request_id
+    assert recorded_calls(api_server, {response.request_id})[response.request_id].session_id == response.request_id

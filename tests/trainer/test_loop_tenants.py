@@ -37,6 +37,17 @@ def _step_groups(lines: list[str]) -> list[str]:
     return [line.split(" | ")[0] for line in lines if re.match(r"\S+ \| step \d+ \| loss ", line)]
 
 
+def _train_to_the_table_end(config) -> tuple[list[str], int, Trainer]:
+    """A trainer started, run to the table's end and closed: its lines (printed), the versions it registered, itself."""
+    lines: list[str] = []
+    trainer = Trainer(config, say=lines.append)
+    trainer.start()
+    registered = trainer.run(follow=False)
+    trainer.close()
+    print("\n".join(lines))
+    return lines, registered, trainer
+
+
 def test_each_tenant_trains_registers_and_is_gated_on_its_own(stack, tmp_path):
     from demo.policy.tiny_policy import build_policy
 
@@ -55,12 +66,7 @@ def test_each_tenant_trains_registers_and_is_gated_on_its_own(stack, tmp_path):
     commit_batch(config.table.trajectories_uri,
                  _rows(factory, "big", 40) + _rows(factory, "small", 8) + _rows(factory, "zed", 8), "batch-0", 0)
 
-    lines: list[str] = []
-    trainer = Trainer(config, say=lines.append)
-    trainer.start()
-    registered = trainer.run(follow=False)
-    trainer.close()
-    print("\n".join(lines))
+    lines, registered, trainer = _train_to_the_table_end(config)
     steps = _step_groups(lines)
     assert sorted(steps[:3]) == [SHARED_GROUP, "big", "small"]  # the first step draws every group: none starved
 
@@ -88,12 +94,8 @@ def test_each_tenant_trains_registers_and_is_gated_on_its_own(stack, tmp_path):
     # A restart goes on from each group's checkpoint: only the group with new rows trains, from its last version.
     small_before = by_tenant["small"][-1].version
     commit_batch(config.table.trajectories_uri, _rows(factory, "small", 6, start=8), "batch-1", 1)
-    lines.clear()
-    again = Trainer(config, say=lines.append)
-    again.start()
-    assert again.run(follow=False) == 1
-    again.close()
-    print("\n".join(lines))
+    lines, registered, _ = _train_to_the_table_end(config)
+    assert registered == 1
     newest = registry.versions()[-1]
     assert newest.tags[names.TAG_TENANT] == "small" and newest.tags[names.TAG_PARENT_VERSION] == small_before
     assert json.loads(newest.tags[names.TAG_TABLE_VERSIONS]) == [1]
@@ -141,12 +143,7 @@ def test_a_group_waits_for_its_own_rows_and_a_checkpoint_leaves_the_held_ones_un
     print("\n".join(lines))
     assert _step_groups(lines) == ["small", "big", "big"]  # small's 4th row alone did not make a step
 
-    lines.clear()
-    again = Trainer(config, say=lines.append)
-    again.start()
-    again.run(follow=False)  # the table's end: what waited is trained
-    again.close()
-    print("\n".join(lines))
+    lines, _, _ = _train_to_the_table_end(config)  # what waited is trained
     assert _step_groups(lines) == ["small"] and any(re.search(r"^small \| step 2 .*\| traj 1 ", line) for line in lines)
     small = [mv for mv in Registry(config.mlflow).versions()
              if mv.version != base and mv.tags.get(names.TAG_TENANT) == "small"]
@@ -176,12 +173,7 @@ def test_a_crash_after_one_group_checkpoints_loses_no_other_groups_rows(stack, t
     print("\n".join(lines))
     assert _step_groups(lines) == ["small", "big", "big"]
 
-    lines.clear()
-    again = Trainer(config, say=lines.append)
-    again.start()  # finishes big's registration, then resumes each group from its own checkpoint
-    again.run(follow=False)
-    again.close()
-    print("\n".join(lines))
+    lines, _, _ = _train_to_the_table_end(config)  # finishes big's registration, then resumes each group
     trained: dict[str | None, int] = {}
     for mv in Registry(config.mlflow).versions():
         if mv.version != base:
@@ -236,12 +228,7 @@ def test_a_group_whose_candidates_keep_being_refused_is_rewound_to_its_champion(
 
     def run(rows: list[dict], batch: int) -> tuple[list[str], list[str], Trainer]:
         commit_batch(config.table.trajectories_uri, rows, f"batch-{batch}", batch)
-        lines: list[str] = []
-        trainer = Trainer(config, say=lines.append)
-        trainer.start()
-        trainer.run(follow=False)
-        trainer.close()
-        print("\n".join(lines))
+        lines, _, trainer = _train_to_the_table_end(config)
         acme = [mv.version for mv in registry.versions() if mv.tags.get(names.TAG_TENANT) == "acme"]
         return lines, acme, trainer
 
@@ -345,12 +332,7 @@ def test_naming_tenants_later_keeps_the_shared_policys_place(stack, tmp_path):
 
     tc.tenants.adapters = ["acme"]
     commit_batch(config.table.trajectories_uri, _rows(factory, "acme", 2, start=2), "batch-1", 1)
-    lines: list[str] = []
-    again = Trainer(config, say=lines.append)
-    again.start()
-    again.run(follow=False)
-    again.close()
-    print("\n".join(lines))
+    lines, _, _ = _train_to_the_table_end(config)
     assert any(f"{SHARED_GROUP} (parent v{shared.version}, step 1)" in line for line in lines
                if line.startswith(f"trainer ready | base v{base} | groups acme"))
     assert set(_step_groups(lines)) == {"acme"}
