@@ -1,24 +1,31 @@
-"""The real-model demo's closing measure: held-out success per family, base versus the last served version.
+"""The real-model demo's closing measure: held-out success, base versus the last served version.
 
-The base and the served version play the same held-out real tasks with the same seeds
-(`python -m demo.evaluate heldout`, its own process, so its engine's memory goes when it ends), the helpers
-answered by the base in both. A LoRA version plays merged into a copy of the base, in the same process
-as the base, and the comparison adds the paired difference (served minus base) with its 95 % interval; a
-full-weights version plays in a process of its own. The summary prints success with 95 % Wilson intervals per
-family and the general-text NLL of both.
+The base and the served version play the same held-out real tasks of the final split (the one no config is tuned
+on) under the same sampling seeds (`python -m demo.evaluate heldout`, its own process, so its engine's memory goes
+when it ends), the helpers answered by the base in both. The first sampling seed is drawn fresh every run (printed
+in the summary, so the run can be reproduced with --seed), and each task is played under demo.real.heldout_seeds
+seeds. A LoRA version plays merged into a copy of the base, in the same process as the base; a full-weights
+version plays in a process of its own, under the same seeds. The summary gives out-of-template success (templates
+training never drew) first, then in-template, per family and overall with 95 % Wilson intervals and the spread
+over seeds; the paired difference (served minus base) with its 95 % interval over tasks; the NLL ratio served /
+base on the forgetting set with its bootstrap interval; and the gate's general-text NLL of both.
 """
 
 from __future__ import annotations
 
 import json
+import secrets
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from demo.config import DemoLiverlConfig
+from demo.evaluate import forgetting
 from demo.product.engines import all_cores_environment
 from liverl.contracts.adapter import is_adapter_folder, read_manifest
 from liverl.io import processes
+
+PARTS = ("out-of-template", "in-template")  # demo/product/tasks/chat/base.py; the first is what generalises
 
 
 @dataclass(frozen=True)
@@ -28,56 +35,102 @@ class HeldoutComparison:
     base: dict
     served: dict
     served_version: str
-    paired: dict | None = None  # family (and "all") -> paired difference, served - base; LoRA versions only
+    paired: dict | None = None  # groups ("parts", "families", "all") -> paired difference, served - base
 
     def lines(self) -> list[str]:
-        out = []
-        for family, base in self.base["families"].items():
-            served = self.served["families"].get(family, {})
-            out.append(f"held-out {family:12s} base {_rate(base)}  |  v{self.served_version} {_rate(served)}")
-        for family, figures in (self.paired or {}).items():
-            low, high = figures["ci95"]
-            out.append(f"held-out {family:12s} v{self.served_version} - base {figures['difference']:+.3f} "
-                       f"95% [{low:+.3f}, {high:+.3f}] (paired: {figures['gained']} gained, {figures['lost']} lost)")
-        out.append(f"general-text NLL (nats/token) base {self.base['general']['nll']:.4f}  |  "
+        seeds = self.base.get("sampling_seeds", [])
+        out = [f"held-out {self.base.get('split', 'final')} split: {self.base.get('tasks', '?')} tasks x "
+               f"{len(seeds)} sampling seeds {seeds} (reproduce: --seed {self.base.get('seed')})"]
+        for part in PARTS:
+            for group, base in self.base.get("parts", {}).get(part, {}).items():
+                served = self.served.get("parts", {}).get(part, {}).get(group, {})
+                out.append(f"{part:15s} {group:12s} base {_rate(base)}  |  v{self.served_version} {_rate(served)}")
+        for part in PARTS:
+            for group, figures in (self.paired or {}).get("parts", {}).get(part, {}).items():
+                out.append(f"{part:15s} {group:12s} v{self.served_version} - base {_difference(figures)}")
+        if ratio := self.forgetting():
+            out.append(forgetting.describe(ratio).replace("served", f"v{self.served_version}"))
+        out.append(f"general-text NLL (nats/token, the gate's text) base {self.base['general']['nll']:.4f}  |  "
                    f"v{self.served_version} {self.served['general']['nll']:.4f}")
         return out
 
+    def forgetting(self) -> dict | None:
+        """The forgetting set's NLL ratio served / base with its interval (None: not measured)."""
+        if "forgetting" not in self.base or "forgetting" not in self.served:
+            return None
+        return forgetting.ratio_figures(self.base["forgetting"], self.served["forgetting"])
+
+    def _headline(self, part: str) -> dict | None:
+        return (self.paired or {}).get("parts", {}).get(part, {}).get("all")
+
     def improved(self) -> bool | None:
-        """Whether the served version beats the base overall with a 95 % interval above zero (None: unpaired)."""
-        return None if not self.paired else self.paired["all"]["ci95"][0] > 0
+        """Whether the served version beats the base out-of-template (tasks of templates training never drew) with
+        a 95 % interval above zero (None: unpaired)."""
+        figures = self._headline(PARTS[0])
+        return None if figures is None else figures["ci95"][0] > 0
 
     def verdict(self) -> str | None:
-        """The run's last word on the real model (None: unpaired). The served reward moves with whichever tasks each
-        version happened to get; the held-out tasks, the same for the base and the last served version, do not."""
-        if not self.paired:
+        """The run's last word on the real model (None: unpaired), out-of-template first. The served reward moves
+        with whichever tasks each version happened to get; the held-out tasks, the same for both, do not."""
+        said = []
+        for part in PARTS:
+            if (figures := self._headline(part)) is not None:
+                shown = "better than the base" if figures["ci95"][0] > 0 else "not shown better than the base"
+                said.append(f"{part} {_difference(figures, paired_counts=False)}: {shown}")
+        if not said:
             return None
-        figures = self.paired["all"]
-        low, high = figures["ci95"]
-        shown = "better than the base" if self.improved() else "not shown better than the base"
-        return (f"held-out success v{self.served_version} - base {figures['difference']:+.3f}, "
-                f"95 % [{low:+.3f}, {high:+.3f}]: {shown}")
+        return f"held-out success v{self.served_version} - base, " + "; ".join(said)
 
     def as_dict(self) -> dict:
         return {"served_version": self.served_version, "base": self.base, "served": self.served,
-                "paired": self.paired, "improved": self.improved()}
+                "paired": self.paired, "forgetting": self.forgetting(), "improved": self.improved()}
 
 
 def _rate(figures: dict) -> str:
     if not figures:
         return "-"
     low, high = figures["wilson95"]
-    return f"{figures['successes']:3d}/{figures['n']:3d} = {figures['rate']:.3f} [{low:.3f}, {high:.3f}]"
+    per_seed = figures.get("per_seed", [])
+    spread = f" seeds {min(per_seed):.3f}-{max(per_seed):.3f}" if len(per_seed) > 1 else ""
+    plays = figures.get("plays", figures["n"])
+    return f"{figures['successes']:3d}/{plays:3d} = {figures['rate']:.3f} [{low:.3f}, {high:.3f}]{spread}"
 
 
-def evaluate_folder(config: DemoLiverlConfig, folder: Path, frozen: Path, out: Path,
-                    adapter: Path | None = None) -> dict:
-    """The evaluator on one folder (and, paired, under an adapter of it), with the demo's held-out size, seed and
-    engine; its JSON result."""
+def _difference(figures: dict, paired_counts: bool = True) -> str:
+    low, high = figures["ci95"]
+    counts = f" (paired over {figures['n']} tasks: {figures['gained']} gained, {figures['lost']} lost)"
+    return f"{figures['difference']:+.3f}, 95 % [{low:+.3f}, {high:+.3f}]" + (counts if paired_counts else "")
+
+
+def paired_from_results(base: dict, served: dict) -> dict | None:
+    """The paired differences of two evaluator results (separate processes) over the same tasks and seeds; None
+    when either lacks its per-task outcomes or they were played under other seeds."""
+    from demo.evaluate.heldout_success import paired_outcomes
+
+    if "outcomes" not in base or "outcomes" not in served or base.get("sampling_seeds") != served.get("sampling_seeds"):
+        return None
+    return paired_outcomes(base["outcomes"], served["outcomes"])
+
+
+def heldout_plan(config: DemoLiverlConfig) -> tuple[int, int]:
+    """(distinct tasks, sampling seeds) of the demo's held-out evaluation: demo.real.heldout_tasks plays a policy,
+    spread over heldout_seeds seeds. Same plays, same cost: 210 plays were 210 tasks under one seed (about 2.5 min a
+    policy on 2 cores) and are now 70 tasks under 3 seeds. Averaging a task over its seeds removes most of its
+    sampling noise, which at temperature 0.7 is most of a 135M model's per-task noise, so the paired interval over
+    70 tasks is not much wider than over 210, and the spread over seeds shows how much one base draw can move."""
     real = config.demo.real
+    return max(1, real.heldout_tasks // real.heldout_seeds), real.heldout_seeds
+
+
+def evaluate_folder(config: DemoLiverlConfig, folder: Path, frozen: Path, out: Path, seed: int,
+                    adapter: Path | None = None) -> dict:
+    """The evaluator on one folder (and, paired, under an adapter of it) on the final split, with the demo's
+    held-out size, seeds from `seed` and engine; its JSON result."""
+    real = config.demo.real
+    tasks, seeds = heldout_plan(config)
     argv = [sys.executable, "-m", "demo.evaluate", "heldout", "--folder", str(folder), "--frozen", str(frozen),
-            "--tasks", str(real.heldout_tasks), "--seed", str(config.demo.seed), "--engine", real.heldout_engine,
-            "--json", str(out)] + (["--adapter", str(adapter)] if adapter is not None else [])
+            "--tasks", str(tasks), "--seeds", str(seeds), "--seed", str(seed), "--split", "final",
+            "--engine", real.heldout_engine, "--json", str(out)] + (["--adapter", str(adapter)] if adapter else [])
     log = out.with_suffix(".log")
     log.unlink(missing_ok=True)
     # The demo's stages have stopped: the evaluation's engine computes on every core.
@@ -101,10 +154,12 @@ def compare_heldout(config: DemoLiverlConfig, base: Path, served_version: str, s
     work = config.stack.data_dir / "heldout"
     work.mkdir(parents=True, exist_ok=True)
     frozen = config.demo.real.helpers_folder or base
-    say(f"      held-out: {config.demo.real.heldout_tasks} real tasks each for the base and v{served_version} "
-        f"({config.demo.real.heldout_engine})")
+    tasks, seeds = heldout_plan(config)
+    seed = secrets.randbelow(2**31 - 16)  # fresh every run: no one draw of the base's sampling is tuned against
+    say(f"      held-out (final split): {tasks} real tasks x {seeds} sampling seeds from {seed} each for the base and "
+        f"v{served_version} ({config.demo.real.heldout_engine})")
     if not served_version.isdigit() or served_version == "1":  # nothing trained was served: the base itself
-        base_result = evaluate_folder(config, base, frozen, work / "base.json")
+        base_result = evaluate_folder(config, base, frozen, work / "base.json", seed)
         return HeldoutComparison(base_result, base_result, "1")
     registry = ModelRegistry(config.mlflow.tracking_uri, config.mlflow.registered_model)
     folder = _version_folder(registry.download(served_version, work / f"v{served_version}"))
@@ -112,11 +167,13 @@ def compare_heldout(config: DemoLiverlConfig, base: Path, served_version: str, s
         if read_manifest(folder).base_version != "1":
             raise RuntimeError(f"v{served_version} is an adapter of v{read_manifest(folder).base_version}, not of the "
                                "packaged base (v1) that the held-out comparison plays it on")
-        both = evaluate_folder(config, base, frozen, work / f"base-and-v{served_version}.json", adapter=folder)
-        return HeldoutComparison(both["base"], both["adapter"], served_version, both["paired"])
-    base_result = evaluate_folder(config, base, frozen, work / "base.json")
-    served_result = evaluate_folder(config, folder, frozen, work / f"v{served_version}.json")
-    return HeldoutComparison(base_result, served_result, served_version)
+        both = evaluate_folder(config, base, frozen, work / f"base-and-v{served_version}.json", seed, adapter=folder)
+        plan = {k: both[k] for k in ("split", "tasks", "seed", "sampling_seeds")}
+        return HeldoutComparison({**plan, **both["base"]}, {**plan, **both["adapter"]}, served_version,
+                                 both["paired"])
+    base_result = evaluate_folder(config, base, frozen, work / "base.json", seed)
+    served_result = evaluate_folder(config, folder, frozen, work / f"v{served_version}.json", seed)
+    return HeldoutComparison(base_result, served_result, served_version, paired_from_results(base_result, served_result))
 
 
 def _version_folder(downloaded: Path) -> Path:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 Z_95 = 1.959963984540054  # the standard normal's 97.5 % quantile
 
@@ -47,3 +47,41 @@ def jackknife_se(n: int, statistic: Callable[[list[int]], dict[str, float]]) -> 
         mean = statistics.fmean(values)
         se[name] = math.sqrt((n - 1) / n * sum((value - mean) ** 2 for value in values))
     return se
+
+
+def paired_mean_difference(before: Sequence[Sequence[bool]], after: Sequence[Sequence[bool]],
+                           z: float = Z_95) -> dict:
+    """Success after minus before on the same tasks, each task played under the same sampling seeds by both
+    (before[i][s]: task i under seed s). The task is the unit: its difference is the mean over its seeds, and the
+    95 % normal interval is over tasks, since one task's plays share its difficulty and are not independent.
+    One seed gives paired_difference's figures. "gained" / "lost": tasks whose mean rose / fell."""
+    if len(before) != len(after) or not before:
+        raise ValueError(f"paired outcomes need equal, non-empty lists (got {len(before)} and {len(after)})")
+    if any(len(b) != len(a) or not b for b, a in zip(before, after)):
+        raise ValueError("each task needs the same, non-zero number of seeds on both sides")
+    diffs = [statistics.fmean(int(x) for x in a) - statistics.fmean(int(x) for x in b) for b, a in zip(before, after)]
+    n = len(diffs)
+    mean = statistics.fmean(diffs)
+    half = z * math.sqrt(statistics.variance(diffs) / n) if n > 1 else 0.0
+    return {"n": n, "seeds": len(before[0]), "difference": mean, "ci95": [mean - half, mean + half],
+            "gained": sum(d > 0 for d in diffs), "lost": sum(d < 0 for d in diffs)}
+
+
+def bootstrap_ratio(numerators: Sequence[float], denominators: Sequence[float], resamples: int = 2000,
+                    seed: int = 0, level: float = 0.95) -> tuple[float, tuple[float, float]]:
+    """sum(numerators) / sum(denominators) and its percentile bootstrap interval, resampling the paired units
+    (index i carries both numerators[i] and denominators[i]) with replacement."""
+    import random
+
+    if len(numerators) != len(denominators) or not numerators:
+        raise ValueError(f"a ratio needs equal, non-empty lists (got {len(numerators)} and {len(denominators)})")
+    n = len(numerators)
+    rng = random.Random(seed)
+    ratios = []
+    for _ in range(resamples):
+        picks = [rng.randrange(n) for _ in range(n)]
+        ratios.append(sum(numerators[i] for i in picks) / sum(denominators[i] for i in picks))
+    ratios.sort()
+    tail = (1 - level) / 2
+    low, high = ratios[int(tail * resamples)], ratios[min(resamples - 1, int((1 - tail) * resamples))]
+    return sum(numerators) / sum(denominators), (low, high)

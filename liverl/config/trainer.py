@@ -204,6 +204,16 @@ class GateConfig(Section):
     """The reward test decides only on at least this many effective sessions (Kish ESS of the candidate's weights);
     fewer: defer. An absolute floor: the fraction floor below cannot fail at 8 sessions (ESS >= 1). Below about 10,
     the t interval's level is not kept (tests/trainer/test_gate_error_rates.py)."""
+    sequential_max_sessions: int = Field(512, ge=2, le=1_000_000)
+    """The reward test is sequential and anytime-valid (trainer/gate/sequential.py): a deferred candidate is looked at
+    again on every round's new held-out sessions, its evidence accumulating, without raising its false-promotion rate.
+    This is its session budget: a candidate not shown within max_reward_drop after this many held-out sessions is
+    refused. 512 keeps an equal candidate's refusals within max_false_refusal at the demo's settings with
+    heavy-tailed weights (tests/trainer/test_sequential_gate.py); light-tailed ones pass within a few dozen."""
+    reward_range: tuple[float, float] = (-1.0, 1.0)
+    """The bounds of a session's mixed reward that the sequential test's guarantee rests on (rewards outside are
+    clipped into it for the test, and counted in the report's reward_clipped_sessions). A max_reward_drop of the whole
+    range or more turns the reward test off: no candidate can be worse by that much, so every one passes it."""
     confidence_z: float = Field(2.0, ge=0.0)
     """Each figure is judged at its confidence bound: estimate ± z × its standard error over held-out trajectories."""
     max_log_weight: float = Field(3.0, gt=0.0)
@@ -260,6 +270,14 @@ class GateConfig(Section):
         if self.min_effective_sessions > self.max_holdout:
             raise ValueError(f"trainer.gate.min_effective_sessions {self.min_effective_sessions:g} exceeds "
                              f"max_holdout {self.max_holdout}: no judgement could ever decide; raise max_holdout")
+        return self
+
+    @model_validator(mode="after")
+    def _reward_range_in_order(self) -> "GateConfig":
+        low, high = self.reward_range
+        if not -1e9 < low < high < 1e9:
+            raise ValueError(f"trainer.gate.reward_range {self.reward_range} must be finite (low, high) with low below "
+                             "high: the rewards' bounds, e.g. (-1.0, 1.0)")
         return self
 
     @model_validator(mode="after")

@@ -2,33 +2,88 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from demo.heldout import HeldoutComparison, _version_folder
 
 
-def _result(successes: int, nll: float) -> dict:
-    return {"families": {"coding": {"n": 20, "successes": successes, "rate": successes / 20, "wilson95": [0.1, 0.5]}},
-            "general": {"nll": nll}}
+def _figures(successes: int, n: int = 20) -> dict:
+    return {"n": n, "plays": 3 * n, "successes": successes, "rate": successes / (3 * n), "wilson95": [0.1, 0.5],
+            "per_seed": [0.2, 0.25, 0.3]}
 
 
-def test_heldout_lines_show_both_policies_with_intervals_and_nll():
-    lines = HeldoutComparison(_result(4, 2.5), _result(6, 2.6), "7").lines()
-    assert lines[0].split() == ["held-out", "coding", "base", "4/", "20", "=", "0.200", "[0.100,", "0.500]", "|",
-                                "v7", "6/", "20", "=", "0.300", "[0.100,", "0.500]"]
-    assert lines[1] == "general-text NLL (nats/token) base 2.5000  |  v7 2.6000"
+def _forgetting(scale: float) -> dict:
+    return {"domains": ["prose"] * 4 + ["code"] * 4, "chunk_nll": [scale * (300 + i) for i in range(8)],
+            "by_domain": {"prose": 3.0 * scale, "code": 2.0 * scale}, "tokens": 1024}
 
 
-def _paired(low: float, high: float) -> dict:
-    return {"all": {"difference": (low + high) / 2, "ci95": [low, high], "gained": 9, "lost": 3}}
+def _result(successes: int, nll: float, scale: float = 1.0) -> dict:
+    return {"split": "final", "tasks": 40, "seed": 1234, "sampling_seeds": [1234, 1235, 1236],
+            "parts": {"out-of-template": {"coding": _figures(successes)},
+                      "in-template": {"coding": _figures(successes + 5)}},
+            "general": {"nll": nll}, "forgetting": _forgetting(scale)}
 
 
-def test_heldout_verdict_says_better_only_when_the_interval_is_above_zero():
-    shown = HeldoutComparison(_result(4, 2.5), _result(6, 2.6), "7", _paired(0.02, 0.18))
-    assert shown.verdict() == "held-out success v7 - base +0.100, 95 % [+0.020, +0.180]: better than the base"
-    unshown = HeldoutComparison(_result(4, 2.5), _result(6, 2.6), "7", _paired(-0.02, 0.18))
-    assert unshown.verdict().endswith("[-0.020, +0.180]: not shown better than the base")
+def test_heldout_lines_give_out_of_template_first_with_seeds_intervals_forgetting_and_nll():
+    lines = HeldoutComparison(_result(4, 2.5), _result(6, 2.6, 1.01), "7").lines()
+    assert lines[0] == "held-out final split: 40 tasks x 3 sampling seeds [1234, 1235, 1236] (reproduce: --seed 1234)"
+    assert lines[1].split() == ["out-of-template", "coding", "base", "4/", "60", "=", "0.067", "[0.100,", "0.500]",
+                                "seeds", "0.200-0.300", "|", "v7", "6/", "60", "=", "0.100", "[0.100,", "0.500]",
+                                "seeds", "0.200-0.300"]
+    assert lines[2].startswith("in-template     coding       base   9/ 60")
+    assert lines[3].startswith("forgetting set NLL v7/base 1.0100, 95 % [1.0100, 1.0100] over 8 chunks")
+    assert lines[3].endswith("(1024 tokens, 2 domains): worse than the base")
+    assert lines[4] == "general-text NLL (nats/token, the gate's text) base 2.5000  |  v7 2.6000"
+
+
+def _paired(out: tuple[float, float], within: tuple[float, float]) -> dict:
+    def one(low, high):
+        return {"n": 40, "difference": (low + high) / 2, "ci95": [low, high], "gained": 9, "lost": 3}
+    return {"parts": {"out-of-template": {"all": one(*out)}, "in-template": {"all": one(*within)}}}
+
+
+def test_heldout_verdict_leads_with_out_of_template_and_says_better_only_above_zero():
+    shown = HeldoutComparison(_result(4, 2.5), _result(6, 2.6), "7", _paired((-0.02, 0.18), (0.02, 0.18)))
+    assert shown.verdict() == ("held-out success v7 - base, out-of-template +0.080, 95 % [-0.020, +0.180]: not shown "
+                               "better than the base; in-template +0.100, 95 % [+0.020, +0.180]: better than the base")
+    assert shown.improved() is False  # in-template alone is not generalisation
+    assert HeldoutComparison(_result(4, 2.5), _result(6, 2.6), "7", _paired((0.01, 0.2), (-0.1, 0.1))).improved()
     assert HeldoutComparison(_result(4, 2.5), _result(6, 2.6), "7").verdict() is None
+
+
+def test_the_demo_draws_a_fresh_seed_every_run_and_plays_the_final_split(monkeypatch, tmp_path):
+    import demo.heldout as heldout
+    from demo.config import DemoLiverlConfig
+
+    config = DemoLiverlConfig()
+    config.stack.data_dir = tmp_path
+    config.demo.real.heldout_tasks = 210
+    assert heldout.heldout_plan(config) == (70, 3)  # the same 210 plays a policy as before: 70 tasks x 3 seeds
+    argvs = []
+
+    def fake_start(name, argv, log, env):
+        argvs.append(argv)
+        out = argv[argv.index("--json") + 1]
+
+        class Done:
+            pid = 0
+
+            def wait(self, timeout):
+                Path(out).write_text(json.dumps(_result(4, 2.5)))
+                return 0
+        return Done()
+
+    monkeypatch.setattr(heldout.processes, "start", fake_start)
+    monkeypatch.setattr(heldout.processes, "stop", lambda pid: None)
+    for _ in range(2):
+        assert heldout.compare_heldout(config, tmp_path / "base", "1", lambda line: None) is not None
+    seeds = [argv[argv.index("--seed") + 1] for argv in argvs]
+    assert seeds[0] != seeds[1] and seeds[0] != str(config.demo.seed)
+    assert all(argv[argv.index("--split") + 1] == "final" and argv[argv.index("--seeds") + 1] == "3"
+               and argv[argv.index("--tasks") + 1] == "70" for argv in argvs)
 
 
 def test_version_folder_is_found_below_a_download(tmp_path):

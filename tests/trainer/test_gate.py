@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 
 import pytest
 import torch
 
-from liverl.config.rewards import RewardsConfig
+from liverl.config.rewards import DriftThreshold, RewardsConfig
 from liverl.config.trainer import AdvantageConfig, GateConfig, LossConfig
 from liverl.contracts import names
-from tests.trainer.conftest import commit_batch, trainer_config
+from tests.trainer.conftest import TrajectoryFactory, commit_batch, trainer_config
 from trainer.gate.holdout import GateEvidence
 from trainer.gate.promotion import evaluate
 from trainer.groups.tenant_groups import SHARED_GROUP
@@ -59,7 +60,32 @@ def _evidence(rows: list[dict], drift: dict | None = None) -> GateEvidence:
 
 
 def _judge(candidate, champion, evidence: GateEvidence, monitors=REWARDS.monitors, **config):
+    # The demo's max_reward_drop: the sequential reward test (trainer/gate/sequential.py) cannot show a change within
+    # the default 0.01 on a few dozen sessions (it needs several hundred), whatever their spread. REWARDS mixes to
+    # rewards in [0, 2]: the range the test's guarantee rests on.
+    config.setdefault("max_reward_drop", 0.5)
+    config.setdefault("reward_range", (0.0, 2.0))
     return evaluate(candidate, champion, evidence, GateConfig(**config), LossConfig(), monitors, max_seq_len=64)
+
+
+def _mixture(model, tokenizer, steps: int = 100, lr: float = 3e-3):
+    """The tiny policy trained by maximum likelihood on the three behaviours in equal shares: it then plays each
+    about a third of the time, and 12 sessions of each are what it would serve. The reward test assumes held-out
+    sessions are draws from the policy that served them (importance weights average to at most 1 over them); a
+    fixed set of texts the behaviour almost never plays breaks that, and any candidate that made them likelier
+    would look better than it is."""
+    model = copy.deepcopy(model).train()
+    torch.manual_seed(0)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    ids = torch.tensor([tokenizer(text)["input_ids"] for text, *_ in BEHAVIOURS.values()])
+    mask = torch.ones_like(ids, dtype=torch.float)
+    mask[:, :2] = 0  # the prompt
+    for _ in range(steps):
+        loss = -(token_logprobs(model, ids, torch.ones_like(ids)) * mask).sum() / mask.sum()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model.eval()
 
 
 def _train(model, trajectories, preferred: str, steps: int = 5, lr: float = 1e-3):
@@ -90,23 +116,44 @@ def _degrade(model, scale: float = 1.0):
 
 
 @pytest.fixture(scope="module")
-def champion(tiny_policy_dir):
-    return load_policy(tiny_policy_dir)
+def champion(tiny_policy_dir, trajectories):
+    return _mixture(load_policy(tiny_policy_dir), trajectories.tokenizer)
 
 
 @pytest.fixture(scope="module")
-def held_out(trajectories) -> GateEvidence:
-    # 12 of each behaviour: the improved candidate's weights keep ~13 effective sessions, past the reward test's
-    # floor (gate.min_effective_sessions); at 6 of each it had 6.4 and the gate deferred it for more evidence.
-    return _evidence(_rows(trajectories, "held", 12))
+def served(tiny_policy_dir, champion) -> TrajectoryFactory:
+    """Rows whose behaviour logprobs are the champion's: it served the held-out sessions."""
+    factory = TrajectoryFactory(tiny_policy_dir)
+    factory.model = champion
+    return factory
+
+
+def test_the_champion_plays_each_behaviour_about_a_third_of_the_time(champion, served):
+    plays = [math.exp(sum(served.row("p", text, 0.0)["behaviour_logprobs"])) for text, *_ in BEHAVIOURS.values()]
+    assert all(0.25 < p < 0.42 for p in plays) and sum(plays) > 0.9, plays
+
+
+@pytest.fixture(scope="module")
+def held_out(served) -> GateEvidence:
+    # The champion's own sessions, in the shares it plays them (see _mixture). 24 of each: at 12 the improved
+    # candidate's sequential bound was -0.54, just short of the drop, and the gate deferred it for more evidence.
+    return _evidence(_rows(served, "held", 24))
 
 
 def test_gate_verdicts_on_degraded_inverted_hacking_and_improved_candidates(champion, trajectories, held_out):
+    # The champion plays three texts only (see _mixture): a few REINFORCE steps move its KL by about 0.7-1.6 nats,
+    # which healthy training of this tiny policy does; the tolerances sit above that and far below a degraded one.
+    # Sub-agents per task may move by 30 % of the champion's figure before it is flagged (the default 50 % is more than
+    # these few steps move it): the improved candidate's move must pass that and still not be refused.
+    subagents = DriftThreshold(direction="both", max_rel=0.3)
+    monitors = REWARDS.monitors.model_copy(update={"thresholds": {**REWARDS.monitors.thresholds,
+                                                                  "mean.subagents_per_task": subagents}})
+    moves = {"max_kl": 2.0, "max_nll_increase": 2.0, "monitors": monitors}
     verdicts = {
-        "degraded": _judge(_degrade(copy.deepcopy(champion)), champion, held_out),
-        "inverted": _judge(_train(champion, trajectories, preferred="search"), champion, held_out),
-        "hacking": _judge(_train(champion, trajectories, preferred="ask"), champion, held_out),
-        "improved": _judge(_train(champion, trajectories, preferred="edit"), champion, held_out),
+        "degraded": _judge(_degrade(copy.deepcopy(champion)), champion, held_out, **moves),
+        "inverted": _judge(_train(champion, trajectories, preferred="search"), champion, held_out, **moves),
+        "hacking": _judge(_train(champion, trajectories, preferred="ask"), champion, held_out, **moves),
+        "improved": _judge(_train(champion, trajectories, preferred="edit"), champion, held_out, **moves),
     }
     for name, report in verdicts.items():
         print(name, report.decision, report.reasons, json.dumps(report.figures, sort_keys=True))
@@ -119,8 +166,8 @@ def test_gate_verdicts_on_degraded_inverted_hacking_and_improved_candidates(cham
     assert any("rate.clarifying" in reason for reason in hacking.reasons)
     assert improved.passed, improved.reasons
     assert improved.figures["reward_change"] > 0 and improved.figures["monitor.rate.clarifying"] < 0
-    # Sub-agents per task rose past the monitor's 50 % threshold, with the verified outcome: not refused for it.
-    assert improved.figures["monitor.mean.subagents_per_task"] > 0.5 * (3 + 1 + 1) / 3
+    # Sub-agents per task rose past the monitor's threshold, with the verified outcome: not refused for it.
+    assert improved.figures["monitor.mean.subagents_per_task"] > subagents.max_rel * (3 + 1 + 1) / 3
 
 
 def test_the_same_policy_passes_with_zero_figures(champion, held_out):
@@ -154,30 +201,32 @@ def test_the_gate_fails_closed(champion, trajectories, held_out):
     assert not drifted.passed and "rate.clarifying" in drifted.reasons[0]
 
 
-def test_a_monitor_with_one_row_is_not_judged_as_with_none(champion, trajectories):
+def test_a_monitor_with_one_row_is_not_judged_as_with_none(champion, served):
     # Sub-agents per task is measured on orchestrator rows only: one held-out row gives no error to judge a move
     # by, and no more evidence than none, which passes; the figures say why it was not judged.
-    coding = [trajectories.row(f"c-{i}", EDIT[0], 1.0, signals={"tool_calls": 1.0, "turns": 1.0}) for i in range(5)]
-    orchestrator = trajectories.row("o-0", EDIT[0], 1.0, signals=EDIT[3], task_family="orchestrator")
-    few = {"min_effective_sessions": 2}  # the reward test's evidence floor is not what this is about
+    coding = [served.row(f"c-{i}", EDIT[0], 1.0, signals={"tool_calls": 1.0, "turns": 1.0}) for i in range(5)]
+    orchestrator = served.row("o-0", EDIT[0], 1.0, signals=EDIT[3], task_family="orchestrator")
+    # The reward test is not what this is about: a drop of the whole reward range turns it off.
+    few = {"min_effective_sessions": 2, "max_reward_drop": 2.0}
     alone = _judge(copy.deepcopy(champion), champion, _evidence(coding), **few)
     report = _judge(copy.deepcopy(champion), champion, _evidence([*coding, orchestrator]), **few)
     assert alone.passed and report.passed, report.reasons
     assert report.figures["monitor.mean.subagents_per_task_rows"] == 1
     assert "monitor.mean.subagents_per_task_se" not in report.figures
-    two = _judge(copy.deepcopy(champion), champion, _evidence([*coding, orchestrator, trajectories.row(
-        "o-1", EDIT[0], 1.0, signals=EDIT[3], task_family="orchestrator")]))
+    two = _judge(copy.deepcopy(champion), champion, _evidence([*coding, orchestrator, served.row(
+        "o-1", EDIT[0], 1.0, signals=EDIT[3], task_family="orchestrator")]), **few)
     assert two.figures["monitor.mean.subagents_per_task_rows"] == 2
     assert isinstance(two.figures["monitor.mean.subagents_per_task_se"], float)
 
 
-def test_gate_scores_each_segment_as_its_own_sequence(champion, trajectories):
-    rows = [trajectories.segmented_row(f"s-{i}", ["fix the file : edit file done", "summary : fix file edit done",
+def test_gate_scores_each_segment_as_its_own_sequence(champion, served):
+    rows = [served.segmented_row(f"s-{i}", ["fix the file : edit file done", "summary : fix file edit done",
                                                    "ask : search file"][i:], 1.0) for i in range(2)]
-    rows.append(trajectories.row("old", "fix the file : ask ask ask", 0.0))  # no segment_starts: one segment
+    rows.append(served.row("old", "fix the file : ask ask ask", 0.0))  # no segment_starts: one segment
     evidence = _evidence(rows)
     few = REWARDS.monitors.model_copy(update={"min_trajectories": 0})  # 3 sessions: this is about scoring only
-    report = _judge(copy.deepcopy(champion), champion, evidence, monitors=few, min_effective_sessions=2)
+    report = _judge(copy.deepcopy(champion), champion, evidence, monitors=few, min_effective_sessions=2,
+                    max_reward_drop=2.0)  # nor the reward test: a drop of the whole range turns it off
     assert report.passed and report.figures["kl"] < 1e-9
     # Behaviour logprobs come from scoring each segment alone: the served-token NLL is exactly theirs.
     served = [-lp for t in evidence.holdout for s, e in t.segments() for lp, m in

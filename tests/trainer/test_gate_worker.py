@@ -5,12 +5,17 @@ versions left undecided are refused at the next start so that every version carr
 from __future__ import annotations
 
 import threading
+from types import SimpleNamespace
+from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from liverl.contracts import names
+from liverl.config.trainer import GateConfig
 from tests.trainer.conftest import trainer_config
+from trainer.gate.holdout import GateEvidence
 from trainer.gate.worker import GateWorker
 from trainer.groups.tenant_groups import SHARED_GROUP
 from trainer.io.base_policy import register_base
@@ -21,6 +26,8 @@ from trainer.io.registry import TAG_CHECKPOINT, Registry
 class SlowJudge:
     """The two CheckpointPublisher calls the worker makes; decide() waits for `release` so a judgement is seen
     running."""
+
+    gate = GateConfig()
 
     def __init__(self):
         self.release = threading.Event()
@@ -39,9 +46,16 @@ class SlowJudge:
         return PublishResult(version, "fail", (reason,), "1")
 
 
+@dataclass(frozen=True)
 class Candidate:
-    def __init__(self, name: str):
-        self.folder = Path("/exports") / name
+    """What the worker reads of a CheckpointToPublish: its folder and its evidence."""
+
+    name: str
+    evidence: GateEvidence = GateEvidence((), (), (), (), None)
+
+    @property
+    def folder(self) -> Path:
+        return Path("/exports") / self.name
 
 
 def test_candidates_are_judged_in_order_and_a_waiting_one_is_superseded():
@@ -105,3 +119,62 @@ def test_versions_a_stopped_trainer_left_undecided_are_refused_at_the_next_start
     assert names.TAG_GATE_DECISION not in registry.tags(pending)  # the restart finishes it through its gate
     assert names.TAG_GATE_DECISION not in registry.tags(other_run)  # not this run's to judge
     assert registry.alias_version(names.ALIAS_CHAMPION) == "1"
+
+
+class SequentialJudge:
+    """A publisher whose every look feeds the candidate's own sequential test with an identical candidate's sessions
+    (weights 1: it passes once enough sessions accumulate), as evaluate() does with the held-out scores."""
+
+    gate = GateConfig(max_reward_drop=0.5)  # the demo's: an identical candidate passes after about 20 sessions
+    champion_alias = names.ALIAS_CHAMPION
+
+    def __init__(self):
+        self.looks: list[tuple[str, list[str]]] = []  # (version, the session ids each look consumed)
+        self.registry = self  # alias_version: the champion stays v1 unless a candidate passes
+        self.champion = "1"
+
+    def alias_version(self, alias):
+        return self.champion
+
+    def decide(self, version, checkpoint):
+        return self.judge(version, checkpoint)
+
+    def judge(self, version, checkpoint):
+        accumulator = checkpoint.evidence.sequential
+        ids = [trajectory.trajectory_id for trajectory in checkpoint.evidence.holdout]
+        fresh = accumulator.new_sessions(ids)
+        rewards = np.asarray(checkpoint.evidence.rewards)[fresh]
+        verdict = accumulator.look(np.zeros(len(fresh)), np.zeros(len(fresh)), rewards, [ids[i] for i in fresh])
+        self.looks.append((version, [ids[i] for i in fresh]))
+        if verdict.decision == "pass":
+            self.champion = version
+        return PublishResult(version, str(verdict.decision), (), self.champion)
+
+    def refuse(self, version, reason):
+        return PublishResult(version, "fail", (reason,), self.champion)
+
+
+def _recent(start: int, count: int = 16) -> GateEvidence:
+    """The most recent `count` held-out sessions at a round: session ids start .. start + count - 1."""
+    holdout = tuple(SimpleNamespace(trajectory_id=f"s{i}") for i in range(start, start + count))
+    return GateEvidence(holdout, (), tuple(1.0 if i % 2 else -1.0 for i in range(start, start + count)), (), None)
+
+
+def test_a_deferred_candidate_is_looked_at_again_on_each_rounds_new_sessions():
+    judge = SequentialJudge()
+    worker = GateWorker(judge, say=lambda line: None)
+    try:
+        for round_ in range(4):  # each round a newer candidate, judged on the 16 most recent held-out sessions
+            worker.submit(str(round_ + 2), Candidate(f"step-{round_}", _recent(4 * round_)))
+            assert worker.drain(timeout_s=30)
+    finally:
+        worker.close()
+    first = [ids for version, ids in judge.looks if version == "2"]
+    # v2's first look took 16 sessions; each later round only the 4 it had not seen, never one twice
+    assert first[0] == [f"s{i}" for i in range(16)] and all(len(ids) == 4 for ids in first[1:])
+    assert len({s for ids in first for s in ids}) == sum(len(ids) for ids in first)
+    results = [(r.version, r.decision) for r in worker.finished()]
+    # its evidence accumulated until the identical candidate passed (16 + 4 sessions); then the next deferred one's
+    # test opened (v4) and passed the same way
+    assert results[:3] == [("2", "defer"), ("3", "defer"), ("2", "pass")] and len(first) == 2
+    assert ("4", "pass") in results and judge.champion == "4"

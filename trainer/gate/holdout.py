@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from liverl.config import LiverlConfig
 from liverl.privacy.row_sealing import RowOpener
 from liverl.privacy.sealing import Forgotten
+from trainer.gate.sequential import Accumulator
 from trainer.step.advantages import Baselines, compute_advantages
 from trainer.step.rewarding import mixed_rewards, serving_drift
 from trainer.step.trajectory import Trajectory, from_row, is_held_out
@@ -31,6 +32,9 @@ class GateEvidence:
     rewards: tuple[float, ...]  # the reward library's mixed reward of each, at the candidate's step
     advantages: tuple[float, ...]  # against a copy of the training baselines
     drift: dict | None  # serving_drift's report; None when it could not be made (the gate then fails)
+    # The candidate's running sequential reward test (trainer/gate/sequential.py), updated in place by each look;
+    # None: a first look (the gate starts one). Set by the gate worker for a deferred candidate's later looks.
+    sequential: Accumulator | None = None
 
 
 def holdout_key(row: dict) -> str:

@@ -11,11 +11,14 @@ held-out trajectory so that it has a standard error:
   judged only when max_loss_increase is set (a clipped surrogate is pessimistic for moves past its clip range);
 - reward_change: the candidate's expected reward minus the champion's, each estimated on the held-out rows
   by self-normalised importance sampling of the reward library's labels, w_i = π(traj_i) / π_behaviour(traj_i)
-  from the served tokens' logprobs, truncated at exp(±max_log_weight), jackknifed over sessions; judged with stated
-  error rates (trainer/gate/statistics.py): a candidate worse by max_reward_drop passes at most max_false_promotion
-  of the time, an equal one is refused at most max_false_refusal of the time, and where the evidence cannot keep
-  both the gate DEFERS (decision "defer": neither promoted nor refused; the report says how many more held-out
-  sessions it needs). reward_false_promotion and reward_false_refusal record the two rates for this evidence.
+  from the served tokens' logprobs, truncated at exp(±max_log_weight), jackknifed over sessions (reported:
+  trainer/gate/statistics.py). DECIDED by the anytime-valid sequential betting test (trainer/gate/sequential.py) on
+  the sessions the candidate's accumulator has not consumed: a candidate worse by max_reward_drop passes at most
+  max_false_promotion of the time at any look, however often a deferred candidate is looked at again (the gate
+  worker does so every round, trainer/gate/worker.py); one shown worse, or not shown within the drop after
+  gate.sequential_max_sessions sessions, fails; otherwise the gate DEFERS (decision "defer": neither promoted nor
+  refused). reward_decided_by says which check decided, in words ("sequential test after 3 looks, 41 sessions: lower
+  bound -0.12 > -0.5").
   effective_fraction is the Kish effective sample size of the candidate's weights over the held-out count (too
   small a fraction: the candidate is too far from the served traffic, fail; fewer than min_effective_sessions
   effective sessions: too little evidence, defer);
@@ -57,7 +60,8 @@ import torch
 from liverl.config.rewards import MonitorsConfig
 from liverl.config.trainer import GateConfig, LossConfig
 from trainer.gate.holdout import GateEvidence
-from trainer.gate.statistics import DEFER, FAIL, reward_change, reward_verdict
+from trainer.gate.sequential import Accumulator, SequentialSettings, describe
+from trainer.gate.statistics import DEFER, FAIL, PASS, reward_change, reward_verdict
 from trainer.step.batching import collate, pack, score_batch_pair, trajectory_samples
 from trainer.step.losses import token_losses
 
@@ -131,7 +135,8 @@ def evaluate(
     figures["decided_by"] = {"fail": f"refused by: {reasons[0] if reasons else ''}",
                              "defer": f"deferred: {deferrals[0] if deferrals else ''}",
                              "pass": "promoted: every check passed, the reward shown no worse than "
-                                     f"{config.max_reward_drop} at level {config.max_false_promotion}"}[decision]
+                                     f"{config.max_reward_drop} by the "
+                                     f"{figures.get('reward_decided_by', 'reward test')}"}[decision]
     return GateReport(decision=decision, reasons=reasons or deferrals, figures=figures)
 
 
@@ -169,38 +174,44 @@ def _judge_scores(scores: _Scores, evidence: GateEvidence, config: GateConfig, m
 
 def _judge_reward(scores: _Scores, evidence: GateEvidence, config: GateConfig, figures: dict,
                   deferrals: list[str]) -> list[str]:
-    """The expected reward change with stated error rates (trainer/gate/statistics.py): a reason to fail, or a
-    deferral ("needs about N more held-out sessions")."""
-    estimate = reward_change(scores.log_ratio["candidate"].numpy(), scores.log_ratio["champion"].numpy(),
-                             np.asarray(evidence.rewards, dtype=np.float64), config.max_log_weight)
+    """The expected reward change: decided by the anytime-valid sequential test (trainer/gate/sequential.py) on the
+    sessions this candidate's accumulator has not yet consumed (evidence.sequential; a fresh one for a first look),
+    and reported with the jackknife estimate and t bound of this look's sessions (trainer/gate/statistics.py).
+    Returns a reason to fail, or adds a deferral."""
+    rewards = np.asarray(evidence.rewards, dtype=np.float64)
+    low, high = config.reward_range
+    if config.max_reward_drop >= high - low:  # "worse by the drop" is impossible: the setting turns the test off
+        figures.update(reward_decision=PASS, reward_decided_by=f"no reward test: max_reward_drop "
+                       f"{config.max_reward_drop} spans the whole reward range [{low}, {high}]")
+        return []
+    candidate, champion = scores.log_ratio["candidate"].numpy(), scores.log_ratio["champion"].numpy()
+    estimate = reward_change(candidate, champion, rewards, config.max_log_weight)
     verdict = reward_verdict(estimate, config.max_reward_drop, config.max_false_promotion, config.max_false_refusal,
                              config.min_effective_sessions)
     change, se, lower = float(estimate.change), float(estimate.se), float(verdict.lower)
     figures.update(candidate_reward=float(estimate.candidate), champion_reward=float(estimate.champion),
                    reward_change=change, reward_change_se=se, reward_lower=lower,
-                   effective_sessions=float(estimate.effective),
-                   reward_false_promotion=float(verdict.false_promotion),
-                   reward_false_refusal=float(verdict.false_refusal), reward_decision=str(verdict.decision))
-    bound = (f"expected reward {change:+.4f} (SE {se:.4f}, {float(estimate.effective):.1f} effective of "
-             f"{estimate.n} held-out sessions), lower bound {lower:+.4f} at level {config.max_false_promotion:g}")
-    if verdict.decision == FAIL:
-        return [f"{bound}: not shown within {config.max_reward_drop} of the champion; an equal candidate is refused "
-                f"{float(verdict.false_refusal):.0%} of the time on such evidence"]
-    if verdict.decision == DEFER and not float(verdict.needed_sessions) <= config.max_holdout:
-        # More held-out sessions than a judgement holds (or a spread that gives no finite figure): say so, since
-        # waiting cannot decide it; refusing would count against an equal candidate's stated false-refusal rate
-        deferrals.append(f"insufficient evidence: {bound}; deciding within the stated error rates needs about "
-                         f"{float(verdict.needed_sessions):.0f} held-out sessions at this spread, more than "
-                         f"gate.max_holdout {config.max_holdout} lets a judgement hold: raise max_holdout or "
-                         "max_reward_drop, or expect candidates this close to the champion to stay unjudged")
-        return []
-    if verdict.decision == DEFER:
-        more = int(verdict.needed_sessions) - estimate.n
-        figures["reward_needed_sessions"] = int(verdict.needed_sessions)
-        deferrals.append(f"insufficient evidence: {bound}; needs about {more} more held-out sessions "
-                         f"({int(verdict.needed_sessions)} in all at this spread) to keep false promotion <= "
-                         f"{config.max_false_promotion:g} and false refusal <= {config.max_false_refusal:g} with "
-                         f"at least {config.min_effective_sessions:g} effective sessions")
+                   effective_sessions=float(estimate.effective))
+    accumulator = evidence.sequential or Accumulator(SequentialSettings.of(config))
+    ids = [trajectory.trajectory_id for trajectory in evidence.holdout]
+    fresh = accumulator.new_sessions(ids)
+    if not (np.isfinite(rewards[fresh]).all() and np.isfinite(candidate[fresh]).all()
+            and np.isfinite(champion[fresh]).all()):  # fail closed: a bet on a NaN would mean nothing
+        return ["non-finite reward or log-ratio among the new held-out sessions: the sequential test cannot take them"]
+    sequential = accumulator.look(candidate[fresh], champion[fresh], rewards[fresh], [ids[i] for i in fresh])
+    said = describe(sequential, accumulator.settings)
+    figures.update(reward_decision=str(sequential.decision), reward_decided_by=said,
+                   reward_sequential_lower=float(sequential.lower), reward_sequential_upper=float(sequential.upper),
+                   reward_sequential_sessions=int(sequential.sessions), reward_sequential_looks=sequential.looks,
+                   reward_new_sessions=len(fresh),
+                   reward_clipped_sessions=int(((rewards[fresh] < low) | (rewards[fresh] > high)).sum()),
+                   reward_false_promotion=config.max_false_promotion)
+    bound = (f"expected reward {change:+.4f} (jackknife SE {se:.4f}, {float(estimate.effective):.1f} effective of "
+             f"{estimate.n} held-out sessions in this look)")
+    if sequential.decision == FAIL:
+        return [f"{bound}; {said}"]
+    if sequential.decision == DEFER:
+        deferrals.append(f"insufficient evidence: {bound}; {said}")
     return []
 
 

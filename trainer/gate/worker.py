@@ -7,22 +7,51 @@ a worker of its own.
 
 One candidate is judged at a time, in order. A candidate still waiting when a newer one arrives is refused
 unjudged ("superseded by vN"): the newer one was trained on everything it was, and more, and judging both would
-only let the queue grow. A judged candidate the gate deferred (too little held-out evidence, decision "defer") is
-not queued again: it keeps its "defer" tag, the champion stays, and the next candidate, trained on more and judged
-on the then most recent held-out sessions, takes its place. The loop collects verdicts between steps (`finished()`): they move the staleness
-timeline and the progress line's "blocked" note as a gate in the loop did. `drain()` waits for everything
-submitted (the end of a run); a trainer stopped while a candidate waits or is judged leaves it without a
-decision, and the next start settles it (CheckpointPublisher.refuse_unjudged: a promotion cut short is finished, an
-unjudged candidate refused), so every version carries one.
+only let the queue grow.
+
+A deferred candidate's evidence accumulates. The reward test is sequential and anytime-valid
+(trainer/gate/sequential.py): the first candidate the gate defers (too little held-out evidence, decision "defer")
+becomes the OPEN test, and on every later round (each newer candidate's judgement brings the then most recent held-out
+sessions) it is looked at again, after the newer candidate, on the held-out sessions its accumulator has not consumed:
+same candidate, a growing session set, memory bounded by the accumulator (the bets' capital and the consumed session
+ids, at most gate.sequential_max_sessions). Each look records its verdict on the version again (publisher.judge: the
+report and decision tags are rewritten), so a deferred version may later turn "pass" (promoted) or "fail" (shown worse,
+or its session budget spent). One test is open at a time: a newer candidate deferred meanwhile keeps its "defer" after
+its first look, as before. A promotion of any other version ends the open test (its evidence was about the former
+champion); the version keeps its last "defer". Looking every round does not raise the false-promotion rate: that is
+what the sequential test is for (tests/trainer/test_sequential_gate.py shows the per-round t rule looked at the same
+way would). A trainer judging in its own thread (gate.background false) gives each candidate one look.
+
+The loop collects verdicts between steps (`finished()`): they move the staleness timeline and the progress line's
+"blocked" note as a gate in the loop did. `drain()` waits for everything submitted (the end of a run); a trainer
+stopped while a candidate waits or is judged leaves it without a decision, and the next start settles it
+(CheckpointPublisher.refuse_unjudged: a promotion cut short is finished, an unjudged candidate refused), so every
+version carries one; an open test is not saved (a restart leaves its version at "defer").
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from liverl.contracts import names
+from trainer.gate.sequential import Accumulator, SequentialSettings
 from trainer.io.publish import CheckpointPublisher, CheckpointToPublish, PublishResult
+
+
+@dataclass(frozen=True)
+class OpenTest:
+    """A deferred candidate whose sequential reward test goes on over later rounds' held-out sessions."""
+
+    version: str
+    checkpoint: CheckpointToPublish  # its export folder; evidence.sequential is its accumulator
+    champions: tuple[str | None, str | None]  # (its alias's champion, the shared champion) when it was deferred
+
+    @property
+    def accumulator(self) -> Accumulator:
+        return self.checkpoint.evidence.sequential
 
 
 class GateWorker:
@@ -32,6 +61,7 @@ class GateWorker:
         self._waiting: tuple[str, CheckpointToPublish] | None = None
         self._judging: tuple[str, CheckpointToPublish] | None = None
         self._results: list[PublishResult] = []
+        self._open: OpenTest | None = None  # the deferred candidate looked at again every round
         self._closed = False
         self._thread = threading.Thread(target=self._run, daemon=True, name="gate")
         self._thread.start()
@@ -54,7 +84,8 @@ class GateWorker:
     def in_use(self) -> set[Path]:
         """Export folders a waiting or running judgement still reads (pruning must keep them)."""
         with self._changed:
-            return {checkpoint.folder for _, checkpoint in filter(None, (self._waiting, self._judging))}
+            folders = {checkpoint.folder for _, checkpoint in filter(None, (self._waiting, self._judging))}
+            return folders | ({self._open.checkpoint.folder} if self._open is not None else set())
 
     def drain(self, timeout_s: float | None = None) -> bool:
         """Wait until every submitted candidate has its verdict; False when timeout_s passed first."""
@@ -75,12 +106,49 @@ class GateWorker:
                     return
                 self._judging, self._waiting = self._waiting, None
             version, checkpoint = self._judging
-            self._finish(lambda: self.publisher.decide(version, checkpoint), version)
+            checkpoint = replace(checkpoint, evidence=replace(  # this candidate's own sequential test, first look
+                checkpoint.evidence, sequential=Accumulator(SequentialSettings.of(self.publisher.gate))))
+            result = self._finish(lambda: self.publisher.decide(version, checkpoint), version)
+            self._look_again(checkpoint)
+            if result.deferred and self._open is None and checkpoint.evidence.sequential.looks:
+                champions = self._champions()
+                if champions is not None:
+                    self._open = OpenTest(version, checkpoint, champions)
             with self._changed:
                 self._judging = None
                 self._changed.notify_all()
 
-    def _finish(self, judge: Callable[[], PublishResult], version: str) -> None:
+    def _champions(self) -> tuple[str | None, str | None] | None:
+        """(the alias's champion, the shared one); None when the registry cannot say (the open test waits)."""
+        registry = self.publisher.registry
+        try:
+            return registry.alias_version(self.publisher.champion_alias), registry.alias_version(names.ALIAS_CHAMPION)
+        except Exception as error:  # noqa: BLE001 - the registry is down: the trainer must go on
+            self.say(f"gate: cannot read the champion ({type(error).__name__}: {error}); the sequential test waits")
+            return None
+
+    def _look_again(self, latest: CheckpointToPublish) -> None:
+        """The open test's next look, on the held-out sessions of the latest round it has not consumed."""
+        test = self._open
+        if test is None:
+            return
+        champions = self._champions()
+        if champions is None:
+            return
+        if champions != test.champions:  # promoted meanwhile: the evidence was about the former champion
+            self.say(f"gate v{test.version}: sequential test ended after {test.accumulator.looks} looks, the champion "
+                     "changed; it stays deferred")
+            self._open = None
+            return
+        fresh = test.accumulator.new_sessions([t.trajectory_id for t in latest.evidence.holdout])
+        if not fresh:
+            return  # nothing new to look at: not a look
+        again = replace(test.checkpoint, evidence=replace(latest.evidence, sequential=test.accumulator))
+        result = self._finish(lambda: self.publisher.judge(test.version, again), test.version)
+        if not result.deferred:
+            self._open = None
+
+    def _finish(self, judge: Callable[[], PublishResult], version: str) -> PublishResult:
         try:
             result = judge()
         except Exception as error:  # noqa: BLE001 - e.g. the registry is down: the trainer must go on
@@ -89,3 +157,4 @@ class GateWorker:
             result = PublishResult(version, "fail", (f"gate error: {error}",), None)
         with self._changed:
             self._results.append(result)
+        return result

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import statistics
+
 import pytest
 
 from demo.evaluate.stats import wilson_interval
@@ -24,3 +26,31 @@ def test_all_successes_mirror_no_successes():
 def test_impossible_counts_are_refused(successes, n):
     with pytest.raises(ValueError):
         wilson_interval(successes, n)
+
+
+def test_paired_mean_difference_takes_the_task_as_the_unit():
+    from demo.evaluate.stats import paired_difference, paired_mean_difference
+
+    before = [[False, False, True], [True, True, True], [False, False, False], [False, True, False]]
+    after = [[True, True, True], [True, True, False], [False, False, False], [True, True, False]]
+    figures = paired_mean_difference(before, after)
+    diffs = [2 / 3, -1 / 3, 0.0, 1 / 3]
+    assert figures["n"] == 4 and figures["seeds"] == 3 and figures["gained"] == 2 and figures["lost"] == 1
+    assert figures["difference"] == pytest.approx(sum(diffs) / 4)
+    half = 1.959963984540054 * statistics.stdev(diffs) / 2
+    assert figures["ci95"] == pytest.approx([sum(diffs) / 4 - half, sum(diffs) / 4 + half])
+    one_seed = paired_mean_difference([[b[0]] for b in before], [[a[0]] for a in after])
+    old = paired_difference([b[0] for b in before], [a[0] for a in after])
+    assert one_seed["difference"] == old["difference"] and one_seed["ci95"] == pytest.approx(old["ci95"])
+
+
+def test_bootstrap_ratio_brackets_the_ratio_and_narrows_with_agreement():
+    from demo.evaluate.stats import bootstrap_ratio
+
+    base = [100.0 + i for i in range(30)]
+    ratio, (low, high) = bootstrap_ratio([b * 1.02 for b in base], base)
+    assert ratio == pytest.approx(1.02) and low == pytest.approx(1.02) and high == pytest.approx(1.02)
+    noisy = [b * (1.02 + (0.05 if i % 2 else -0.05)) for i, b in enumerate(base)]
+    ratio, (low, high) = bootstrap_ratio(noisy, base)
+    assert low < ratio < high and low < 1.02 < high and high - low < 0.05
+    assert bootstrap_ratio(noisy, base) == bootstrap_ratio(noisy, base)  # fixed resampling seed

@@ -1,7 +1,9 @@
 """Coding task: write one small Python function; it passes when its unit tests pass in the sandbox.
 
 Templates range from one-liners (add a constant) to small loops (count the vowels); the parameter K and the
-function's name vary, so the task space holds 585 distinct tasks. One policy call of at most MAX_TOKENS
+function's name vary, so the task space holds 585 distinct tasks. Five templates are held out whole
+(HELDOUT_TEMPLATES: descriptions training never sees), two for dev and three for the final test, spanning a
+one-liner, a string slice and a loop; the other ten train. One policy call of at most MAX_TOKENS
 tokens; the code is the first fenced block of the reply (or, without a fence, the reply from its first `def`).
 Score 1 when every assertion passes, else 0.
 """
@@ -13,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from demo.product.tasks.base import OutcomeReport
-from demo.product.tasks.chat.base import ChatTask, ChatTaskRequest, user_chat
+from demo.product.tasks.chat.base import DEV, FINAL, ChatTask, ChatTaskRequest, user_chat
 from demo.product.tasks.chat.sandbox import SandboxLimits, run_tests
 
 MAX_TOKENS = 96
@@ -70,6 +72,9 @@ TEMPLATES = (
              lambda k: lambda items: items[-1], (([1, 2, 3],), (["a"],), ([7, 7, 8],)), range(1, 2)),
 )
 TEMPLATES_BY_ID = {template.id: template for template in TEMPLATES}
+# Held out whole, each with its split (demo/product/tasks/chat/base.py): dev a one-liner and a comparison, final a
+# one-liner, a string slice and a counting loop, so that the final test spans the kinds of function training has.
+HELDOUT_TEMPLATES = {"square_plus": DEV, "clip": DEV, "sub": FINAL, "prefix": FINAL, "count_above": FINAL}
 
 
 def coding_keys() -> list[str]:
@@ -79,6 +84,11 @@ def coding_keys() -> list[str]:
 
 class ChatCodingTask(ChatTask):
     family = "coding"
+    HELDOUT_TEMPLATES = HELDOUT_TEMPLATES
+
+    @classmethod
+    def templates_of(cls, key: str) -> tuple[str, ...]:
+        return (key.split("/")[1],)
 
     def __init__(self, task_id: str, key: str) -> None:
         super().__init__(task_id, key)

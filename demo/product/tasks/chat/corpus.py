@@ -1,4 +1,4 @@
-"""The search corpus shipped with the demo (corpus.json) and a small lexical retriever over it."""
+"""The search corpus shipped with the demo (corpus.json), the kind of each fact, and a small lexical retriever."""
 
 from __future__ import annotations
 
@@ -14,6 +14,9 @@ CORPUS_FILE = Path(__file__).with_name("corpus.json")
 STOPWORDS = frozenset("a an the of in is was by what who where which how does do did every year held town company "
                       "make makes and or to for on at it be are".split())
 WORD = re.compile(r"[a-z0-9]+")
+# The six kinds of fact (60 each), told apart by their question: the search and orchestrator families' templates.
+FACT_KINDS = {"founded": "town", "designed": "bridge", "high": "mountain", "born": "person", "make": "company",
+              "festival": "festival"}
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,15 @@ class Document:
 @lru_cache(maxsize=1)
 def load_corpus() -> tuple[Document, ...]:
     return tuple(Document(**doc) for doc in json.loads(CORPUS_FILE.read_text()))
+
+
+def kind_of(doc: Document) -> str:
+    """The kind of fact a document holds (its question's template)."""
+    words = set(WORD.findall(doc.question.lower()))
+    kinds = [kind for word, kind in FACT_KINDS.items() if word in words]
+    if len(kinds) != 1:
+        raise ValueError(f"document {doc.id}: its question {doc.question!r} names {len(kinds)} fact kinds, not one")
+    return kinds[0]
 
 
 @lru_cache(maxsize=1)

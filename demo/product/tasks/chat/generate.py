@@ -1,10 +1,13 @@
-"""The training task generator and the fixed held-out set, over disjoint halves of the task space.
+"""The training task generator and the fixed held-out sets (dev and final), over disjoint parts of the task space.
 
     training_task("coding", rng, "t-1")        # any seed: only keys of the training split
-    heldout_tasks(210, seed=0)                 # the families in turn, only keys of the held-out split
+    heldout_tasks(210)                         # the final split: the families in turn, out-of-template and
+                                               # in-template tasks in turn within each family
+    heldout_tasks(210, split="dev")            # the split configs are tuned on
 
-The split is by key (base.split_of), so no held-out task is ever a training task, whatever the seeds. Coding and
-search keys are enumerated; orchestrator keys (2 or 3 corpus facts) are drawn until one of the wanted split comes.
+The split is by key and template (base.split_of), so no held-out task is ever a training task, and no training
+task ever uses a held-out template, whatever the seeds. Coding and search keys are enumerated; orchestrator keys
+(2 or 3 corpus facts) are drawn until one of the wanted split (and part) comes.
 """
 
 from __future__ import annotations
@@ -12,33 +15,49 @@ from __future__ import annotations
 import random
 from functools import lru_cache
 
-from demo.product.tasks.chat.base import HELDOUT, TRAINING, ChatTask, split_of
+from demo.product.tasks.chat.base import FINAL, HELDOUT_SPLITS, PARTS, TRAINING, ChatTask
 from demo.product.tasks.chat.coding import ChatCodingTask, coding_keys
 from demo.product.tasks.chat.corpus import load_corpus
 from demo.product.tasks.chat.orchestrator import ChatOrchestratorTask, orchestrator_key
 from demo.product.tasks.chat.search import ChatSearchTask, search_keys
 
-FAMILIES = {"coding": ChatCodingTask, "search": ChatSearchTask, "orchestrator": ChatOrchestratorTask}
+FAMILIES: dict[str, type[ChatTask]] = {"coding": ChatCodingTask, "search": ChatSearchTask,
+                                       "orchestrator": ChatOrchestratorTask}
 ORCHESTRATOR_PARTS = (2, 3)
 HELDOUT_SEED_PREFIX = "liverl-real-heldout"
 
 
-@lru_cache(maxsize=4)
-def enumerated_keys(family: str, split: str) -> tuple[str, ...]:
-    keys = coding_keys() if family == "coding" else search_keys()
-    return tuple(key for key in keys if split_of(key) == split)
+def split_of(family: str, key: str) -> str:
+    """TRAINING, DEV or FINAL (demo/product/tasks/chat/base.py)."""
+    return FAMILIES[family].split_of_key(key)
 
 
-def draw_key(family: str, rng: random.Random, split: str) -> str:
+def part_of(family: str, key: str) -> str:
+    """OUT_OF_TEMPLATE or IN_TEMPLATE (for a held-out key: what it tests)."""
+    return FAMILIES[family].part_of_key(key)
+
+
+def all_keys(family: str) -> list[str]:
+    """Every key of an enumerable family (coding, search)."""
+    return coding_keys() if family == "coding" else search_keys()
+
+
+@lru_cache(maxsize=16)
+def enumerated_keys(family: str, split: str, part: str | None = None) -> tuple[str, ...]:
+    return tuple(key for key in all_keys(family)
+                 if split_of(family, key) == split and (part is None or part_of(family, key) == part))
+
+
+def draw_key(family: str, rng: random.Random, split: str, part: str | None = None) -> str:
     if family not in FAMILIES:
         raise ValueError(f"unknown task family {family!r}; choose from {', '.join(FAMILIES)}")
     if family != "orchestrator":
-        return rng.choice(enumerated_keys(family, split))
+        return rng.choice(enumerated_keys(family, split, part))
     docs = load_corpus()
     while True:
         picked = rng.sample(docs, rng.choice(ORCHESTRATOR_PARTS))
         key = orchestrator_key([doc.id for doc in picked])
-        if split_of(key) == split:
+        if split_of(family, key) == split and (part is None or part_of(family, key) == part):
             return key
 
 
@@ -47,30 +66,37 @@ def make_task(family: str, key: str, task_id: str) -> ChatTask:
 
 
 def training_task(family: str, rng: random.Random, task_id: str) -> ChatTask:
-    """A fresh training task of `family`, drawn with rng, never from the held-out split."""
+    """A fresh training task of `family`, drawn with rng, never from a held-out split nor of a held-out template."""
     return make_task(family, draw_key(family, rng, TRAINING), task_id)
 
 
-def heldout_tasks(n: int, seed: int = 0, families: tuple[str, ...] = tuple(FAMILIES)) -> list[ChatTask]:
-    """The held-out set: n tasks, the families in turn, each family's keys without repeats while they last."""
-    rng = random.Random(f"{HELDOUT_SEED_PREFIX}-{seed}")
-    queues: dict[str, list[str]] = {}
+def heldout_tasks(n: int, seed: int = 0, split: str = FINAL,
+                  families: tuple[str, ...] = tuple(FAMILIES)) -> list[ChatTask]:
+    """A held-out set of the split (FINAL: what the demo reports; DEV: what configs are tuned on): n tasks, the
+    families in turn, and within a family out-of-template and in-template tasks in turn, each part's keys without
+    repeats while they last. Fixed by (split, seed)."""
+    if split not in HELDOUT_SPLITS:
+        raise ValueError(f"unknown held-out split {split!r}; choose from {', '.join(HELDOUT_SPLITS)}")
+    rng = random.Random(f"{HELDOUT_SEED_PREFIX}-{split}-{seed}")
+    wanted = -(-n // (len(families) * len(PARTS)))  # tasks of one family and part
+    queues: dict[tuple[str, str], list[str]] = {}
     for family in families:
-        if family == "orchestrator":
-            wanted = -(-n // len(families))
-            keys: list[str] = []
-            while len(keys) < wanted:
-                key = draw_key(family, rng, HELDOUT)
-                if key not in keys:
-                    keys.append(key)
-        else:
-            keys = list(enumerated_keys(family, HELDOUT))
-            rng.shuffle(keys)
-        queues[family] = keys
+        for part in PARTS:
+            if family == "orchestrator":
+                keys: list[str] = []
+                while len(keys) < wanted:
+                    key = draw_key(family, rng, split, part)
+                    if key not in keys:
+                        keys.append(key)
+            else:
+                keys = list(enumerated_keys(family, split, part))
+                rng.shuffle(keys)
+            queues[(family, part)] = keys
     tasks = []
     for index in range(n):
         family = families[index % len(families)]
-        keys = queues[family]
-        key = keys[(index // len(families)) % len(keys)]
-        tasks.append(make_task(family, key, f"heldout-{family}-{seed}-{index}"))
+        turn = index // len(families)  # this family's turn
+        keys = queues[(family, PARTS[turn % len(PARTS)])]
+        key = keys[(turn // len(PARTS)) % len(keys)]
+        tasks.append(make_task(family, key, f"heldout-{family}-{split}-{seed}-{index}"))
     return tasks

@@ -5,6 +5,7 @@ the sub-questions, one a line; each goes to a frozen copy of the base policy (ro
 retriever's top SUBAGENT_DOCS documents for that sub-question, and the helper answers it. Success: between 2
 and PARTS + 1 sub-questions, and every fact asked for appears in some helper's answer; the score is the share
 of facts found (0 with too few or too many sub-questions: one question that restates the request, or a flood).
+The key's templates are its facts' kinds: one fact of a held-out kind (search.HELDOUT_KINDS) holds it out.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ import re
 from demo.product.policy import ROLE_ORCHESTRATOR, ROLE_SUBAGENT
 from demo.product.tasks.base import OutcomeReport
 from demo.product.tasks.chat.base import ChatTask, ChatTaskRequest, user_chat
-from demo.product.tasks.chat.corpus import documents_by_id, mentions, search
-from demo.product.tasks.chat.search import documents_block
+from demo.product.tasks.chat.corpus import documents_by_id, kind_of, mentions, search
+from demo.product.tasks.chat.search import HELDOUT_KINDS, documents_block
 
 MAX_TOKENS = 64
 SUBAGENT_TOKENS = 24
@@ -56,6 +57,11 @@ def as_clause(question: str) -> str:
 class ChatOrchestratorTask(ChatTask):
     family = "orchestrator"
     agent_role = ROLE_ORCHESTRATOR
+    HELDOUT_TEMPLATES = HELDOUT_KINDS
+
+    @classmethod
+    def templates_of(cls, key: str) -> tuple[str, ...]:
+        return tuple(kind_of(documents_by_id()[doc_id]) for doc_id in key.split("/")[1].split("+"))
 
     def __init__(self, task_id: str, key: str) -> None:
         super().__init__(task_id, key)

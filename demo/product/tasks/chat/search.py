@@ -2,7 +2,8 @@
 
 The product runs the retrieval (the question against corpus.json, top DOCS_SHOWN, shown in a shuffled order so
 the answer is not always first) and the policy answers in one call of at most MAX_TOKENS tokens. Success: the
-reply contains the answer and cites the right id (and no other); the score gives half for each.
+reply contains the answer and cites the right id (and no other); the score gives half for each. The task's template
+is its fact's kind (corpus.kind_of); two kinds are held out whole (HELDOUT_KINDS), with the orchestrator too.
 """
 
 from __future__ import annotations
@@ -11,11 +12,13 @@ import random
 import re
 
 from demo.product.tasks.base import OutcomeReport
-from demo.product.tasks.chat.base import ChatTask, ChatTaskRequest, user_chat
-from demo.product.tasks.chat.corpus import Document, documents_by_id, load_corpus, mentions, search
+from demo.product.tasks.chat.base import DEV, FINAL, ChatTask, ChatTaskRequest, user_chat
+from demo.product.tasks.chat.corpus import Document, documents_by_id, kind_of, load_corpus, mentions, search
 
 DOCS_SHOWN = 2
 MAX_TOKENS = 32
+# Fact kinds held out whole (questions of a form training never asked), shared by search and the orchestrator.
+HELDOUT_KINDS = {"festival": DEV, "company": FINAL}
 CITATION = re.compile(r"\bD\d{3}\b")
 INSTRUCTION = "Answer in a few words and cite the id of the document you used in brackets."
 # The worked turn: made-up documents whose ids (D9xx) are not in the corpus.
@@ -43,6 +46,11 @@ def documents_block(docs: list[Document]) -> str:
 
 class ChatSearchTask(ChatTask):
     family = "search"
+    HELDOUT_TEMPLATES = HELDOUT_KINDS
+
+    @classmethod
+    def templates_of(cls, key: str) -> tuple[str, ...]:
+        return (kind_of(documents_by_id()[key.split("/")[1]]),)
 
     def __init__(self, task_id: str, key: str) -> None:
         super().__init__(task_id, key)

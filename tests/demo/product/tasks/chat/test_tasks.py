@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from demo.evaluate.heldout_success import family_figures, run_tasks
+from demo.evaluate.heldout_success import group_figures, run_tasks
 from demo.product.policy import ROLE_ORCHESTRATOR, ROLE_SUBAGENT
 from demo.product.tasks.chat.coding import ChatCodingTask, extract_code
 from demo.product.tasks.chat.corpus import documents_by_id, load_corpus, mentions, search
@@ -88,6 +88,6 @@ def test_run_tasks_batches_the_policy_and_the_frozen_helpers_apart():
 
     assert run_tasks(tasks, policy, frozen, seed=0) == 2
     assert calls == [("policy", 2), ("frozen", 2)]
-    figures = family_figures(tasks)
+    figures = group_figures([tasks])["families"]
     assert figures["search"]["successes"] == figures["orchestrator"]["successes"] == 1
     assert figures["search"]["wilson95"] == [0.2065, 1.0]

@@ -1,0 +1,102 @@
+"""The held-out evaluator's figures without an engine: out-of-template and in-template apart, several sampling
+seeds paired on the same tasks, a fresh recorded seed every run, and the dev/final split on the command line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from demo.evaluate import heldout_success
+from demo.evaluate.heldout_success import group_figures, paired_figures, run_tasks, sampling_seeds
+from demo.product.policy import ROLE_SUBAGENT
+from demo.product.tasks.chat.generate import heldout_tasks
+from demo.product.tasks.chat.search import ChatSearchTask
+
+
+def _answers(good: set[str]):
+    """A fake engine: right answers to the search tasks whose key is in `good` (and to coding tasks with one
+    fixed reply), wrong otherwise; helpers answer nothing."""
+    def generate(requests, seeds):
+        texts = []
+        for request in requests:
+            text = request.messages[-1]["content"]
+            if request.role == ROLE_SUBAGENT:
+                texts.append("")
+                continue
+            hit = [key for key in good if key.split("/")[1] in text]
+            texts.append("" if not hit else f"{ChatSearchTask('x', hit[0]).gold.answer} [{hit[0].split('/')[1]}]")
+        return texts
+    return generate
+
+
+def _play(good: set[str], seeds: list[int], n: int = 12):
+    plays = []
+    for seed in seeds:
+        tasks = heldout_tasks(n)
+        run_tasks(tasks, _answers(good), _answers(set()), seed)
+        plays.append(tasks)
+    return plays
+
+
+def test_figures_give_out_of_template_and_in_template_apart_per_family_and_overall():
+    tasks = heldout_tasks(12)
+    search = [t for t in tasks if t.family == "search"]
+    good = {t.key for t in search if t.part == "out-of-template"}
+    figures = group_figures(_play(good, [5, 6, 7]))
+    assert list(figures["parts"]) == ["out-of-template", "in-template"]
+    out, within = figures["parts"]["out-of-template"], figures["parts"]["in-template"]
+    assert out["search"]["rate"] == 1.0 and within["search"]["rate"] == 0.0
+    assert out["search"]["n"] == 2 and out["search"]["plays"] == 6 and out["search"]["per_seed"] == [1.0] * 3
+    assert out["all"]["n"] == 6 and out["all"]["successes"] == 6 and figures["all"]["plays"] == 36
+    assert 0 < out["all"]["wilson95"][0] < out["all"]["rate"] <= out["all"]["wilson95"][1]
+
+
+def test_paired_figures_pair_each_task_over_the_same_seeds():
+    tasks = heldout_tasks(12)
+    good = {t.key for t in tasks if t.family == "search"}
+    before, after = _play(set(), [1, 2, 3]), _play(good, [1, 2, 3])
+    paired = paired_figures(before, after)
+    assert paired["parts"]["out-of-template"]["search"]["difference"] == 1.0
+    assert paired["parts"]["out-of-template"]["search"]["seeds"] == 3
+    assert paired["all"]["n"] == 12 and paired["all"]["gained"] == 4 and paired["all"]["lost"] == 0
+    assert paired["families"]["coding"]["difference"] == 0.0
+
+
+def test_the_sampling_seed_is_fresh_every_run_recorded_and_reproducible(monkeypatch, tmp_path, capsys):
+    seen = []
+
+    def fake_evaluate(folder, frozen, n_tasks, seed, engine, dtype, log, adapter, seeds, split):
+        seen.append((seed, seeds, split))
+        return {"seed": seed, "sampling_seeds": sampling_seeds(seed, seeds), "split": split, "families": {}}, []
+
+    monkeypatch.setattr(heldout_success, "evaluate", fake_evaluate)
+    (tmp_path / "config.json").write_text("{}")
+    for _ in range(2):
+        assert heldout_success.main(["--folder", str(tmp_path), "--tasks", "6"]) == 0
+    assert seen[0][0] != seen[1][0] and seen[0][1:] == (3, "final")  # fresh, three seeds, the final split
+    printed = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert [p["seed"] for p in printed] == [seen[0][0], seen[1][0]]
+    assert printed[0]["sampling_seeds"] == [seen[0][0], seen[0][0] + 1, seen[0][0] + 2]
+    assert heldout_success.main(["--folder", str(tmp_path), "--seed", "41", "--seeds", "4", "--split", "dev"]) == 0
+    assert seen[-1] == (41, 4, "dev")
+
+
+def test_the_same_seed_samples_the_same_requests_and_another_seed_others():
+    asked = {}
+
+    def recording(label):
+        def generate(requests, seeds):
+            asked.setdefault(label, []).extend(seeds)
+            return [""] * len(requests)
+        return generate
+
+    for label, seed in (("a", 9), ("b", 9), ("c", 10)):
+        run_tasks(heldout_tasks(6), recording(label), recording(label), seed)
+    assert asked["a"] == asked["b"] and not set(asked["a"]) & set(asked["c"])
+
+
+def test_an_unknown_split_is_refused(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(SystemExit):
+        heldout_success.main(["--folder", str(tmp_path), "--split", "training"])
