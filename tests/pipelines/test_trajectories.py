@@ -134,6 +134,12 @@ def test_spans_carry_the_sampling_parameters_and_unknown_times_are_none():
     assert chain["span_top_p"] == [1.0, 1.0, 1.0]
     assert chain_tokens([unrecorded], trainable=True)["span_temperature"] == []  # nothing known: empty columns
 
+    # Logprobs serving could not record exactly (NaN: an upstream server that did not return them): unscorable too,
+    # whatever sampling the call names
+    inexact = call("s", 4, "r5", [5], [6, 7], logprobs=[float("nan"), float("nan")], sampling=nucleus)
+    chain = chain_tokens([calls[0], inexact], trainable=True)
+    assert chain["span_temperature"][0] == 0.0 and math.isnan(chain["span_temperature"][1])
+
     events, session_calls = coding_session("t")
     for c in session_calls:
         c.request_time_ms = 0  # a producer that did not stamp its calls
