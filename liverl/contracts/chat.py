@@ -14,8 +14,10 @@ from typing import Any
 
 def render_chat(tokenizer, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
     if getattr(tokenizer, "chat_template", None):
-        # Content given as a list of text parts renders as its text: many templates concatenate content as a string
-        flat = [{**m, "content": content_text(m["content"])} if isinstance(m.get("content"), list) else m
+        # Content given as a list of text parts renders as its text, and an assistant turn that only calls tools
+        # (content null or absent, as every agent framework sends it back) as "": many templates concatenate content
+        # as a string (SmolLM2's `message['content'] + ...` fails on a missing one).
+        flat = [m if isinstance(m.get("content"), str) else {**m, "content": content_text(m.get("content"))}
                 for m in messages]
         return tokenizer.apply_chat_template(flat, tools=tools or None, add_generation_prompt=True, tokenize=False)
     lines = []

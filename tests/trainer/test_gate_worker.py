@@ -94,6 +94,24 @@ def test_a_judgement_that_fails_is_a_refusal_and_the_worker_goes_on():
     assert "gate v2 could not finish (ConnectionError: registry down)" in lines[0]
 
 
+def test_a_drop_of_the_whole_reward_range_judges_without_a_sequential_test():
+    # A permissive gate (max_reward_drop 1e6, as loop tests set it) turns the reward test off; the worker once built
+    # its accumulator anyway, which refused such a drop, and the exception killed the gate thread: every later
+    # candidate was then "superseded" unjudged.
+    judge = SlowJudge()
+    judge.gate = GateConfig(max_reward_drop=1e6)
+    judge.release.set()
+    worker = GateWorker(judge, say=lambda line: None)
+    try:
+        for version in ("2", "3"):
+            worker.submit(version, Candidate(f"step-{version}"))
+            assert worker.drain(timeout_s=30)
+        results = worker.finished()
+    finally:
+        worker.close()
+    assert [(r.version, r.decision) for r in results] == [("2", "pass"), ("3", "pass")]
+
+
 @pytest.mark.slow
 def test_versions_a_stopped_trainer_left_undecided_are_refused_at_the_next_start(stack, tiny_policy_dir, tmp_path):
     from trainer.loop import Trainer

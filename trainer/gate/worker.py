@@ -106,11 +106,14 @@ class GateWorker:
                     return
                 self._judging, self._waiting = self._waiting, None
             version, checkpoint = self._judging
-            checkpoint = replace(checkpoint, evidence=replace(  # this candidate's own sequential test, first look
-                checkpoint.evidence, sequential=Accumulator(SequentialSettings.of(self.publisher.gate))))
+            settings = SequentialSettings.of(self.publisher.gate)
+            if settings.testing:  # this candidate's own sequential test, first look
+                checkpoint = replace(checkpoint, evidence=replace(checkpoint.evidence,
+                                                                  sequential=Accumulator(settings)))
             result = self._finish(lambda: self.publisher.decide(version, checkpoint), version)
             self._look_again(checkpoint)
-            if result.deferred and self._open is None and checkpoint.evidence.sequential.looks:
+            if (result.deferred and self._open is None and checkpoint.evidence.sequential is not None
+                    and checkpoint.evidence.sequential.looks):
                 champions = self._champions()
                 if champions is not None:
                     self._open = OpenTest(version, checkpoint, champions)
