@@ -18,8 +18,8 @@ from liverl.config.serving import ServingConfig
 from liverl.contracts import names
 from serving.engines.engine import Sampling
 from serving.engines.upstream.engine import UpstreamEngine
-from serving.engines.upstream.routing import RoundRobinUrls
 from tests.serving.conftest import ServerThread, module_topics, recorded_calls, register_version, serving_config
+from tests.serving.round_robin import RoundRobinUrls
 from tests.serving.vllm_serve import API_KEY, VllmServe, start_all, stop_all
 
 slow = pytest.mark.slow

@@ -2,6 +2,6 @@
 
 liverl keeps owning text (chat templates, the policy's tokenizer, ModelCalls); each generation goes to a server as
 prompt token ids (POST /v1/completions with return_token_ids), and the sampled ids and logprobs come back in the
-response. engine.py is the Engine; wire.py speaks vLLM's HTTP API; routing.py is the plain round robin used until
-the fleet (fleet.py: adapter pushes, health-aware routing) is there. docs/upstream.md says how to deploy it.
+response. engine.py is the Engine; wire.py speaks vLLM's HTTP API; fleet.py routes by health and pushes adapter
+versions into every server. docs/upstream.md says how to deploy it.
 """

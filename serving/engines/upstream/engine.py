@@ -30,7 +30,6 @@ from liverl.config.serving import ServingConfig
 from liverl.contracts.weight_probe import has_probe
 from serving.engines.engine import Adapter, Delta, Sampling
 from serving.engines.upstream import wire
-from serving.engines.upstream.routing import RoundRobinUrls
 from serving.metrics import ServingMetrics
 from serving.swap.weight_check import WeightProbeMismatch, tolerance, verify_weights
 
@@ -43,8 +42,8 @@ class UpstreamEngine:
     name = "upstream"
 
     def __init__(self, policy_dir: Path, serving_config: ServingConfig, fleet=None):
-        """fleet: what routes requests and pushes adapters (serving/engines/upstream/fleet.py's UpstreamFleet, or
-        RoundRobinUrls); None: the fleet when that module is there, else round robin over serving.upstream.urls."""
+        """fleet: what routes requests and pushes adapters (an UpstreamFleet, serving/engines/upstream/fleet.py, or
+        anything with its pick/report_failure/push/unload/has); None: an UpstreamFleet over serving.upstream.urls."""
         self.policy_dir = Path(policy_dir)
         self._config = serving_config
         self._upstream = serving_config.upstream
@@ -279,16 +278,10 @@ def read_api_key(path: Path | None) -> str | None:
 
 
 def make_fleet(config: ServingConfig, api_key: str | None):
-    """The fleet (serving/engines/upstream/fleet.py) over serving.upstream.urls; round robin while that module is
-    not there (it is imported only here, when an upstream engine starts)."""
+    """The fleet over serving.upstream.urls (imported here, when an upstream engine starts)."""
+    from serving.engines.upstream.fleet import UpstreamFleet
+
     u = config.upstream
-    try:
-        from serving.engines.upstream.fleet import UpstreamFleet
-    except ModuleNotFoundError as error:
-        if error.name != "serving.engines.upstream.fleet":
-            raise
-        log.warning("serving/engines/upstream/fleet.py is not there: plain round robin over %s, no adapters", u.urls)
-        return RoundRobinUrls(u.urls, u.reconcile_interval_s)
     return UpstreamFleet(u.urls, api_key, u.timeout_s, reconcile_interval_s=u.reconcile_interval_s,
                          serving_config=config, say=log.info)
 

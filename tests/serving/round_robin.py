@@ -1,6 +1,6 @@
-"""Plain round robin over the upstream servers, for the base model only: what the upstream engine routes with when
-it is given URLs rather than the fleet (serving/engines/upstream/fleet.py), e.g. in tests that must not depend on
-the fleet. It skips a server that failed a request for `retry_down_s`, and pushes no adapters."""
+"""Plain round robin over upstream servers, for the base model only: a router the upstream engine's tests hand it
+instead of the fleet (serving/engines/upstream/fleet.py), to choose which server a request tries first (a dead one,
+to see it routed around). It skips a server that failed a request for `retry_down_s`, and pushes no adapters."""
 
 from __future__ import annotations
 
