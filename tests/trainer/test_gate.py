@@ -238,6 +238,7 @@ def test_gate_scores_each_segment_as_its_own_sequence(champion, served):
 @pytest.mark.slow
 def test_gate_refuses_a_degraded_candidate_and_records_why(stack, tiny_policy_dir, trajectories, tmp_path):
     config = trainer_config(stack, tmp_path, steps_per_version=4)
+    config.trainer.gate.max_reward_drop = 2.0  # 6 held-out sessions show no reward change: the KL check refuses here
     register_base(config, tiny_policy_dir, say=lambda *_: None)
     commit_batch(config.table.trajectories_uri, trajectories.batch("g", 24), "batch-g", 0)
     lines: list[str] = []

@@ -24,6 +24,9 @@ pytestmark = pytest.mark.slow  # real DeepSpeed + MLflow
 
 def test_train_once_registers_versions_with_lineage_and_gate(stack, tiny_policy_dir, trajectories, tmp_path):
     config = trainer_config(stack, tmp_path, steps_per_version=1)
+    # A few held-out sessions cannot show a reward change to the sequential test (trainer/gate/sequential.py), which
+    # would defer every candidate: a drop of the whole reward range turns it off; this is about lineage and verdicts.
+    config.trainer.gate.max_reward_drop = 2.0
     with pytest.raises(RuntimeError, match="liverl train --init-from"):
         Trainer(config, say=lambda *_: None).start()  # no base policy yet: say what to do
     base = register_base(config, tiny_policy_dir, say=lambda *_: None)
