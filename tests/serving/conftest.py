@@ -44,6 +44,17 @@ def register_version(config: LiverlConfig, policy_dir: Path, aliases: tuple[str,
     return str(version.version)
 
 
+def reference_logprobs(policy_dir: Path, prompt_ids: list[int], tokens: list[int]) -> list[float]:
+    """The trainer's logprobs of tokens after prompt_ids: a plain fp32 forward pass, temperature 1, untruncated."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(policy_dir, dtype=torch.float32).eval()
+    with torch.no_grad():
+        logprobs = torch.log_softmax(model(torch.tensor([prompt_ids + tokens])).logits[0], -1)
+    return [float(logprobs[len(prompt_ids) - 1 + i, t]) for i, t in enumerate(tokens)]
+
+
 def wait_for(predicate, timeout_s: float = 120.0, what: str = "condition", poll_s: float = 0.05) -> None:
     """Poll predicate until it holds; fail naming `what` after timeout_s (a ceiling, never the expected time)."""
     deadline = time.monotonic() + timeout_s

@@ -6,7 +6,6 @@ tokens: every check below compares them with a plain forward pass of the version
 
 import grpc
 import pytest
-import torch
 
 from liverl.contracts import names
 from liverl.v1 import common_pb2, model_call_pb2, serving_pb2, serving_pb2_grpc
@@ -14,6 +13,7 @@ from tests.serving.conftest import (
     ServerThread,
     module_topics,
     read_topic,
+    reference_logprobs,
     register_version,
     serving_config,
     set_alias,
@@ -24,14 +24,6 @@ from tests.serving.generate_load import GenerateLoad
 
 ADMIN = (("authorization", "Bearer admin-key"),)
 
-
-def _reference(policy_dir, prompt_ids, tokens):
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(policy_dir, dtype=torch.float32).eval()
-    with torch.no_grad():
-        logprobs = torch.log_softmax(model(torch.tensor([prompt_ids + tokens])).logits[0], -1)
-    return [float(logprobs[len(prompt_ids) - 1 + i, t]) for i, t in enumerate(tokens)]
 
 
 
@@ -89,9 +81,9 @@ def test_alias_move_swaps_under_load_without_a_failed_request(config, tiny_polic
     dirs = {"1": tiny_policy_dir, "2": second_policy_dir}
     for call in [long_call] + [by_request[r.request_id] for r in (responses[0], responses[-1])]:
         tokens = list(call.completion_token_ids)
-        expected = _reference(dirs[call.policy_version], list(call.prompt_token_ids), tokens)
+        expected = reference_logprobs(dirs[call.policy_version], list(call.prompt_token_ids), tokens)
         assert list(call.completion_logprobs) == pytest.approx(expected, abs=1e-4)
-        other = _reference(dirs["2" if call.policy_version == "1" else "1"], list(call.prompt_token_ids), tokens)
+        other = reference_logprobs(dirs["2" if call.policy_version == "1" else "1"], list(call.prompt_token_ids), tokens)
         assert list(call.completion_logprobs) != pytest.approx(other, abs=1e-4)
 
 

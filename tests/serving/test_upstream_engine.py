@@ -18,21 +18,19 @@ from liverl.config.serving import ServingConfig
 from liverl.contracts import names
 from serving.engines.engine import Sampling
 from serving.engines.upstream.engine import UpstreamEngine
-from tests.serving.conftest import ServerThread, module_topics, recorded_calls, register_version, serving_config
+from tests.serving.conftest import (
+    ServerThread,
+    module_topics,
+    recorded_calls,
+    reference_logprobs,
+    register_version,
+    serving_config,
+)
 from tests.serving.round_robin import RoundRobinUrls
 from tests.serving.vllm_serve import API_KEY, VllmServe, start_all, stop_all
 
 slow = pytest.mark.slow
 
-
-def _reference(policy_dir, prompt_ids, tokens):
-    """The trainer's logprobs of tokens after prompt_ids: temperature 1, untruncated, fp32."""
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(policy_dir, dtype=torch.float32).eval()
-    with torch.no_grad():
-        logprobs = torch.log_softmax(model(torch.tensor([prompt_ids + tokens])).logits[0], -1)
-    return [float(logprobs[len(prompt_ids) - 1 + i, t]) for i, t in enumerate(tokens)]
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +120,7 @@ def test_a_chat_through_liverl_is_recorded_with_the_upstreams_tokens_and_exact_l
     assert direct["token_ids"] == tokens
     assert list(call.completion_logprobs) == pytest.approx(direct["logprobs"]["token_logprobs"], abs=1e-6)
     # and what the trainer computes for them (temperature 1, untruncated: processed = log_softmax)
-    assert list(call.completion_logprobs) == pytest.approx(_reference(bases[0], prompt, tokens), abs=1e-3)
+    assert list(call.completion_logprobs) == pytest.approx(reference_logprobs(bases[0], prompt, tokens), abs=1e-3)
 
 
 @slow
@@ -160,7 +158,7 @@ def test_a_raw_logprobs_server_is_served_and_its_processed_calls_recorded_unscor
     # temperature 1 untruncated: raw is what the sampler used, so the call is exact even here
     exact = calls[plain["liverl"]["request_id"]]
     assert list(exact.completion_logprobs) == pytest.approx(
-        _reference(bases[0], list(exact.prompt_token_ids), list(exact.completion_token_ids)), abs=1e-3)
+        reference_logprobs(bases[0], list(exact.prompt_token_ids), list(exact.completion_token_ids)), abs=1e-3)
 
 
 def _config(urls, key_file, **upstream) -> ServingConfig:

@@ -6,23 +6,21 @@ forward pass of the weights the record names, which proves the version label as 
 
 import grpc
 import pytest
-import torch
 
 from liverl.contracts import names
 from liverl.v1 import common_pb2, model_call_pb2, serving_pb2, serving_pb2_grpc
 from tests.conftest import stored_key
-from tests.serving.conftest import ServerThread, module_topics, read_topic, register_version, serving_config
+from tests.serving.conftest import (
+    ServerThread,
+    module_topics,
+    read_topic,
+    reference_logprobs,
+    register_version,
+    serving_config,
+)
 
 pytestmark = pytest.mark.slow
 
-
-def _reference(policy_dir, prompt_ids, tokens):
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(policy_dir, dtype=torch.float32).eval()
-    with torch.no_grad():
-        logprobs = torch.log_softmax(model(torch.tensor([prompt_ids + tokens])).logits[0], -1)
-    return [float(logprobs[len(prompt_ids) - 1 + i, t]) for i, t in enumerate(tokens)]
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +69,7 @@ def test_grpc_to_vllm_to_kafka_with_exact_logprobs(vllm_server, tiny_policy_dir)
     call = next(c for c in calls if c.request_id == response.request_id)
     assert call.policy_version == "1" and call.agent_role == common_pb2.AGENT_ROLE_ORCHESTRATOR
     assert list(call.completion_token_ids) == list(response.token_ids)
-    expected = _reference(tiny_policy_dir, list(call.prompt_token_ids), list(call.completion_token_ids))
+    expected = reference_logprobs(tiny_policy_dir, list(call.prompt_token_ids), list(call.completion_token_ids))
     assert list(call.completion_logprobs) == pytest.approx(expected, abs=1e-3)
 
 
@@ -90,9 +88,9 @@ def test_force_swap_updates_the_vllm_engine_in_place(vllm_server, tiny_policy_di
     call = next(c for c in _recorded(vllm_server, "s-vllm-2", 1) if c.request_id == response.request_id)
     tokens = list(call.completion_token_ids)
     assert list(call.completion_logprobs) == pytest.approx(
-        _reference(second_policy_dir, list(call.prompt_token_ids), tokens), abs=1e-3)
+        reference_logprobs(second_policy_dir, list(call.prompt_token_ids), tokens), abs=1e-3)
     assert list(call.completion_logprobs) != pytest.approx(
-        _reference(tiny_policy_dir, list(call.prompt_token_ids), tokens), abs=1e-3)
+        reference_logprobs(tiny_policy_dir, list(call.prompt_token_ids), tokens), abs=1e-3)
 
 
 def _keyed_by(config, record, session: str) -> bool:
