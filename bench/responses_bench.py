@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import statistics
 import subprocess
 import sys
 import time
@@ -25,10 +24,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.median_interval import median_interval  # noqa: E402
 from bench.serving_bench import PROMPT, WORDS, Run, _load  # noqa: E402  (the same load and figures)
 
 DRIVER_REPLY = "RUN "
 PATHS = ("direct", "responses", "chat")
+GOAL = 0.95  # tokens/s of each HTTP path over direct engine calls
 
 
 def main(argv=None) -> None:
@@ -117,16 +118,15 @@ def _bench(server, args) -> None:
         driver.stdin.close()
         driver.wait(30)
 
-    def median_ratio(name: str) -> float:
-        return statistics.median((r[name].tokens / r[name].wall_s) / (r["direct"].tokens / r["direct"].wall_s)
-                                 for r in rounds)
+    def interval(name: str):
+        return median_interval([(r[name].tokens / r[name].wall_s) / (r["direct"].tokens / r["direct"].wall_s)
+                                for r in rounds])
 
-    ratios = {"responses_vs_direct": round(median_ratio("responses"), 3),
-              "chat_vs_direct": round(median_ratio("chat"), 3)}
+    responses, chat = interval("responses"), interval("chat")
+    ratios = {"responses_vs_direct": round(responses.median, 3), "chat_vs_direct": round(chat.median, 3)}
     failed = {name: sum(r[name].failures for r in rounds) for name in PATHS}
-    print(f"\nmedians of {args.rounds} rounds (tokens/s ratio to direct engine calls): "
-          f"responses x{ratios['responses_vs_direct']:.3f} (goal >= 0.95) | chat x{ratios['chat_vs_direct']:.3f} | "
-          f"failed {failed}", flush=True)
+    print(f"\n{args.rounds} rounds, tokens/s ratio to direct engine calls | responses: {responses.line(GOAL)} | "
+          f"chat: {chat.line(GOAL)} | failed {failed}", flush=True)
     record("responses", {"engine": args.engine, "concurrency": args.concurrency, "max_tokens": args.max_tokens,
                          "requests": args.requests, "ratios": ratios, "failed": failed,
                          "rounds": [{name: run.figures() for name, run in r.items()} for r in rounds]},

@@ -98,18 +98,18 @@ def realistic_mix(sessions: int, seed: int) -> list[tuple]:
     return items
 
 
-def family_of(record) -> str:
-    return record.start().task_family
+def family_of(session) -> str:
+    return session.start().task_family
 
 
 def baseline(items, config) -> None:
-    for record, _agent in items:
-        next((e.outcome.score for e in record.events if e.WhichOneof("body") == "outcome"), 0.0)
+    for session, _agent in items:
+        next((e.outcome.score for e in session.events if e.WhichOneof("body") == "outcome"), 0.0)
 
 
 def labelled(items, config) -> None:
-    for record, agent_id in items:
-        mix(label(record, agent_id, config).components, family_of(record), 100, config)
+    for session, agent_id in items:
+        mix(label(session, agent_id, config).components, family_of(session), 100, config)
 
 
 def median_rate(work, items, rounds: int) -> float:

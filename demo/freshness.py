@@ -26,6 +26,14 @@ class Freshness:
             return float("nan")
         return values[min(len(values) - 1, round(0.95 * (len(values) - 1)))]
 
+    def describe(self) -> str:
+        """"median 50 s, p95 80 s (12 sessions reached a served version, 3 not yet)", or, when none did, says so
+        rather than print a median of nothing."""
+        if not self.seconds:
+            return f"no session reached a served version trained on it ({self.not_yet} sessions not yet)"
+        return (f"median {self.median():.0f} s, p95 {self.p95():.0f} s ({len(self.seconds)} sessions reached a served "
+                f"version, {self.not_yet} not yet)")
+
     def leg_medians(self) -> dict[str, float]:
         """leg -> median seconds, for the legs known for at least one session."""
         return {leg: statistics.median(self.legs[leg].values()) for leg in LEGS if self.legs.get(leg)}

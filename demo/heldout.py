@@ -25,6 +25,7 @@ from demo.product.engines import all_cores_environment
 from liverl.contracts.adapter import is_adapter_folder, read_manifest
 from liverl.io import processes
 
+BASE_VERSION = "1"  # the packaged base's registry version: what serves before any promotion
 PARTS = ("out-of-template", "in-template")  # demo/product/tasks/chat/base.py; the first is what generalises
 
 
@@ -41,6 +42,8 @@ class HeldoutComparison:
         seeds = self.base.get("sampling_seeds", [])
         out = [f"held-out {self.base.get('split', 'final')} split: {self.base.get('tasks', '?')} tasks x "
                f"{len(seeds)} sampling seeds {seeds} (reproduce: --seed {self.base.get('seed')})"]
+        if self.served_version == BASE_VERSION:
+            out.append("no trained version was served by the run's end: the base's own figures, nothing compared")
         for part in PARTS:
             for group, base in self.base.get("parts", {}).get(part, {}).items():
                 served = self.served.get("parts", {}).get(part, {}).get(group, {})
@@ -158,13 +161,13 @@ def compare_heldout(config: DemoLiverlConfig, base: Path, served_version: str, s
     seed = secrets.randbelow(2**31 - 16)  # fresh every run: no one draw of the base's sampling is tuned against
     say(f"      held-out (final split): {tasks} real tasks x {seeds} sampling seeds from {seed} each for the base and "
         f"v{served_version} ({config.demo.real.heldout_engine})")
-    if not served_version.isdigit() or served_version == "1":  # nothing trained was served: the base itself
+    if not served_version.isdigit() or served_version == BASE_VERSION:  # nothing trained was served: the base itself
         base_result = evaluate_folder(config, base, frozen, work / "base.json", seed)
-        return HeldoutComparison(base_result, base_result, "1")
+        return HeldoutComparison(base_result, base_result, BASE_VERSION)
     registry = ModelRegistry(config.mlflow.tracking_uri, config.mlflow.registered_model)
     folder = _version_folder(registry.download(served_version, work / f"v{served_version}"))
     if is_adapter_folder(folder):
-        if read_manifest(folder).base_version != "1":
+        if read_manifest(folder).base_version != BASE_VERSION:
             raise RuntimeError(f"v{served_version} is an adapter of v{read_manifest(folder).base_version}, not of the "
                                "packaged base (v1) that the held-out comparison plays it on")
         both = evaluate_folder(config, base, frozen, work / f"base-and-v{served_version}.json", seed, adapter=folder)

@@ -83,7 +83,7 @@ def _reward_by_version(traffic, verdict):
 
 
 def _freshness(fresh):
-    figure, axes = _figure(f"freshness: median {fresh.median():.0f} s, p95 {fresh.p95():.0f} s")
+    figure, axes = _figure(f"freshness: {fresh.describe()}")
     axes.hist(list(fresh.seconds.values()) or [0], bins=20, color="tab:green")
     axes.set_xlabel("seconds from session end to a served version trained on it")
     axes.set_ylabel("sessions")
@@ -154,8 +154,9 @@ def _html(verdict, fresh, traffic, figures, heldout=None, tenants=None) -> str:
     images = "".join(f'<h3>{html.escape(name[:-4].replace("_", " "))}</h3><img src="{name}">' for name in figures)
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>liverl demo report</title></head><body>"
             f"<h1>liverl demo report</h1><p>{html.escape(verdict.describe())}</p>"
-            f"<p>freshness: median {fresh.median():.0f} s, p95 {fresh.p95():.0f} s over {len(fresh.seconds)} sessions"
-            f" ({fresh.not_yet} not yet trained on); by leg (medians): {html.escape(fresh.describe_legs() or '-')}</p><p>sessions: {len(traffic.sessions)}; mean reward by family:"
+            f"<p>freshness: {html.escape(fresh.describe())}; by leg (medians): "
+            f"{html.escape(fresh.describe_legs() or '-')}</p>"
+            f"<p>sessions: {len(traffic.sessions)}; mean reward by family:"
             f"</p><ul>{families}</ul>{held}{images}</body></html>")
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from demo.config import DemoLiverlConfig
 from demo.freshness import Freshness, first_served_at, freshness
 from demo.interrupt import DemoInterrupt, interrupt_handling
+from demo.gate_summary import describe_gate
 from demo.lineage import VersionLineage, committed_at, read_lineage
 from demo.policy.demonstrations import RECOVERY
 from demo.services import StageProcess, run_stage, start_stage
@@ -268,8 +269,8 @@ def _summarise(config: DemoLiverlConfig, traffic, say, stages: list[StageProcess
     say(f"      sessions {len(traffic.sessions)} ({len(traffic.errors)} failed) | "
         f"mean reward by family {', '.join(f'{k} {v:.3f}' for k, v in traffic.mean_reward_by_family().items())}")
     say(f"      {verdict.describe()}")
-    say(f"      freshness: median {fresh.median():.0f} s, p95 {fresh.p95():.0f} s "
-        f"({len(fresh.seconds)} sessions reached a served version, {fresh.not_yet} not yet)")
+    say(f"      {describe_gate(lineage)}")
+    say(f"      freshness: {fresh.describe()}")
     if fresh.leg_medians():
         say(f"      freshness by leg (medians): {fresh.describe_legs()}")
     if trained_on is not None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import math
 import secrets
 import time
@@ -131,11 +132,19 @@ class Call:
     text: str = ""
     finish_reason: str = ""
     first_token_time: float = 0.0
+    # The opening of the reply that serving wrote, not the policy (a forced tool call): its tokens end
+    # prompt_token_ids, so the record's completion holds only what was sampled.
+    forced_text: str = ""
     _released: bool = False
 
     @property
     def version(self) -> str:
         return self.slot.version
+
+    @property
+    def reply_text(self) -> str:
+        """The reply as the client reads it: the forced opening, then the sampled text."""
+        return self.forced_text + self.text
 
     @property
     def session_id(self) -> str:
@@ -162,6 +171,8 @@ class Call:
                 raise DeadlineExceeded(DEADLINE_MESSAGE) from None
             finally:
                 await deltas.aclose()  # the engine's clean-up (vLLM aborts an unfinished request) runs now
+            if self.forced_text:
+                self._end_at_forced_call()
             self._advance_text()
             ok = True
         finally:
@@ -172,15 +183,22 @@ class Call:
         """The engine's deltas, streamed and accumulated on the call; the lease is released (and the call
         recorded) when they end, fail or are abandoned."""
         ok = False
+        deltas = _within(self.started + self.completions.request_timeout_s,
+                         self.slot.engine.generate(self.prompt_token_ids, self.sampling, self.request_id))
         try:
-            deltas = self.slot.engine.generate(self.prompt_token_ids, self.sampling, self.request_id)
-            async for delta in _within(self.started + self.completions.request_timeout_s, deltas):
+            async for delta in deltas:
                 if delta.token_ids and not self.first_token_time:
                     self.first_token_time = time.time()
                 self._take(delta)
+                # the whole text is decoded again only when this delta may close the call: a brace is one byte
+                closed = bool(self.forced_text) and "}" in tokens.decode(self.slot.tokenizer, delta.token_ids) \
+                    and self._end_at_forced_call()
                 yield delta
+                if closed:
+                    break  # the forced call is complete: the engine's generation is cancelled below
             ok = True
         finally:
+            await deltas.aclose()  # the engine's clean-up (vLLM aborts an unfinished request) runs now
             self.close(ok)
 
     def _take(self, delta: Delta) -> None:
@@ -188,6 +206,30 @@ class Call:
         self.logprobs.extend(delta.logprobs)
         if delta.finish_reason:
             self.finish_reason = delta.finish_reason
+
+    def _end_at_forced_call(self) -> bool:
+        """Under a forced tool call the reply ends where its JSON object closes, as a stop string would end it: the
+        tokens sampled after the one that closes the object are dropped (each kept token's logprob is still the
+        policy's, given the tokens before it). True when it has closed. A reply whose object never closes is kept
+        whole (serving reports the call unmet)."""
+        tokenizer = self.slot.tokenizer
+        text = tokens.decode(tokenizer, self.token_ids)
+        if "}" not in text:
+            return False
+        end = json_object_end(self.forced_text + text)
+        if end is None:
+            return False
+        needed, low, high = end - len(self.forced_text), 1, len(self.token_ids)
+        while low < high:  # the fewest tokens whose text reaches the object's end
+            middle = (low + high) // 2
+            if len(tokens.decode(tokenizer, self.token_ids[:middle])) >= needed:
+                high = middle
+            else:
+                low = middle + 1
+        if low < len(self.token_ids):
+            del self.token_ids[low:], self.logprobs[low:]
+            self.finish_reason = "stop"
+        return True
 
     def _advance_text(self) -> str:
         text = tokens.decode(self.slot.tokenizer, self.token_ids)
@@ -203,6 +245,16 @@ class Call:
             return
         self._released = True
         self.completions.finish(self, ok)
+
+
+def json_object_end(text: str) -> int | None:
+    """Where the JSON object that `text` starts with ends (the index after its closing brace); None when it does
+    not start with a complete one."""
+    try:
+        value, end = json.JSONDecoder().raw_decode(text)
+    except ValueError:
+        return None
+    return end if isinstance(value, dict) else None
 
 
 async def _within(deadline: float, deltas: AsyncIterator[Delta]) -> AsyncIterator[Delta]:
@@ -314,17 +366,21 @@ class Completions:
                              f"{self.max_model_len}: shorten it", "prompt")
 
     async def begin(self, caller: Caller, prompt: str | None, prompt_token_ids: Sequence[int] | None,
-                    sampling: Sampling) -> Call:
+                    sampling: Sampling, forced_text: str = "") -> Call:
         """Lease the version that will serve this request and tokenize the prompt with its tokenizer
-        (a long prompt on a worker thread: a megabyte prompt must not stall the loop that answers health checks)."""
+        (a long prompt on a worker thread: a megabyte prompt must not stall the loop that answers health checks).
+        forced_text: an opening the reply is made to start with (a forced tool call), tokenized on its own and
+        appended to the prompt's ids, so the recorded prompt is exactly what the engine continued."""
         self.check_prompt(prompt, prompt_token_ids)
-        slot = self.router.acquire(caller.tenant_id or self.default_tenant)
+        slot = self.router.acquire(caller.tenant_id or self.default_tenant, caller.session_id)
         try:
             ids = list(prompt_token_ids or [])
             if not ids and len(prompt) <= INLINE_TOKENIZE_CHARS:
                 ids = tokens.encode(slot.tokenizer, prompt)  # microseconds, GIL held: cheaper than a thread hop
             elif not ids:
                 ids = await asyncio.to_thread(tokens.encode, slot.tokenizer, prompt, True)  # GIL released
+            if forced_text:  # no special tokens: it continues the prompt, it does not start a sequence
+                ids += slot.tokenizer(forced_text, add_special_tokens=False)["input_ids"]
             vocab = slot.vocab_size
             if ids and (min(ids) < 0 or max(ids) >= vocab):
                 raise BadRequest("bad-token-id", f"prompt_token_ids must lie in [0, {vocab}) for this policy",
@@ -342,7 +398,7 @@ class Completions:
         if not caller.session_id:  # no session named: the call is a session of its own, named by its id
             caller = dataclasses.replace(caller, session_id=request_id)
         self.metrics.of_version(slot.version).in_flight.inc()
-        return Call(self, slot, caller, sampling, ids, request_id)
+        return Call(self, slot, caller, sampling, ids, request_id, forced_text=forced_text)
 
     def finish(self, call: Call, ok: bool) -> None:
         """Account for a finished (or failed, or abandoned) call and record what it generated."""

@@ -47,6 +47,9 @@ class ServingMetrics:
                                        buckets=LATENCY_BUCKETS, registry=r)
         self.recording_queue = Gauge("liverl_serving_recording_queue", "Records waiting in memory", registry=r)
         self.spool_bytes = Gauge("liverl_serving_spool_bytes", "Bytes waiting in the disk spool", registry=r)
+        self.forced_tool_call_unmet = Counter("liverl_serving_forced_tool_call_unmet", "Replies to a forced "
+                                              "tool_choice that did not complete the forced tool call (sent as "
+                                              "content), by API", ["api"], registry=r)
         self.dead_letters = Counter("liverl_serving_dead_letters", "Bad requests sent to the dead-letter topic",
                                     ["reason"], registry=r)
         self._per_version: dict[str, VersionMetrics] = {}

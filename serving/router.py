@@ -16,12 +16,18 @@ plain switch: requests in flight keep the adapter they started on, new ones take
 
 A tenant may have a champion adapter of its own (serving/swap/groups.py, TenantGroup): its requests lease that slot
 while the adapter applies to the weights the champion's engine serves, and the shared champion otherwise.
+
+The canary takes canary_fraction of the SESSIONS, not of the requests, so that every call of a session is served by
+one version and the trainer's gate can compare the outcome of whole sessions served by each (trainer/gate/canary.py):
+a session goes to the canary when a keyed hash of (tenant, session id) falls below canary_fraction. The key is fixed,
+so every replica sends a session the same way. A call that names no session takes the canary at random.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import random
 import time
 from collections import deque
@@ -102,32 +108,44 @@ class Slot:
             return False
 
 
+CANARY_KEY = b"liverl-canary-sessions"  # the session hash's key: the same on every replica
+
+
 class Router:
-    def __init__(self, canary_fraction: float = 0.0, rng: random.Random | None = None):
+    def __init__(self, canary_fraction: float = 0.0, rng: random.Random | None = None, canary_key: bytes = CANARY_KEY):
         self.champion: Slot | None = None
         self.canary: Slot | None = None
         self.canary_fraction = canary_fraction
         self._rng = rng or random.Random()
+        self._canary_key = canary_key
         self.tenants: dict[str, Slot] = {}  # tenant -> its own champion adapter (serving/swap/groups.py)
         self.tenant_canaries: dict[str, Slot] = {}  # tenant -> its canary adapter, for canary_fraction of its requests
 
-    def acquire(self, tenant: str = "") -> Slot:
-        """The slot for a new request of tenant, leased: call slot.release() when the request ends."""
+    def acquire(self, tenant: str = "", session_id: str = "") -> Slot:
+        """The slot for a new request of tenant, leased: call slot.release() when the request ends. session_id: the
+        call's session, which the canary takes whole or not at all ("": this request alone, at random)."""
         slot = self.champion
         if slot is None:
             raise RuntimeError("no policy version is loaded yet")
         own = self.tenants.get(tenant) if self.tenants else None
         if self.tenant_canaries:
             canary = self.tenant_canaries.get(tenant)
-            if canary is not None and fits_champion(canary, slot) and self._rng.random() < self.canary_fraction:
+            if canary is not None and fits_champion(canary, slot) and self._to_canary(tenant, session_id):
                 own = canary
         if own is not None and fits_champion(own, slot):
             own.acquire()
             return own
-        if self.canary is not None and self._rng.random() < self.canary_fraction:
+        if self.canary is not None and self._to_canary(tenant, session_id):
             slot = self.canary
         slot.acquire()
         return slot
+
+    def _to_canary(self, tenant: str, session_id: str) -> bool:
+        """Whether this call goes to a canary: its session's fixed place in [0, 1) below canary_fraction."""
+        if not session_id:
+            return self._rng.random() < self.canary_fraction
+        digest = hashlib.blake2b(f"{tenant}/{session_id}".encode(), digest_size=8, key=self._canary_key).digest()
+        return int.from_bytes(digest, "big") / 2.0 ** 64 < self.canary_fraction
 
     def switch(self, new: Slot) -> Slot | None:
         """Make new the champion; returns the one it replaced (still loaded, still draining)."""

@@ -6,6 +6,7 @@ temporary folder and stopped by PID at the end.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +27,18 @@ def stack(tmp_path_factory) -> Iterator[LiverlConfig]:
         yield config
     finally:
         down(config, say=lambda *_: None)
+
+
+def module_folder(request, tmp_path_factory, name: str) -> Path:
+    """A module fixture's folder, removed when the fixture ends (after its own teardown), passed or failed.
+
+    pytest keeps every tmp_path_factory folder to the session's end, and a real-model fixture writes GBs (the
+    converted base, its MLflow copy, serving's copy, DeepSpeed checkpoints): kept, a whole suite held about 10 GB
+    at once, likely more than a CI machine had free (a CI run's later tests failed at setup). What a failure needs
+    is in the test's output; the folder goes."""
+    path = tmp_path_factory.mktemp(name)
+    request.addfinalizer(lambda: shutil.rmtree(path, ignore_errors=True))
+    return path
 
 
 def stack_config(data_dir: Path, storage: str = "memory", config_file: Path | None = None,

@@ -467,6 +467,8 @@ class Trainer:
             if said:
                 self.say(f"{self._prefix(name)}gate deferred v{result.version}: {'; '.join(result.reasons)[:300]}")
             return
+        if not result.judged:  # superseded before its turn: nothing was learned of it, so no refusal either (a
+            return  # slow gate on a busy machine would otherwise rewind a tenant, and call it "refused")
         gs.gate_refusals += 1
         gs.last_refusal = "; ".join(result.reasons)
         if said:

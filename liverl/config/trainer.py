@@ -154,7 +154,8 @@ class TenantsConfig(Section):
     """After this many of a group's candidates in a row were refused (and after each as many more), the group's
     adapter goes back to its champion's weights with a new optimizer state (a tenant without a champion of its own:
     a new adapter on the base), so that a group whose training drifted off stops spending its traffic on candidates
-    the gate keeps refusing. 0: never."""
+    the gate keeps refusing. A candidate refused unjudged (superseded by a newer one before the gate reached it)
+    does not count, nor does a deferred one: neither says the training drifted. 0: never."""
 
     @field_validator("adapters")
     @classmethod
@@ -264,6 +265,18 @@ class GateConfig(Section):
     long after a trainer that died holding it took it."""
     promotion_lease_wait_s: float = Field(30.0, ge=0.0, le=3600.0)
     """How long a passed candidate waits for another trainer's promotion lease before it is refused."""
+    canary_alias: str | None = None
+    """The live canary (trainer/gate/canary.py): a candidate whose reward test defers (too little held-out evidence)
+    is put on this registry alias (a tenant group's: `<alias>-<tenant>`), which serving must follow as its canary
+    (set serving.canary_alias to the same name and serving.canary_fraction to the share of SESSIONS it serves), and is
+    then judged on the outcome of whole sessions: those served only by it against those served only by the champion,
+    ended since the canary began, by an anytime-valid test with the reward test's error rates. None: off (no alias is
+    ever set). Not "candidate" or "champion": the trainer moves those itself."""
+    canary_max_sessions: int = Field(512, ge=2, le=1_000_000)
+    """The canary's session budget: a candidate not shown within max_reward_drop after this many candidate-served
+    sessions (each paired with a champion-served one) is refused. 512 refuses an equal candidate 2.6 % of the time at
+    max_reward_drop 0.3 with rewards of -1/1 (tests/trainer/test_gate_canary.py); the sessions needed grow as
+    1/max_reward_drop², so the default drop of 0.01 would need about 900 times as many."""
 
     @model_validator(mode="after")
     def _floor_within_a_judgement(self) -> "GateConfig":
@@ -278,6 +291,15 @@ class GateConfig(Section):
         if not -1e9 < low < high < 1e9:
             raise ValueError(f"trainer.gate.reward_range {self.reward_range} must be finite (low, high) with low below "
                              "high: the rewards' bounds, e.g. (-1.0, 1.0)")
+        return self
+
+    @model_validator(mode="after")
+    def _canary_alias_of_its_own(self) -> "GateConfig":
+        if self.canary_alias is not None and (
+                self.canary_alias.split("-")[0] in ("candidate", "champion") or not self.canary_alias.strip()):
+            raise ValueError(f"trainer.gate.canary_alias {self.canary_alias!r}: the trainer moves `candidate` and "
+                             "`champion` (and their tenant forms) itself; name the canary's own alias, e.g. "
+                             "\"canary\", and set serving.canary_alias to the same")
         return self
 
     @model_validator(mode="after")

@@ -50,6 +50,12 @@ def tenant_candidate_alias(tenant: str) -> str:
     """The alias of the tenant's newest registered adapter, `candidate-<tenant>`."""
     return f"{ALIAS_CANDIDATE}-{check_tenant_name(tenant)}"
 
+
+def canary_alias(base: str, tenant: str | None = None) -> str:
+    """The canary alias serving follows for a group, and the trainer's gate sets (trainer/gate/canary.py): `base`
+    (serving.canary_alias, trainer.gate.canary_alias) for the shared policy, `<base>-<tenant>` for a tenant's."""
+    return f"{base}-{check_tenant_name(tenant)}" if tenant else base
+
 # Tags on every registered policy version (lineage). Values are strings; JSON where structured.
 TAG_TABLE_VERSIONS = "liverl.table_versions"  # JSON list of trajectory-table versions trained on
 TAG_KAFKA_OFFSETS = "liverl.kafka_offsets"  # JSON {topic: {partition: [first, last_exclusive]}}

@@ -66,6 +66,12 @@ class ModelRegistry:
         self.tracking.answer(f"pointing alias {alias!r} of {self.name!r} at version {version}",
                              lambda: self.client.set_registered_model_alias(self.name, alias, version))
 
+    def delete_alias(self, alias: str) -> None:
+        """Remove the alias; nothing when it names no version."""
+        if self.alias_version(alias) is not None:
+            self.tracking.answer(f"removing alias {alias!r} of {self.name!r}",
+                                 lambda: self.client.delete_registered_model_alias(self.name, alias))
+
     # ---- versions and their tags -----------------------------------------------------------------
     def get(self, version: str) -> ModelVersion | None:
         """The version, or None when it (or the model) does not exist."""

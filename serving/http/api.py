@@ -32,6 +32,7 @@ from serving.http.guard import ApiError, Body, HttpContext, parse
 from serving.http.openai_schema import Strict
 from serving.http.responses.api import ResponsesApi
 from serving.http.responses.state import ResponseStore
+from serving.router import Router, underlying
 from serving.swap.result import AdminRefused, SwapResult
 
 router = APIRouter()
@@ -59,7 +60,22 @@ async def health(ctx: HttpContext = Depends(context)) -> FastJSONResponse:
     failure = ctx.engine_failure()
     if failure:
         body |= {"status": "engine_dead", "detail": failure}
+    engines = _engine_states(ctx.completions.router)
+    if engines:
+        body["engines"] = engines
     return FastJSONResponse(body, status_code=503 if failure else 200)
+
+
+def _engine_states(slots: Router) -> dict[str, dict]:
+    """What the engines serving the champion and the canary say of themselves, by role, where they can (the
+    upstream engine: its servers, which are up, their logprobs modes); an engine both serve is shown once."""
+    states, seen = {}, set()
+    for role, slot in (("champion", slots.champion), ("canary", slots.canary)):
+        engine = underlying(slot.engine) if slot is not None else None
+        if engine is not None and id(engine) not in seen and hasattr(engine, "describe"):
+            seen.add(id(engine))
+            states[role] = engine.describe()
+    return states
 
 
 @router.get("/v1/models")

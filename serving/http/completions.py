@@ -4,11 +4,19 @@ The handlers know nothing of ASGI or FastAPI: serving.http.asgi_routes reads the
 (serving.http.guard) and writes the Reply. Every reply carries the ids an SDK call links to: the body's
 `id` IS the recorded ModelCall's request id, and the headers x-liverl-session-id, x-liverl-request-id
 and x-liverl-policy-version repeat the session, the request and the version that served it.
+
+A forced tool_choice ("required" or a named function) makes the reply open as a JSON tool call
+(serving.http.chat.ForcedToolCall): the opening's tokens end the recorded prompt and the policy samples the
+rest, so the record holds only sampled tokens and the prompt the engine really continued. When the whole reply
+does not parse as the forced call (broken JSON, a tool not offered, another than the one named), nothing is
+made up: the reply is its text as content with the engine's finish_reason, counted in
+liverl_serving_forced_tool_call_unmet and logged (`reply_tool_calls`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable
@@ -21,8 +29,8 @@ import orjson
 from liverl.contracts import names
 from liverl.contracts.chat import render_chat
 from serving.auth import Principal
-from serving.generation import BadRequest, Call, Caller, DeadlineExceeded
-from serving.http.chat import parse_tool_calls
+from serving.generation import BadRequest, Call, Caller, DeadlineExceeded, json_object_end
+from serving.http.chat import ForcedToolCall, parse_tool_calls
 from serving.http.guard import ApiError, Body, HttpContext, parse, reject
 from serving.http.openai_schema import ChatRequest, CompletionRequest, Sampled, one_prompt
 from serving.recording.session_ids import (
@@ -34,6 +42,7 @@ from serving.recording.session_ids import (
 )
 from serving.recording.stitching import Conversation, Remembered, link_events
 
+log = logging.getLogger("liverl.serving.http")
 DONE = b"data: [DONE]\n\n"
 INLINE_STITCH_BYTES = 16 << 10  # a body up to this size has its conversation digested on the loop (~0.2 ms at most)
 
@@ -86,18 +95,18 @@ async def chat(ctx: HttpContext, principal: Principal, who: Caller, body: Body) 
                                                       "messages"), ChatRequest) from None
     _name(ctx, principal, body, request, who, "openai-chat", CHAT_ID_PREFIX)
     stitched = await stitch(ctx, who, body, messages)
+    forced = request.forced_tool_call()
     call = await _begin(ctx, principal, body, request, who, prompt, None,
                         request.max_completion_tokens if request.max_completion_tokens is not None
-                        else request.max_tokens)
+                        else request.max_tokens, forced.opening if forced else "")
     remember = stitched_call(ctx, call, stitched)
     created, cid, headers = int(time.time()), call.request_id, _id_headers(call)
     if request.stream:
         return Reply(headers, events=_chat_events(call, request, cid, created, ctx.completions.model_name, remember),
                      call=call)
     await _run(call)
-    tools = request.tool_dicts()
-    tool_calls = parse_tool_calls(call.text, tools)
-    message: dict[str, Any] = {"role": "assistant", "content": None if tool_calls else call.text}
+    tool_calls = reply_tool_calls(call, request.tool_dicts(), forced)
+    message: dict[str, Any] = {"role": "assistant", "content": None if tool_calls else call.reply_text}
     if tool_calls:
         message["tool_calls"] = tool_calls
     remember(message)
@@ -210,16 +219,34 @@ def _redacted(completions, tenant: str, event):
 
 
 async def _begin(ctx: HttpContext, principal: Principal, body: Body, request: Sampled, who: Caller,
-                 prompt: str | None, ids: list[int] | None, max_tokens: int | None) -> Call:
+                 prompt: str | None, ids: list[int] | None, max_tokens: int | None, forced_text: str = "") -> Call:
     completions = ctx.completions
     try:
         sampling = completions.sampling(request.temperature, request.top_p, request.top_k, max_tokens, request.seed,
                                         request.stop)
-        return await completions.begin(who, prompt, ids, sampling)
+        return await completions.begin(who, prompt, ids, sampling, forced_text)
     except BadRequest as error:
         raise reject(ctx, principal, body, error, type(request)) from None
     except RuntimeError as error:  # nothing loaded yet
         raise ApiError(503, f"{error}: retry shortly", "server_error") from error
+
+
+def reply_tool_calls(call: Call, tools: list[dict[str, Any]] | None, forced: ForcedToolCall | None
+                     ) -> list[dict[str, Any]]:
+    """The tool calls of a finished call's reply (its forced opening, then its sampled text); [] for content.
+    A forced call the policy did not complete is not pretended: [] (the reply goes out as content, with the
+    engine's finish_reason), counted by API and logged in one line, without the reply's text."""
+    text = call.reply_text
+    if forced is not None:  # the call ends with its object: a tail in the closing token's text is not part of it
+        text = text[:json_object_end(text) or len(text)]
+    calls = parse_tool_calls(text, tools)
+    if forced is not None and not forced.met_by(calls):
+        call.completions.metrics.forced_tool_call_unmet.labels(call.caller.api).inc()
+        log.warning("forced tool call not completed: request %s (%s) asked for %s, the reply (%d sampled tokens, "
+                    "finish_reason %s) is no such call: sent as content", call.request_id, call.caller.api,
+                    repr(forced.name) if forced.name else "any offered tool", len(call.token_ids), call.finish_reason)
+        return []
+    return calls
 
 
 async def _run(call: Call) -> None:
@@ -252,14 +279,14 @@ async def _chat_events(call: Call, request: ChatRequest, cid: str, created: int,
         tools = request.tool_dicts()
         if tools:  # a tool call is only known once the text is complete: send it whole
             await call.run()
-            tool_calls = parse_tool_calls(call.text, tools)
+            tool_calls = reply_tool_calls(call, tools, request.forced_tool_call())
             if tool_calls:
                 remember({"role": "assistant", "content": None, "tool_calls": tool_calls})
                 delta = {"tool_calls": [{"index": i, **c} for i, c in enumerate(tool_calls)]}
                 yield chunk(delta, "tool_calls", call.token_ids, call.logprobs)
             else:
-                remember({"role": "assistant", "content": call.text})
-                yield chunk({"content": call.text}, call.finish_reason, call.token_ids, call.logprobs)
+                remember({"role": "assistant", "content": call.reply_text})
+                yield chunk({"content": call.reply_text}, call.finish_reason, call.token_ids, call.logprobs)
         else:
             async for piece in call.stream():
                 yield chunk({"content": piece.text} if piece.text else {}, piece.delta.finish_reason,

@@ -9,16 +9,20 @@ Message content may be a string or a list of text parts (smolagents and the Agen
 are joined into the string the policy's chat template renders (liverl.contracts.chat.content_text, what
 `liverl import` reads), so a list and its string render alike. Image, audio and file parts are refused: the
 policies served are text-only.
+
+A forced tool_choice ("required" or a named function) is served by a forced reply opening
+(serving.http.chat.ForcedToolCall); it is refused only without tools, or naming a function not offered.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationInfo, field_validator
 
 from liverl.contracts.chat import content_text
 from serving.generation import INT32_MAX, INT64_MAX, INT64_MIN, MAX_STOP_SEQUENCES
+from serving.http.chat import ForcedToolCall, forced_tool_call
 
 MAX_MESSAGES = 4096
 MAX_TOOLS = 128
@@ -171,11 +175,12 @@ class ChatRequest(Sampled):
 
     @field_validator("tool_choice")
     @classmethod
-    def _no_forced_tool(cls, choice):
-        """Refused, never ignored: this server does not constrain decoding, so it cannot force a tool call."""
-        if choice == "required" or isinstance(choice, NamedToolChoice):
-            raise ValueError("a forced tool_choice is not enforced by this server (it does not constrain decoding): "
-                             "send \"auto\" or leave it out, and read the reply for tool_calls")
+    def _forcing_an_offered_tool(cls, choice, info: ValidationInfo):
+        """A forced choice needs tools, and a named function must be one of them (serving.http.chat.forced_tool_call).
+        `tools` is validated first; when it failed, its own error is the one reported."""
+        if "tools" in info.data:
+            forced_tool_call(choice == "required", _named(choice),
+                             [t.function.name for t in info.data["tools"] or ()])
         return choice
 
     def message_dicts(self) -> list[dict[str, Any]]:
@@ -187,6 +192,15 @@ class ChatRequest(Sampled):
         if not self.tools or self.tool_choice == "none":
             return None
         return [t.model_dump(exclude_none=True) for t in self.tools]
+
+    def forced_tool_call(self) -> ForcedToolCall | None:
+        """The tool call tool_choice forces ("required" or a named function), None when it forces none."""
+        return forced_tool_call(self.tool_choice == "required", _named(self.tool_choice),
+                                [t.function.name for t in self.tools or ()])
+
+
+def _named(choice: Any) -> str | None:
+    return choice.function.name if isinstance(choice, NamedToolChoice) else None
 
 
 def one_prompt(prompt: str | list) -> tuple[str | None, list[int] | None]:

@@ -48,7 +48,7 @@ class AliasWatcher:
         if c.tenants.active:
             for tenant in self.followed_tenants(aliases):
                 alias = names.tenant_champion_alias(tenant)
-                canary = aliases.get(f"{c.canary_alias}-{tenant}", "") if follows_canary else None
+                canary = aliases.get(names.canary_alias(c.canary_alias, tenant), "") if follows_canary else None
                 seen.append(Sighting(tenant, alias, aliases[alias], canary))
         return seen
 

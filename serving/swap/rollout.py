@@ -45,6 +45,7 @@ __all__ = ["AdminRefused", "Rollout", "SignatureRefused", "SwapError", "SwapResu
 log = logging.getLogger("liverl.serving.swap")
 
 ADMIN_REASON_MAX_CHARS = 500  # an admin's reason, as tagged on the registry version
+TAG_DRAIN_S = 30.0  # how long a shutdown waits for rollback tags still being written to the registry
 
 
 class Rollout:
@@ -64,6 +65,7 @@ class Rollout:
         self.tenant_slots: LoraSlots | None = None  # the tenants' LoRA places on the champion's engine
         self._lock = asyncio.Lock()  # one swap or rollback at a time: a tenant's adapter sits on the shared engine
         self._background: set[asyncio.Task] = set()
+        self._tagging: set[asyncio.Task] = set()  # rollback tags being written: close() lets them finish
         self._waiting_for: dict[str, str] = {}  # tenant -> the version it waits to take after the fleet's canary
         self._cleared_ms: dict[str, int] = {}  # version -> when the fleet's tags last let this replica take it
 
@@ -267,8 +269,17 @@ class Rollout:
             self.metrics.serving_version.labels(new, group.role).set(1)
 
     async def _tag(self, group: RolloutGroup, version: str, reason: str, detail: dict) -> None:
+        """Tag a rolled-back version in the registry. The tag is what keeps the other replicas (and this one after a
+        restart) off that version, so a shutdown or a cancelled probation does not cut it short: the write runs as
+        a task of its own, shielded, and close() waits for it."""
         if self.registry is None:
             return
+        task = asyncio.create_task(self._write_tag(group, version, reason, detail))
+        self._tagging.add(task)
+        task.add_done_callback(self._tagging.discard)
+        await asyncio.shield(task)
+
+    async def _write_tag(self, group: RolloutGroup, version: str, reason: str, detail: dict) -> None:
         detail = {"tenant": group.tenant, **detail} if group.tenant else detail
         try:
             await asyncio.to_thread(tag_rolled_back, self.registry, version, reason, detail)
@@ -384,6 +395,8 @@ class Rollout:
             await self.rollback("fleet", tag=False, tenant=group.tenant)
 
     async def close(self) -> None:
+        if self._tagging:
+            await asyncio.wait(set(self._tagging), timeout=TAG_DRAIN_S)
         tasks = [*self._background, *(g.probation for g in self.groups.values() if g.probation is not None)]
         for task in tasks:
             task.cancel()

@@ -44,6 +44,7 @@ class AgentLoop:
     capture_server: object
     base_folder: Path
     sessions: dict[str, str] = field(default_factory=dict)
+    tool_runs: dict[str, int] = field(default_factory=dict)  # framework -> how often its tool ran
     seen: set[str] = field(default_factory=set)
 
     @property
@@ -84,16 +85,16 @@ class AgentLoop:
 
 
 @pytest.fixture(scope="module")
-def agent_loop(tmp_path_factory, smollm2_converted) -> AgentLoop:
+def agent_loop(request, tmp_path_factory, smollm2_converted) -> AgentLoop:
     from infra.embedded.stack import down, up
     from ingest.service import CaptureServer
-    from tests.conftest import stack_config
+    from tests.conftest import module_folder, stack_config
     from tests.ingest.conftest import capture_config
     from tests.serving.conftest import ServerThread, serving_config
     from trainer.io.base_policy import register_base
     from trainer.io.pretrained import provenance_tags
 
-    data_dir: Path = tmp_path_factory.mktemp("agents")
+    data_dir: Path = module_folder(request, tmp_path_factory, "agents")
     config = stack_config(data_dir)
     config.pipelines.reward_horizon_s = 0.0
     config.pipelines.idle_timeout_s = 1.0

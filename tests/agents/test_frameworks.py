@@ -23,10 +23,13 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 SMOLAGENTS_STEER = f"You only ever output JSON. Example:\nUser: New task:\n{TASK}\nAssistant: {json.dumps(CALL)}"
 
 
-def one_session(loop, framework: str, tool_calls: list[str]) -> str:
-    """The run's calls all in one session, its tool called as the model asked; the session closed for training."""
+def one_session(loop, framework: str, tool_calls: list[str], runs: int = 1) -> str:
+    """The run's calls all in one session, its tool called as the model asked (`runs` times: smolagents' model may
+    call it again before its final answer); the session closed for training."""
     sessions = loop.new_calls()
-    assert tool_calls == ["Paris"], f"{framework}: the tool ran {tool_calls} (SmolLM2 did not emit the call?)"
+    assert tool_calls == ["Paris"] * len(tool_calls) and 1 <= len(tool_calls) <= runs, \
+        f"{framework}: the tool ran {tool_calls} (SmolLM2 did not emit the call?)"
+    loop.tool_runs[framework] = len(tool_calls)
     assert len(sessions) == 1, {s: [c.request_id for c in calls] for s, calls in sessions.items()}
     (session_id, calls), = sessions.items()
     assert len(calls) >= 2, f"{framework}: {len(calls)} model call(s): the tool's result was never sent back"
@@ -94,9 +97,6 @@ def test_agents_sdk_streamed(agent_loop):
 # ---- smolagents ------------------------------------------------------------------------------------------------
 
 def test_smolagents_tool_calling_agent(agent_loop):
-    import importlib.resources
-
-    import yaml
     from smolagents import OpenAIServerModel, ToolCallingAgent, tool
 
     called: list[str] = []
@@ -109,34 +109,17 @@ def test_smolagents_tool_calling_agent(agent_loop):
             city: the city's name.
         """
         called.append(city)
-        return weather(city)
+        return f"Sunny. Now call final_answer: The weather in {city} is sunny."  # smolagents' way to say it
 
-    # tool_choice "auto": smolagents forces "required" by default, which serving refuses (it does not constrain
-    # decoding: docs/capture.md). Its own 1,000-token system prompt is replaced by the instructions alone, and the
-    # example in them is the task as smolagents words it ("New task:\n...").
+    # smolagents as it comes: its own system prompt (~1,000 tokens) and tool_choice "required", which serving honours
+    # by opening the reply as a tool call (docs/capture.md). It sends each tool call back as assistant text quoting
+    # it ("Calling tools: [...]") and the result as a user "Observation:" message: stitched by the quoted call's id.
     model = OpenAIServerModel(model_id=agent_loop.model, api_base=agent_loop.base_url, api_key="agent-key",
-                              temperature=0.0, max_tokens=MAX_TOKENS, tool_choice="auto")
-    templates = yaml.safe_load(importlib.resources.files("smolagents.prompts").joinpath(
-        "toolcalling_agent.yaml").read_text())
-    templates["system_prompt"] = "{{custom_instructions}}"
-    agent = ToolCallingAgent(tools=[get_weather], model=model, max_steps=2, prompt_templates=templates,
-                             instructions=SMOLAGENTS_STEER, verbosity_level=0)
-    answer = agent.run(TASK)
-    assert isinstance(answer, str) and answer, answer
-    sessions = agent_loop.new_calls()  # every call accepted and recorded under the served version
-    calls = [call for session in sessions.values() for call in session]
-    assert len(calls) >= 2 and all(call.policy_version == "1" for call in calls), sessions
-    if not called:
-        pytest.xfail("SmolLM2-135M did not emit the tool call under smolagents' task wrapper ('New task:\\n...'), "
-                     "greedy, under SMOLAGENTS_STEER or STEER: see docs/capture.md, 'Agent frameworks'")
-    assert called == ["Paris"], called
-    if len(sessions) > 1:
-        pytest.xfail(f"smolagents sent its {sum(map(len, sessions.values()))} calls as {len(sessions)} sessions: it "
-                     "resends its tool call as assistant text ('Calling tools: [...]') and the result as a user "
-                     "'Observation:' message, so stitching (serving/recording/stitching.py), which matches the "
-                     "reply's structured tool_calls, cannot continue the session")
-    (session_id,) = sessions
-    agent_loop.close_session("smolagents", session_id)
+                              temperature=0.0, max_tokens=MAX_TOKENS)
+    agent = ToolCallingAgent(tools=[get_weather], model=model, max_steps=2, instructions=SMOLAGENTS_STEER,
+                             verbosity_level=0)
+    agent.run(TASK)
+    one_session(agent_loop, "smolagents", called, runs=2)  # SmolLM2 may repeat the call in its second step
 
 
 # ---- pydantic-ai -----------------------------------------------------------------------------------------------
@@ -190,7 +173,8 @@ def test_each_run_is_one_trajectory_with_its_tool_round_trip_traced_and_trained_
     for framework, session_id in loop.sessions.items():  # serving linked the tool call and its result
         events = session_events(loop, session_id)
         kinds = [e.WhichOneof("body") for e in events]
-        assert kinds.count("tool_call") == 1 and kinds.count("tool_result") == 1, (framework, kinds)
+        runs = loop.tool_runs[framework]
+        assert kinds.count("tool_call") == runs and kinds.count("tool_result") == runs, (framework, runs, kinds)
         call = next(e.tool_call for e in events if e.WhichOneof("body") == "tool_call")
         result = next(e.tool_result for e in events if e.WhichOneof("body") == "tool_result")
         assert kinds.index("tool_call") < kinds.index("tool_result"), (framework, kinds)

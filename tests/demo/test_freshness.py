@@ -23,6 +23,7 @@ def test_each_session_counts_from_its_end_to_the_first_served_version_trained_on
     assert fresh.seconds == {"a": 50, "b": 70, "c": 20}  # a: first served on v2 at 60, not v3 at 90
     assert fresh.not_yet == 1
     assert fresh.median() == 50
+    assert fresh.describe() == "median 50 s, p95 70 s (3 sessions reached a served version, 1 not yet)"
     assert fresh.legs["distilled"] == {"a": 15, "b": 20, "c": 10}
     assert fresh.legs["trained"] == {"a": 25, "b": 45, "c": 5}
     assert fresh.legs["served"] == {"a": 10, "b": 5, "c": 5}
@@ -43,6 +44,7 @@ def test_no_session_reached_a_version():
     assert fresh.not_yet == 1
     assert fresh.median() != fresh.median()  # nan
     assert fresh.p95() != fresh.p95()
+    assert fresh.describe() == "no session reached a served version trained on it (1 sessions not yet)"
 
 
 @pytest.mark.parametrize("clock_skew", [-5.0, 0.0])

@@ -37,6 +37,13 @@ def test_heldout_lines_give_out_of_template_first_with_seeds_intervals_forgettin
     assert lines[3].startswith("forgetting set NLL v7/base 1.0100, 95 % [1.0100, 1.0100] over 8 chunks")
     assert lines[3].endswith("(1024 tokens, 2 domains): worse than the base")
     assert lines[4] == "general-text NLL (nats/token, the gate's text) base 2.5000  |  v7 2.6000"
+    assert not any("nothing compared" in line for line in lines)
+
+
+def test_a_run_that_served_only_the_base_says_nothing_was_compared():
+    lines = HeldoutComparison(_result(4, 2.5), _result(4, 2.5), "1").lines()
+    assert lines[1] == "no trained version was served by the run's end: the base's own figures, nothing compared"
+    assert HeldoutComparison(_result(4, 2.5), _result(4, 2.5), "1").verdict() is None
 
 
 def _paired(out: tuple[float, float], within: tuple[float, float]) -> dict:

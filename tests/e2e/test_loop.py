@@ -20,7 +20,7 @@ from demo.config import DemoLiverlConfig
 from demo.run import run_demo
 from liverl.io.lineage import merge_offsets
 from liverl.io.table_history import TableHistory
-from tests.conftest import free_stage_ports, stack_config
+from tests.conftest import free_stage_ports, module_folder, stack_config
 
 pytestmark = pytest.mark.slow
 
@@ -59,9 +59,9 @@ def fit_brief_base_policy(config: DemoLiverlConfig) -> None:
 
 
 @pytest.fixture(scope="module")
-def demo_result(tmp_path_factory):
-    config = stack_config(tmp_path_factory.mktemp("loop"), storage="disk", config_file=DEMO_CONFIG,
-                          schema=DemoLiverlConfig)
+def demo_result(request, tmp_path_factory):
+    folder = module_folder(request, tmp_path_factory, "loop")
+    config = stack_config(folder, storage="disk", config_file=DEMO_CONFIG, schema=DemoLiverlConfig)
     free_stage_ports(config)
     config.demo.duration_s = CEILING_S
     config.demo.run.stop_after_versions = STOP_AFTER_VERSIONS

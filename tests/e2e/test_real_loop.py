@@ -22,7 +22,7 @@ from infra.embedded.stack import down
 from liverl.contracts import names
 from liverl.io.registry import ModelRegistry
 from liverl.v1 import model_call_pb2
-from tests.conftest import free_stage_ports, stack_config
+from tests.conftest import free_stage_ports, module_folder, stack_config
 from tests.e2e.test_loop import permissive_gate
 from trainer.io import pretrained
 
@@ -35,9 +35,9 @@ DEMO_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "demo-smollm2.to
 
 
 @pytest.fixture(scope="module")
-def demo_result(tmp_path_factory):
-    config = stack_config(tmp_path_factory.mktemp("real-loop"), storage="disk", config_file=DEMO_CONFIG,
-                          schema=DemoLiverlConfig)
+def demo_result(request, tmp_path_factory):
+    folder = module_folder(request, tmp_path_factory, "real-loop")
+    config = stack_config(folder, storage="disk", config_file=DEMO_CONFIG, schema=DemoLiverlConfig)
     free_stage_ports(config)
     config.demo.duration_s = CEILING_S
     config.demo.run.stop_after_versions = STOP_AFTER_VERSIONS

@@ -21,7 +21,7 @@ from demo.tenants import CONTROL_SUFFIX
 from infra.embedded.stack import down
 from liverl.contracts import names
 from liverl.io.registry import ModelRegistry
-from tests.conftest import free_stage_ports, stack_config
+from tests.conftest import free_stage_ports, module_folder, stack_config
 from tests.e2e.test_loop import permissive_gate
 
 pytestmark = pytest.mark.slow
@@ -33,13 +33,13 @@ TENANTS_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "demo-tenants
 
 
 @pytest.fixture(scope="module")
-def tenants_result(tmp_path_factory):
+def tenants_result(request, tmp_path_factory):
     import torch
 
     from demo.policy import bootstrap_base_policy
 
-    config = stack_config(tmp_path_factory.mktemp("tenants"), storage="disk", config_file=TENANTS_CONFIG,
-                          schema=DemoLiverlConfig)
+    folder = module_folder(request, tmp_path_factory, "tenants")
+    config = stack_config(folder, storage="disk", config_file=TENANTS_CONFIG, schema=DemoLiverlConfig)
     free_stage_ports(config)
     config.demo.tenants.count = len(TENANTS)
     config.demo.duration_s = CEILING_S

@@ -125,9 +125,10 @@ def test_media_and_malformed_parts_are_refused_with_what_to_send(part, says):
         assert says in str(refused.value) and "part 1" in str(refused.value)
 
 
-def test_tool_choice_none_offers_no_tools_and_forcing_is_refused_not_ignored():
+def test_tool_choice_none_offers_no_tools_and_forcing_needs_an_offered_tool():
     from pydantic import ValidationError
 
+    from serving.http.chat import ForcedToolCall
     from serving.http.openai_schema import ChatRequest
 
     ask = [{"role": "user", "content": "fix the file"}]
@@ -136,7 +137,14 @@ def test_tool_choice_none_offers_no_tools_and_forcing_is_refused_not_ignored():
     assert offered.tool_dicts() == TOOLS and withheld.tool_dicts() is None  # neither rendered nor parsed
     assert render_chat(_NoTemplate(), withheld.message_dicts(), withheld.tool_dicts()) == \
         render_chat(_NoTemplate(), ask, None)
-    for forced in ("required", {"type": "function", "function": {"name": "edit"}}):
-        with pytest.raises(ValidationError) as refused:
-            ChatRequest.model_validate({"messages": ask, "tools": TOOLS, "tool_choice": forced})
-        assert "not enforced by this server" in str(refused.value) and "tool_choice" in str(refused.value)
+    for forced, expected in (("required", ForcedToolCall()), ({"type": "function", "function": {"name": "edit"}},
+                                                                ForcedToolCall("edit"))):
+        request = ChatRequest.model_validate({"messages": ask, "tools": TOOLS, "tool_choice": forced})
+        assert request.forced_tool_call() == expected and request.tool_dicts() == TOOLS  # served, opened as a call
+        with pytest.raises(ValidationError) as refused:  # forcing a call with no tools to call
+            ChatRequest.model_validate({"messages": ask, "tool_choice": forced})
+        assert "needs tools" in str(refused.value) and "tool_choice" in str(refused.value)
+    with pytest.raises(ValidationError) as refused:
+        ChatRequest.model_validate({"messages": ask, "tools": TOOLS,
+                                    "tool_choice": {"type": "function", "function": {"name": "search"}}})
+    assert "'search', which is not among the offered tools (edit)" in str(refused.value)

@@ -28,7 +28,8 @@ OMIT = object()
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 COUNTS = {"tried": 0, "rejected": 0, "served": 0}
 
-# (value, inside the contract?) per field; OMIT leaves the field out.
+# (value, inside the contract?) per field, or (value, a check of the whole body) for a value valid only beside
+# another; OMIT leaves the field out.
 COMMON = {
     "max_tokens": [(OMIT, True), (None, True), (1, True), (6, True), (0, False), (-1, False), (2**31, False),
                    (2**63, False), (8.0, False), ("5", False), (True, False), (100_000, False)],
@@ -55,6 +56,13 @@ COMPLETION = {
     "logprobs": [(OMIT, True), (0, True), (5, True), (6, False), (-1, False), (True, False)],
 }
 TOOLS = [{"type": "function", "function": {"name": "edit", "parameters": {"type": "object"}}}]
+
+
+def _with_tools(body: dict) -> bool:
+    """A forced tool_choice is inside the contract only beside tools to call."""
+    return "tools" in body
+
+
 CHAT = {
     "messages": [([{"role": "user", "content": f"fix file {SECRET}"}], True),
                  ([{"role": "system", "content": "be brief"}, {"role": "user", "content": [{"type": "text",
@@ -68,7 +76,9 @@ CHAT = {
     "tools": [(OMIT, True), (TOOLS, True), ([1], False), ([{"function": 5}], False),
               ([{"type": "function", "function": {"name": "bad name!"}}], False), ({"a": 1}, False)],
     "tool_choice": [(OMIT, True), ("auto", True), ("none", True), ("sometimes", False), (5, False),
-                    ("required", False), ({"type": "function", "function": {"name": "edit"}}, False)],
+                    ("required", _with_tools), ({"type": "function", "function": {"name": "edit"}}, _with_tools),
+                    ({"type": "function", "function": {"name": "search"}}, False),
+                    ({"type": "function", "function": {"name": 5}}, False)],
     "max_completion_tokens": [(OMIT, True), (2, True), (0, False), (2**40, False)],
     "logprobs": [(OMIT, True), (True, True), (False, True), ("yes", False)],
 }
@@ -90,8 +100,10 @@ RESPONSES = {
     "tools": [(OMIT, True), ([EDIT_TOOL], True), ([{"type": "web_search"}], False),
               ([{"type": "file_search", "vector_store_ids": ["v"]}], False),
               ([{"type": "function", "name": "bad name!"}], False), ([TOOLS[0]], False), ({"a": 1}, False)],
-    "tool_choice": [(OMIT, True), ("auto", True), ("none", True), ("required", False),
-                    ({"type": "function", "name": "edit"}, False), ("sometimes", False)],
+    "tool_choice": [(OMIT, True), ("auto", True), ("none", True), ("required", _with_tools),
+                    ({"type": "function", "name": "edit"}, _with_tools),
+                    ({"type": "function", "name": "search"}, False), ({"type": "function", "name": None}, False),
+                    ("sometimes", False)],
     "max_output_tokens": [(OMIT, True), (None, True), (2, True), (0, False), (2**40, False), ("3", False)],
     "temperature": [(OMIT, True), (0, True), (1.0, True), (2.5, False), ("1", False)],
     "top_p": [(OMIT, True), (0.5, True), (0, False)],
@@ -121,7 +133,8 @@ def _pick(table: dict) -> st.SearchStrategy:
 
 
 def _assemble(picked: dict) -> tuple[dict, bool]:
-    return ({k: v for k, (v, _) in picked.items() if v is not OMIT}, all(ok for _, ok in picked.values()))
+    body = {k: v for k, (v, _) in picked.items() if v is not OMIT}
+    return body, all(ok(body) if callable(ok) else ok for _, ok in picked.values())
 
 
 def _check(server, client: httpx.Client, path: str, body: dict, headers: dict, valid: bool) -> None:

@@ -275,8 +275,8 @@ def test_a_forgotten_users_kept_conversation_cannot_be_continued(server):
     ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input"),
     ({"input": "x", "tools": [{"type": "web_search"}]}, "tools"),
     ({"input": "x", "tools": [{"type": "file_search", "vector_store_ids": ["v"]}]}, "tools"),
-    ({"input": "x", "tools": [EDIT], "tool_choice": "required"}, "tool_choice"),
-    ({"input": "x", "tools": [EDIT], "tool_choice": {"type": "function", "name": "edit"}}, "tool_choice"),
+    ({"input": "x", "tool_choice": "required"}, "tool_choice"),  # forcing a call with no tools to call
+    ({"input": "x", "tools": [EDIT], "tool_choice": {"type": "function", "name": "search"}}, "tool_choice"),
     ({"input": "x", "background": True}, "background"),
     ({"input": "x", "reasoning": {"effort": "high"}}, "reasoning"),
     ({"input": "x", "text": {"format": {"type": "json_object"}}}, "text.format"),

@@ -104,3 +104,32 @@ def test_a_hold_needs_the_serving_engine():
             assert router.champion.version == "1"
 
     asyncio.run(main())
+
+
+def test_the_canary_takes_whole_sessions_and_its_share_of_them():
+    # Seeded: the session hash has a fixed key, so these counts are the same on every run (no flake).
+    router = Router(canary_fraction=0.2, rng=random.Random(0))
+    router.switch(_slot("1"))
+    router.canary = _slot("2")
+    sessions = [f"s{i}" for i in range(4000)]
+    first = {s: router.acquire("acme", s).version for s in sessions}
+    assert all(router.acquire("acme", s).version == first[s] for s in sessions for _ in range(3))  # every call
+    share = sum(v == "2" for v in first.values()) / len(sessions)
+    # A binomial(4000, 0.2) share lies within 5 standard deviations (0.032) of 0.2 but for 6e-7 of keys.
+    assert abs(share - 0.2) < 5 * (0.2 * 0.8 / len(sessions)) ** 0.5
+    # Another tenant's session of the same id is placed on its own; a call without a session is placed alone.
+    assert {router.acquire("other", s).version for s in sessions[:200]} == {"1", "2"}
+    assert {router.acquire("acme").version for _ in range(200)} == {"1", "2"}
+
+
+def test_a_tenant_canary_takes_whole_sessions_of_its_tenant():
+    from serving.engines.engine import Adapter
+
+    router = Router(canary_fraction=0.5)
+    router.switch(_slot("1"))  # its engine is None: the adapter below applies to it
+    router.tenant_canaries["acme"] = Slot("3", engine=None, tokenizer=None, policy_dir=Path("."), source_uri="",
+                                          adapter=Adapter("liverl-v3-1", 1, Path("."), "3", "1"))
+    picks = {s: {router.acquire("acme", s).version for _ in range(5)} for s in (f"s{i}" for i in range(200))}
+    assert all(len(versions) == 1 for versions in picks.values())
+    assert {v for versions in picks.values() for v in versions} == {"1", "3"}
+    assert {router.acquire("beta", "s1").version for _ in range(20)} == {"1"}  # no canary of its own

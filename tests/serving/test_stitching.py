@@ -158,6 +158,84 @@ def test_link_events_record_the_call_and_its_result_as_the_sdk_does():
     assert again.event_id == call.event_id != result.event_id  # a retried call's events dedupe downstream
 
 
+def _quoted(*calls: dict) -> dict:
+    """A reply's tool calls sent back as assistant text, as smolagents does (str() of the calls' dicts)."""
+    return {"role": "assistant", "content": "Calling tools:\n" + str([{"id": c["id"], "type": "function", "function": {
+        "name": c["function"]["name"], "arguments": json.loads(c["function"]["arguments"])}} for c in calls])}
+
+
+def _served_call(name="edit", arguments='{"file": "a.py"}') -> dict:
+    """A tool call as serving.http.chat.parse_tool_calls makes it: its id is one serving handed out."""
+    from serving.http.chat import parse_tool_calls
+
+    (call,) = parse_tool_calls(json.dumps({"name": name, "arguments": json.loads(arguments)}),
+                               [{"type": "function", "function": {"name": name}}])
+    return call
+
+
+def test_a_tool_call_quoted_back_as_text_continues_its_session_and_links_its_result():
+    stitcher, _ = _stitcher()
+    call = _served_call()
+    _call(stitcher, [SYSTEM, ASK], {"role": "assistant", "content": None, "tool_calls": [call]}, "s-1", "r-1")
+    observation = {"role": "user", "content": "Observation:\nfixed"}
+    found = _call(stitcher, [SYSTEM, ASK, _quoted(call), observation], {"role": "assistant", "content": "done"},
+                  "s-2", "r-2")
+    assert (found.session_id, found.request_id, found.prefix_messages) == ("s-1", "r-1", 3)
+    assert [(link.call_id, link.name, link.arguments, link.output) for link in found.links] == [
+        (call["id"], "edit", '{"file":"a.py"}', "Observation:\nfixed")]
+    call_event, result_event = link_events(found, "acme", "s-1", 0, "", 1)
+    assert call_event.tool_call.request_id == "r-1" and result_event.tool_result.call_id == call["id"]
+
+
+def test_a_quoted_call_continues_its_session_for_its_tenant_and_user_only_whatever_precedes_it():
+    stitcher, _ = _stitcher()
+    call = _served_call()
+    _call(stitcher, [SYSTEM, ASK], {"role": "assistant", "content": None, "tool_calls": [call]}, "s-1", "r-1")
+    final_answer = {"role": "system", "content": "an agent got stuck: answer its task"}  # smolagents' last call
+    found = _call(stitcher, [final_answer, ASK, _quoted(call), {"role": "user", "content": "Observation:\nok"}],
+                  {"role": "assistant", "content": "x"}, "s-2", "r-2")
+    assert (found.session_id, found.request_id) == ("s-1", "r-1")
+    assert _call(stitcher, [SYSTEM, ASK, _quoted(call)], {"role": "assistant", "content": "x"}, "s-3", "r-3",
+                 tenant="globex") is None  # not for another tenant
+    assert _call(stitcher, [SYSTEM, ASK, _quoted(call)], {"role": "assistant", "content": "x"}, "s-4", "r-4",
+                 user="mallory") is None  # nor for another end user
+    made_up = {**call, "id": "call_" + "0" * 24}
+    assert _call(stitcher, [SYSTEM, ASK, _quoted(made_up)], {"role": "assistant", "content": "x"}, "s-5", "r-5") \
+        is None  # an id serving never handed out continues nothing
+    quoted_by_user = {"role": "user", "content": _quoted(call)["content"]}
+    assert _call(stitcher, [SYSTEM, ASK, quoted_by_user], {"role": "assistant", "content": "x"}, "s-6", "r-6") \
+        is None  # only an assistant message (the agent's own turn) quotes its call
+
+
+def test_several_quoted_calls_are_linked_without_a_guessed_result():
+    stitcher, _ = _stitcher()
+    first, second = _served_call("edit"), _served_call("run", '{"cmd": "pytest"}')
+    _call(stitcher, [ASK], {"role": "assistant", "content": None, "tool_calls": [first, second]}, "s-1", "r-1")
+    found = _call(stitcher, [ASK, _quoted(first, second), {"role": "user", "content": "Observation:\nboth"}],
+                  {"role": "assistant", "content": "done"}, "s-2", "r-2")
+    assert found.session_id == "s-1" and [link.output for link in found.links] == [None, None]
+    events = link_events(found, "acme", "s-1", 0, "", 1)
+    assert [e.WhichOneof("body") for e in events] == ["tool_call", "tool_call"]
+
+
+def test_tool_calls_kept_for_quoting_never_evict_the_conversations_they_belong_to():
+    stitcher, _ = _stitcher(max_per_tenant=4)
+    asks = [{"role": "user", "content": f"fix bug {i}"} for i in range(4)]
+    replies = [{"role": "assistant", "content": None, "tool_calls": [_served_call()]} for _ in asks]
+    for i, (ask, reply) in enumerate(zip(asks, replies)):
+        _call(stitcher, [ask], reply, f"s-{i}", f"r-{i}")
+    for i, (ask, reply) in enumerate(zip(asks, replies)):  # each conversation, resent, is still found
+        found = stitcher.find(stitcher.conversation("acme", "", [ask, reply, ANSWER]))
+        assert found is not None and found.session_id == f"s-{i}"
+    assert stitcher.entries.tenant_size("acme") == stitcher.quoted.tenant_size("acme") == 4
+
+
+def test_the_quoted_form_ids_match_what_serving_hands_out():
+    from serving.recording.stitching import TOOL_CALL_ID
+
+    assert TOOL_CALL_ID.fullmatch(_served_call()["id"])
+
+
 def test_stitching_is_off_when_configured_so():
     assert Stitcher.from_config(ServingConfig(stitch_sessions=False)) is None
     stitcher = Stitcher.from_config(ServingConfig(stitch_max_per_tenant=7, stitch_ttl_s=5.0))
@@ -289,7 +367,7 @@ def _events_of(server, call_id: str, *others: str) -> list[session_event_pb2.Ses
 def test_function_call_outputs_continuing_a_previous_response_are_linked(stitching_server, monkeypatch):
     call_id = f"call_{uuid.uuid4().hex[:24]}"
     tool_call = {"id": call_id, "type": "function", "function": {"name": "edit", "arguments": "{}"}}
-    monkeypatch.setattr("serving.http.responses.api.parse_tool_calls", lambda text, tools: [dict(tool_call)] if tools
+    monkeypatch.setattr("serving.http.completions.parse_tool_calls", lambda text, tools: [dict(tool_call)] if tools
                         else [])
     client = _client(stitching_server)
     tools = [{"type": "function", "name": "edit", "parameters": {"type": "object"}}]

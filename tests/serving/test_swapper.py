@@ -152,7 +152,7 @@ def test_canary_splits_traffic_with_per_version_metrics(config, tiny_policy_dir,
     with ServerThread(config) as server, grpc.insecure_channel(server.grpc_target) as channel:
         stub = serving_pb2_grpc.PolicyServiceStub(channel)
         wait_for(lambda: server.server.router.canary is not None, what="the canary")
-        versions = [_generate(stub, "s-canary", seed=i + 1).policy_version for i in range(30)]
+        versions = [_generate(stub, f"s-canary-{i}", seed=i + 1).policy_version for i in range(30)]  # 30 sessions
         info = stub.ModelInfo(serving_pb2.ModelInfoRequest(), metadata=ADMIN, timeout=10)
         metrics = server.server.metrics
         canary_slot = server.server.router.canary

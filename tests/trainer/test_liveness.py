@@ -29,7 +29,9 @@ def test_ten_refusals_in_a_row_then_a_promotion(stack, tiny_policy_dir, trajecto
     registry = Registry(config.mlflow)
     assert registered >= 10 > config.trainer.staleness.max_version_lag  # far past the old "K candidates" limit
     shared = trainer.state.groups[SHARED_GROUP]
-    assert shared.gate_refusals == registered and registry.alias_version(names.ALIAS_CHAMPION) == base
+    superseded = sum("not judged (superseded by" in line for line in lines)  # the judging gate's pace: no refusal
+    assert shared.gate_refusals == registered - superseded > 0
+    assert registry.alias_version(names.ALIAS_CHAMPION) == base
     assert not any("'stale'" in line for line in lines)  # nothing dropped: no promotion since v1 served it
     # the progress line says so (the gate judges beside training, so a step sees the refusals reached by then)
     assert any(line.startswith("step ") and "blocked: gate refused" in line for line in lines)

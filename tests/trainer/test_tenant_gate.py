@@ -16,7 +16,7 @@ from liverl.config.trainer import GateConfig, LossConfig
 from liverl.contracts import names
 from liverl.io.lease import RegistryLease
 from tests.trainer.conftest import TrajectoryFactory, commit_batch, trainer_config
-from trainer.gate.holdout import holdout_key
+from trainer.step.trajectory import holdout_key
 from trainer.gate.promotion import GateReport
 from trainer.groups.tenant_adapters import tenant_policies
 from trainer.groups.tenant_groups import group_evidence

@@ -17,7 +17,8 @@ from liverl.privacy.sealing import Forgotten
 from trainer.gate.sequential import Accumulator
 from trainer.step.advantages import Baselines, compute_advantages
 from trainer.step.rewarding import mixed_rewards, serving_drift
-from trainer.step.trajectory import Trajectory, from_row, is_held_out
+from trainer.gate.served import ServedSession, served_sessions
+from trainer.step.trajectory import Trajectory, from_row, holdout_key, is_held_out
 
 
 @dataclass(frozen=True)
@@ -35,12 +36,9 @@ class GateEvidence:
     # The candidate's running sequential reward test (trainer/gate/sequential.py), updated in place by each look;
     # None: a first look (the gate starts one). Set by the gate worker for a deferred candidate's later looks.
     sequential: Accumulator | None = None
-
-
-def holdout_key(row: dict) -> str:
-    """What the held-out split hashes: the session (tenant, id), or the trajectory for rows without one."""
-    session = row.get("session_id")
-    return f"{row.get('tenant_id') or ''}/{session}" if session else row["trajectory_id"]
+    # The snapshot's finished sessions each served by one version, for the live canary (trainer/gate/canary.py);
+    # () when it is off (trainer.gate.canary_alias unset).
+    served: tuple[ServedSession, ...] = ()
 
 
 def held_out_rows(rows: Sequence[dict], fraction: float, limit: int, max_seq_len: int,
@@ -73,7 +71,10 @@ def gate_evidence(rows: Sequence[dict], step: int, baselines: Baselines, config:
     holdout = [trajectory for trajectory, _ in pairs]
     rewards = mixed_rewards(holdout, step, config.rewards) if holdout else []
     advantages = compute_advantages(holdout, rewards, copy.deepcopy(baselines), tc.advantages) if holdout else []
+    served = ()
+    if tc.gate.canary_alias:
+        served = served_sessions(rows, step, config.rewards)
     return GateEvidence(
         holdout=tuple(holdout), rows=tuple(row for _, row in pairs), rewards=tuple(rewards),
-        advantages=tuple(advantages), drift=drift,
+        advantages=tuple(advantages), drift=drift, served=served,
     )

@@ -162,7 +162,12 @@ class SequentialSettings:
     def testing(self) -> bool:
         """Whether there is a test at all: a drop of the whole reward range or more turns it off (nothing can be worse
         by that much; the gate then passes the reward check without one, trainer/gate/promotion.py)."""
-        return self.max_reward_drop < self.reward_range[1] - self.reward_range[0]
+        return reward_test_on(self.max_reward_drop, self.reward_range)
+
+
+def reward_test_on(max_reward_drop: float, reward_range: tuple[float, float]) -> bool:
+    """Whether a reward test decides anything: a drop of the whole reward range or more turns it off."""
+    return max_reward_drop < reward_range[1] - reward_range[0]
 
 
 @dataclass
@@ -213,6 +218,11 @@ class Accumulator:
             self.looks += 1
             self.seen.update(ids or ())
         return self.verdict()
+
+    def pass_capital(self) -> float:
+        """How far this candidate's test has come toward a pass: the log capital of its bet against "worse by
+        max_reward_drop", which passes at log(1 / max_false_promotion) (one candidate, not the simulation's many)."""
+        return float(self.promote.log_capital[..., self._at_drop])
 
     def verdict(self) -> SequentialVerdict:
         s = self.settings

@@ -15,12 +15,22 @@ becomes the OPEN test, and on every later round (each newer candidate's judgemen
 sessions) it is looked at again, after the newer candidate, on the held-out sessions its accumulator has not consumed:
 same candidate, a growing session set, memory bounded by the accumulator (the bets' capital and the consumed session
 ids, at most gate.sequential_max_sessions). Each look records its verdict on the version again (publisher.judge: the
-report and decision tags are rewritten), so a deferred version may later turn "pass" (promoted) or "fail" (shown worse,
-or its session budget spent). One test is open at a time: a newer candidate deferred meanwhile keeps its "defer" after
-its first look, as before. A promotion of any other version ends the open test (its evidence was about the former
-champion); the version keeps its last "defer". Looking every round does not raise the false-promotion rate: that is
-what the sequential test is for (tests/trainer/test_sequential_gate.py shows the per-round t rule looked at the same
-way would). A trainer judging in its own thread (gate.background false) gives each candidate one look.
+report and decision tags are rewritten), so a deferred version may later turn "pass" (promoted) or "fail" (shown
+worse, or its session budget spent). One test is open at a time: the one closest to a pass. A newer deferred candidate
+whose test has come at least as far toward a pass as the open one (its capital against "worse by max_reward_drop",
+Accumulator.pass_capital) takes the open test over; the former one keeps its "defer". Without that, the first
+candidate deferred held the test: deferred on 4 held-out sessions early in a run, or looking worse than the champion,
+while each newer candidate, trained on more, kept a single look (quiet demos promoted only their least trained
+candidate, late, or nothing). Choosing which test goes on never raises a candidate's false-promotion rate: each
+candidate's test is valid alone, whenever it is stopped (Ville's inequality bounds the capital's supremum), and
+stopping it only gives up its chance to pass. A promotion of any other version ends the open test (its evidence was
+about the former champion); the version keeps its last "defer". Looking every round does not raise the false-promotion
+rate: that is what the sequential test is for (tests/trainer/test_sequential_gate.py shows the per-round t rule looked
+at the same way would). A trainer judging in its own thread (gate.background false) gives each candidate one look.
+
+With trainer.gate.canary_alias set, a deferred candidate is also served live to a share of the sessions and judged on
+their outcome (trainer/gate/canary.py): each round, after the open test's look, the canary looks at the round's
+sessions; its verdict (pass: promoted, fail: refused) ends the open test of the same version.
 
 The loop collects verdicts between steps (`finished()`): they move the staleness timeline and the progress line's
 "blocked" note as a gate in the loop did. `drain()` waits for everything submitted (the end of a run); a trainer
@@ -37,6 +47,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from liverl.contracts import names
+from trainer.gate.canary import LiveCanary
 from trainer.gate.sequential import Accumulator, SequentialSettings
 from trainer.io.publish import CheckpointPublisher, CheckpointToPublish, PublishResult
 
@@ -62,6 +73,7 @@ class GateWorker:
         self._judging: tuple[str, CheckpointToPublish] | None = None
         self._results: list[PublishResult] = []
         self._open: OpenTest | None = None  # the deferred candidate looked at again every round
+        self._canary = LiveCanary(publisher, say)  # a deferred candidate served live (trainer.gate.canary_alias)
         self._closed = False
         self._thread = threading.Thread(target=self._run, daemon=True, name="gate")
         self._thread.start()
@@ -112,14 +124,26 @@ class GateWorker:
                                                                   sequential=Accumulator(settings)))
             result = self._finish(lambda: self.publisher.decide(version, checkpoint), version)
             self._look_again(checkpoint)
-            if (result.deferred and self._open is None and checkpoint.evidence.sequential is not None
-                    and checkpoint.evidence.sequential.looks):
+            self._canary_round(version, checkpoint, result)
+            newer = checkpoint.evidence.sequential
+            if result.deferred and newer is not None and newer.looks and self._takes_over(newer):
                 champions = self._champions()
                 if champions is not None:
+                    if self._open is not None:
+                        opened = self._open.accumulator
+                        self.say(f"gate v{version}: its sequential test goes on instead of v{self._open.version}'s, "
+                                 f"which stays deferred (log capital toward a pass {newer.pass_capital():.2f} on "
+                                 f"{len(newer.seen)} sessions against {opened.pass_capital():.2f} on "
+                                 f"{len(opened.seen)})")
                     self._open = OpenTest(version, checkpoint, champions)
             with self._changed:
                 self._judging = None
                 self._changed.notify_all()
+
+    def _takes_over(self, newer: Accumulator) -> bool:
+        """Whether a newer deferred candidate's test becomes the open one: none is open, or it has come at least as
+        far toward a pass (module docstring)."""
+        return self._open is None or newer.pass_capital() >= self._open.accumulator.pass_capital()
 
     def _champions(self) -> tuple[str | None, str | None] | None:
         """(the alias's champion, the shared one); None when the registry cannot say (the open test waits)."""
@@ -150,6 +174,20 @@ class GateWorker:
         result = self._finish(lambda: self.publisher.judge(test.version, again), test.version)
         if not result.deferred:
             self._open = None
+
+    def _canary_round(self, version: str, checkpoint: CheckpointToPublish, result: PublishResult) -> None:
+        """The live canary's look at this round's sessions, and a new one on this candidate if it deferred."""
+        try:
+            decided = self._canary.after_round(version, checkpoint, result)
+        except Exception as error:  # noqa: BLE001 - the registry is down: the trainer must go on
+            self.say(f"gate: the live canary could not look ({type(error).__name__}: {error}); it looks again next "
+                     "round")
+            return
+        if decided is not None:
+            with self._changed:
+                self._results.append(decided)
+            if self._open is not None and self._open.version == decided.version:
+                self._open = None  # decided: no more off-policy looks
 
     def _finish(self, judge: Callable[[], PublishResult], version: str) -> PublishResult:
         try:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from liverl.config import LiverlConfig
 from liverl.contracts import names
+from liverl.contracts.weight_probe import has_probe
 from trainer.io.lineage import code_version
-from trainer.io.policy_io import weights_digest
+from trainer.io.policy_io import load_full_weights, weights_digest
 from trainer.io.pretrained import check_policy_shape
 from trainer.io.registry import TAG_BASE_DIGEST, Registry
 from trainer.io.signing import TAG_FILES_DIGEST, sign_pass
@@ -52,7 +55,8 @@ def register_base(config: LiverlConfig, folder: Path, say: Callable[[str], None]
         names.TAG_TRAINER_STEP: "0",
         **(provenance or {}),
     }
-    version = registry.register(folder, tags, run_name=f"base policy {folder.name}")
+    with _with_weight_probe(folder) as probed:
+        version = registry.register(probed, tags, run_name=f"base policy {folder.name}")
     registry.set_tag(version, names.TAG_GATE_REPORT, json.dumps({"decision": "pass", "reasons": ["base policy"]}))
     sign_pass(registry, version, registry.tags(version)[TAG_FILES_DIGEST], config.trainer.signing_key_file)
     registry.set_alias(names.ALIAS_CANDIDATE, version)
@@ -61,3 +65,30 @@ def register_base(config: LiverlConfig, folder: Path, say: Callable[[str], None]
     say(f"base policy {folder} registered as version {version} of {registry.name} (candidate, champion)")
     return version
 
+
+@contextmanager
+def _with_weight_probe(folder: Path) -> Iterator[Path]:
+    """The folder to register: folder itself when it holds a weight probe (liverl/contracts/weight_probe.py), else a
+    staging folder of links to its files plus the probe measured on its weights. With it, serving checks the base
+    like every trained version: its own engines and each server of an upstream fleet must give the logprobs these
+    weights give, before the base takes traffic. The user's folder is never written to."""
+    if has_probe(folder):
+        yield folder
+        return
+    from trainer.io.weight_probe import measure_weight_probe
+
+    model = load_full_weights(folder)  # as the trainer loads it: float32
+    probe = measure_weight_probe(model)
+    del model
+    with tempfile.TemporaryDirectory(prefix="liverl-base-") as staging:
+        staged = Path(staging) / folder.name
+        staged.mkdir()
+        for path in sorted(folder.rglob("*")):  # real folders, linked files: digests and uploads read the files
+            target = staged / path.relative_to(folder)
+            if path.is_dir():
+                target.mkdir(parents=True, exist_ok=True)
+            else:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.symlink_to(path.resolve())
+        probe.write(staged)
+        yield staged

@@ -68,6 +68,7 @@ class PublishResult:
     decision: str  # the gate's decision recorded on it: "pass" | "fail" | "defer" (too little evidence: neither)
     reasons: tuple[str, ...]  # why it failed or deferred (empty on pass)
     champion: str | None  # the champion after publishing
+    judged: bool = True  # False: refused unjudged (superseded, or left by a stop): it says nothing of its quality
 
     @property
     def promoted(self) -> bool:
@@ -89,6 +90,8 @@ class CheckpointPublisher:
         self.candidate_alias = names.ALIAS_CANDIDATE if tenant is None else names.tenant_candidate_alias(tenant)
         self.champion_alias = names.ALIAS_CHAMPION if tenant is None else names.tenant_champion_alias(tenant)
         self.lease_name = PROMOTION_LEASE if tenant is None else f"{PROMOTION_LEASE}-{tenant}"
+        # The live canary's alias, the one serving follows for this group (trainer/gate/canary.py); None: off.
+        self.canary_alias = names.canary_alias(gate.canary_alias, tenant) if gate.canary_alias else None
         self.gate, self.loss, self.monitors, self.max_seq_len = gate, loss, monitors, max_seq_len
         self.reward_config_version = reward_config_version
         self.download_dir = download_dir  # the champion's folder is downloaded here to be judged against
@@ -246,6 +249,35 @@ class CheckpointPublisher:
         self.say(f"gate v{version}{self._for()} vs v{champion}: {report.decision}{why} -> {outcome} | {figures} "
                  f"| {time.perf_counter() - started:.1f}s")
 
+    def start_canary(self, version: str) -> None:
+        """Point the group's canary alias at version: serving sends it serving.canary_fraction of the sessions."""
+        self.registry.set_alias(self.canary_alias, version)
+
+    def end_canary(self) -> None:
+        """Remove the group's canary alias, if set: serving stops its canary."""
+        self.registry.delete_alias(self.canary_alias)
+
+    def canary_verdict(self, version: str, passed: bool, reasons: list[str], figures: dict, champion: str
+                       ) -> PublishResult:
+        """Record the live canary's decision on the version, its figures added to the report of its deferral; a pass
+        is promoted as the gate's is (compare-and-set on the champion alias still naming `champion`)."""
+        earlier = _read_report(self.registry.tags(version)).get("figures") or {}
+        body = {"decision": "pass" if passed else "fail", "champion": champion, "reasons": reasons,
+                "figures": {**earlier, **figures}}
+        if self.tenant is not None:
+            body["alias_champion"] = champion
+        if passed:
+            refusal = self._promote(version, body)
+            if refusal is not None:
+                return self.refuse(version, refusal.reason)
+        else:
+            self.registry.set_tag(version, names.TAG_GATE_REPORT, _report_tag(body))
+            self.registry.set_tag(version, names.TAG_GATE_DECISION, "fail")
+        outcome = "champion" if passed else f"champion stays v{champion}"
+        self.say(f"gate v{version}{self._for()} vs v{champion}: {body['decision']} ({figures['decided_by']}) "
+                 f"-> {outcome}")
+        return PublishResult(version, body["decision"], tuple(reasons), version if passed else champion)
+
     def refuse(self, version: str, reason: str) -> PublishResult:
         """Record a refusal without judging (a candidate superseded before its turn, or one whose judging a stopped
         trainer left unfinished), so that every version carries a decision; the champion stays."""
@@ -254,11 +286,11 @@ class CheckpointPublisher:
             self.registry.set_tag(version, names.TAG_GATE_DECISION, "pass")
             self.say(f"gate v{version}: not refused ({reason}): it is the champion")
             return PublishResult(version, "pass", (), version)
-        body = {"decision": "fail", "champion": champion, "reasons": [reason], "figures": {}}
+        body = {"decision": "fail", "judged": False, "champion": champion, "reasons": [reason], "figures": {}}
         self.registry.set_tag(version, names.TAG_GATE_REPORT, _report_tag(body))
         self.registry.set_tag(version, names.TAG_GATE_DECISION, "fail")
         self.say(f"gate v{version}: not judged ({reason}) -> champion stays v{champion}")
-        return PublishResult(version, "fail", (reason,), champion)
+        return PublishResult(version, "fail", (reason,), champion, judged=False)
 
     def refuse_unjudged(self, run_key: str, keep: str | None = None) -> list[str]:
         """Versions of this trainer run (run_key) left without a decision by a stop, except the checkpoint key `keep`

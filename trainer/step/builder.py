@@ -10,13 +10,12 @@ from liverl.config.trainer import TrainerConfig
 from liverl.io.table_history import TableCommit
 from liverl.privacy.row_sealing import RowOpener
 from liverl.privacy.sealing import Forgotten
-from trainer.gate.holdout import holdout_key
 from trainer.io.row_stream import RowStream
 from trainer.io.served_lineage import ServedLineage
 from trainer.step.batching import Sample, trajectory_samples
 from trainer.step.packing import micro_batches as layout
 from trainer.step.staleness import assess
-from trainer.step.trajectory import Trajectory, from_row, is_held_out
+from trainer.step.trajectory import Trajectory, from_row, holdout_key, is_held_out
 
 
 @dataclass

@@ -183,6 +183,12 @@ def _span_sampling(row: TrajectoryRow) -> tuple[SpanSampling, ...]:
     return tuple(spans)
 
 
+def holdout_key(row: dict) -> str:
+    """What the held-out split hashes: the session (tenant, id), or the trajectory for rows without one."""
+    session = row.get("session_id")
+    return f"{row.get('tenant_id') or ''}/{session}" if session else row["trajectory_id"]
+
+
 def is_held_out(trajectory_id: str, fraction: float) -> bool:
     """Deterministic split: the same trajectory is held out in every run, on every machine."""
     if fraction <= 0.0:

@@ -24,6 +24,7 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import aiohttp
 import httpx
 
 from liverl.config.serving import ServingConfig
@@ -49,7 +50,8 @@ class UpstreamEngine:
         self._upstream = serving_config.upstream
         self._fleet = fleet
         self._owns_fleet = fleet is None
-        self._client: httpx.AsyncClient | None = None
+        self._client: httpx.AsyncClient | None = None  # probes, weight checks: a few requests at start and swap
+        self._streams: aiohttp.ClientSession | None = None  # every completion (wire.complete says why aiohttp)
         self.models: dict[str, str] = {}  # url -> the base model's name there
         self.modes: dict[str, wire.LogprobsMode] = {}  # url -> its logprobs mode, probed at start
         self._all_down_since: float | None = None
@@ -61,10 +63,15 @@ class UpstreamEngine:
         """Check every server (up, token ids and logprobs, logprobs mode, the base weights), then start the fleet."""
         u = self._upstream
         api_key = read_api_key(u.api_key_file)
+        auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.AsyncClient(
-            headers={"Authorization": f"Bearer {api_key}"} if api_key else {},
+            headers=auth,
             timeout=httpx.Timeout(u.timeout_s, connect=u.connect_timeout_s),
             limits=httpx.Limits(max_connections=u.max_connections, max_keepalive_connections=u.max_connections))
+        self._streams = aiohttp.ClientSession(
+            headers=auth,
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=u.connect_timeout_s, sock_read=u.timeout_s),
+            connector=aiohttp.TCPConnector(limit=u.max_connections))
         try:
             for url in u.urls:
                 await self._check_server(url)
@@ -125,6 +132,9 @@ class UpstreamEngine:
         if self._client is not None:
             client, self._client = self._client, None
             await client.aclose()
+        if self._streams is not None:
+            streams, self._streams = self._streams, None
+            await streams.close()
 
     def failure(self) -> str | None:
         """None while some server can serve; once none could for serving.upstream.dead_after_s, why."""
@@ -139,8 +149,17 @@ class UpstreamEngine:
                 f"{now - self._all_down_since:.0f} s")
 
     def describe(self) -> dict:
-        """What /health can show of the fleet: each server's base model and logprobs mode, probed at start."""
-        return {url: {"model": self.models[url], "logprobs": self.modes[url]} for url in self.models}
+        """What /health shows of the fleet: how many servers can serve now, and each server's base model and
+        logprobs mode (probed at start) and, where the fleet tracks it, whether it takes requests and why not."""
+        states = {server.url: server for server in getattr(self._fleet, "servers", [])}
+        servers = {}
+        for url, model in self.models.items():
+            servers[url] = {"model": model, "logprobs": self.modes[url]}
+            if url in states:
+                servers[url] |= {"up": states[url].healthy} | ({} if states[url].healthy else
+                                                                {"reason": states[url].reason})
+        return {"engine": self.name, "servers_up": self._servers_up() if self._fleet is not None else 0,
+                "servers": servers}
 
     def _servers_up(self) -> int:
         if hasattr(self._fleet, "servers_up"):
@@ -184,29 +203,30 @@ class UpstreamEngine:
         """(server, its first piece, the rest): a server that cannot be reached or answers 5xx before its first
         piece is reported to the fleet and the next one is tried; a failure after it fails the request (its
         tokens may already be with the client)."""
-        client = self._require_started()
+        self._require_started()
+        streams, fleet = self._streams, self._fleet  # this request's: a shutdown meanwhile drops the engine's
         adapter_name = adapter.name if adapter is not None else None
         tried: list[str] = []
-        while (url := self._fleet.pick(adapter_name)) not in tried:  # each server once: pick skips failed ones
+        while (url := fleet.pick(adapter_name)) not in tried:  # each server once: pick skips failed ones
             tried.append(url)
             body = wire.completion_body(adapter_name or self._model_at(url), prompt_token_ids, sampling, not final_only)
-            pieces = wire.complete(client, url, body)
+            pieces = wire.complete(streams, url, body)
             try:
                 first = await anext(pieces)
             except StopAsyncIteration:
                 raise RuntimeError(f"upstream server {url} answered request {request_id} with nothing") from None
-            except (httpx.TransportError, wire.ServerRefused) as error:
+            except (*wire.TRANSPORT_ERRORS, wire.ServerRefused) as error:
                 if isinstance(error, wire.ServerRefused) and error.status < 500:
                     raise  # the request itself was refused: another server would refuse it too
-                self._fleet.report_failure(url, f"{type(error).__name__}: {error}")
+                fleet.report_failure(url, f"{type(error).__name__}: {error}")
                 log.warning("upstream server %s failed request %s before its first token (%s): trying another",
                             url, request_id, error)
                 continue
             except BaseException:  # cancelled while waiting: close the connection now
                 await pieces.aclose()
                 raise
-            if hasattr(self._fleet, "report_success"):
-                self._fleet.report_success(url)
+            if hasattr(fleet, "report_success"):
+                fleet.report_success(url)
             return url, first, pieces
         raise RuntimeError(f"no upstream server could take request {request_id} (tried {', '.join(tried)})")
 
@@ -241,7 +261,7 @@ class UpstreamEngine:
         return self.models.get(url) or self._upstream.served_model or next(iter(self.models.values()))
 
     def _require_started(self) -> httpx.AsyncClient:
-        if self._client is None or self._fleet is None:
+        if self._client is None or self._streams is None or self._fleet is None:
             raise RuntimeError("UpstreamEngine used before start(): await engine.start() first")
         return self._client
 
@@ -278,12 +298,13 @@ def read_api_key(path: Path | None) -> str | None:
 
 
 def make_fleet(config: ServingConfig, api_key: str | None):
-    """The fleet over serving.upstream.urls (imported here, when an upstream engine starts)."""
+    """The fleet over serving.upstream.urls, naming the base model serving.upstream.served_model says (imported here,
+    when an upstream engine starts)."""
     from serving.engines.upstream.fleet import UpstreamFleet
 
     u = config.upstream
     return UpstreamFleet(u.urls, api_key, u.timeout_s, reconcile_interval_s=u.reconcile_interval_s,
-                         serving_config=config, say=log.info)
+                         serving_config=config, served_model=u.served_model or None, say=log.info)
 
 
 def _finish(reason: str | None) -> str:

@@ -10,11 +10,13 @@ marked unknown: NaN logprobs (UNKNOWN), never a value guessed from text.
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Literal
 
+import aiohttp
 import httpx
 import orjson
 
@@ -25,6 +27,9 @@ LogprobsMode = Literal["processed", "raw"]
 MODE_PROBE_TEMPERATURES = (1.0, 0.5)  # processed logprobs change between them; raw ones do not
 MODE_PROBE_TOP = 5
 MODE_EQUAL = 1e-6  # raw logprobs of one prompt are bit-identical across temperatures; processed differ by far more
+JSON = {"Content-Type": "application/json"}
+# what a server that cannot be reached (or stops answering) raises: httpx for the probes, aiohttp for completions
+TRANSPORT_ERRORS = (httpx.TransportError, aiohttp.ClientError, asyncio.TimeoutError)
 
 
 class ServerRefused(RuntimeError):
@@ -80,21 +85,25 @@ def parse_choice(choice: dict) -> Piece:
     return piece
 
 
-async def complete(client: httpx.AsyncClient, url: str, body: dict) -> AsyncIterator[Piece]:
+async def complete(session: aiohttp.ClientSession, url: str, body: dict) -> AsyncIterator[Piece]:
     """POST body to the server's /v1/completions: its pieces, one per stream chunk (or one when not streamed).
-    ServerRefused on an error status, httpx's errors on transport failures."""
-    async with client.stream("POST", f"{url}/v1/completions", json=body) as response:
-        if response.status_code != 200:
-            raise ServerRefused(url, response.status_code, (await response.aread()).decode(errors="replace"))
+    ServerRefused on an error status, one of TRANSPORT_ERRORS on transport failures. Completions go through aiohttp,
+    not httpx: a streamed completion of a few tokens cost liverl's event loop 2-4 ms of CPU through httpx and about
+    0.3 ms through aiohttp (docs/upstream.md, "Measured"), and that loop serves every request. The stream is read to
+    its end, past "[DONE]", so that the connection goes back to the pool; leaving early (aclose) closes it, which
+    vLLM takes as the client gone and aborts the request."""
+    async with session.post(f"{url}/v1/completions", data=orjson.dumps(body), headers=JSON) as response:
+        if response.status != 200:
+            raise ServerRefused(url, response.status, (await response.read()).decode(errors="replace"))
         if not body.get("stream"):
-            yield parse_choice(orjson.loads(await response.aread())["choices"][0])
+            yield parse_choice(orjson.loads(await response.read())["choices"][0])
             return
-        async for line in response.aiter_lines():
-            if not line.startswith("data:"):
+        async for line in response.content:  # line by line, whatever their length
+            if not line.startswith(b"data:"):
                 continue
             data = line[5:].strip()
-            if data == "[DONE]":
-                return
+            if data == b"[DONE]":
+                continue  # the body ends right after it
             chunk = orjson.loads(data)
             if "error" in chunk:  # vLLM reports a failure mid-stream as an error event
                 raise RuntimeError(f"vLLM server {url} failed mid-stream: {chunk['error']}")

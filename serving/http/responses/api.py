@@ -12,6 +12,10 @@ or metadata names another. An unknown, expired or other tenant's id is one 404, 
 A request that resends the whole conversation instead is stitched to its session like a chat call
 (serving.recording.stitching); either way, function_call_outputs answering the previous reply's calls are recorded as
 tool results linked to those calls.
+
+A forced tool_choice ("required" or a named function) is served as chat's (serving.http.completions): the reply
+opens as the forced JSON call, recorded as the end of the prompt; a reply that does not complete it is output as a
+message, with the engine's finish_reason, and counted in liverl_serving_forced_tool_call_unmet.
 """
 
 from __future__ import annotations
@@ -28,7 +32,6 @@ import orjson
 from liverl.contracts.chat import render_chat
 from serving.auth import Principal
 from serving.generation import BadRequest, Call, Caller, DeadlineExceeded
-from serving.http.chat import parse_tool_calls
 from serving.http.completions import (
     Reply,
     _begin,
@@ -39,6 +42,7 @@ from serving.http.completions import (
     _run,
     erased_since,
     key_version,
+    reply_tool_calls,
     stitch,
     stitched_call,
 )
@@ -90,13 +94,15 @@ class ResponsesApi:
             known = len(rendered) - len(messages) + len(previous.messages)  # the instructions, then what it kept
             stitched.stitch = Stitch(previous.session_id, request.previous_response_id, known,
                                      tuple(tool_links(rendered, known)))  # its tool results linked, as stitched
-        call = await _begin(ctx, principal, body, request, who, prompt, None, request.max_output_tokens)
+        forced = request.forced_tool_call()
+        call = await _begin(ctx, principal, body, request, who, prompt, None, request.max_output_tokens,
+                            forced.opening if forced else "")
         keep = self._keeper(ctx, request, tenant, call, messages, call_ids, stitched_call(ctx, call, stitched))
         created, headers = int(time.time()), _id_headers(call)
         if request.stream:
             return Reply(headers, events=_events(call, request, created, ctx.completions.model_name, keep), call=call)
         await _run(call)
-        tool_calls = parse_tool_calls(call.text, request.tool_dicts())
+        tool_calls = reply_tool_calls(call, request.tool_dicts(), forced)
         logprobs = token_logprobs(call, call.token_ids, call.logprobs) if request.wants_logprobs else None
         output, reply_message = output_of(call, tool_calls, logprobs)
         keep(reply_message, tool_calls)
@@ -175,7 +181,7 @@ async def _events(call: Call, request: ResponsesRequest, created: int, model_nam
         tool_calls: list[dict] = []
         if tools:
             await call.run()
-            tool_calls = parse_tool_calls(call.text, tools)
+            tool_calls = reply_tool_calls(call, tools, request.forced_tool_call())
         logprobs = token_logprobs(call, call.token_ids, call.logprobs) if request.wants_logprobs else None
         output: list[dict] = []
         for index, call_item in enumerate(tool_calls):
@@ -194,7 +200,7 @@ async def _events(call: Call, request: ResponsesRequest, created: int, model_nam
             yield event("response.output_item.added", output_index=0, item=message_item(item_id, "in_progress", []))
             yield event("response.content_part.added", **part, part=output_text("", None))
             if tools:  # the text is already whole
-                yield event("response.output_text.delta", **part, delta=call.text, logprobs=logprobs or [],
+                yield event("response.output_text.delta", **part, delta=call.reply_text, logprobs=logprobs or [],
                             liverl=_ext(call, call.token_ids, call.logprobs))
             else:
                 async for piece in call.stream():
@@ -205,13 +211,13 @@ async def _events(call: Call, request: ResponsesRequest, created: int, model_nam
                                 liverl=_ext(call, delta.token_ids, delta.logprobs))
                 logprobs = token_logprobs(call, call.token_ids, call.logprobs) if request.wants_logprobs else None
             status = _status(call, tool_calls)
-            text_part = output_text(call.text, logprobs)
-            yield event("response.output_text.done", **part, text=call.text, logprobs=logprobs or [])
+            text_part = output_text(call.reply_text, logprobs)
+            yield event("response.output_text.done", **part, text=call.reply_text, logprobs=logprobs or [])
             yield event("response.content_part.done", **part, part=text_part)
             item = message_item(item_id, status, [text_part])
             yield event("response.output_item.done", output_index=0, item=item)
             output.append(item)
-            keep({"role": "assistant", "content": call.text}, [])
+            keep({"role": "assistant", "content": call.reply_text}, [])
         else:
             keep({"role": "assistant", "content": None, "tool_calls": tool_calls}, tool_calls)
         status = _status(call, tool_calls)

@@ -12,7 +12,12 @@ import secrets
 from typing import Any
 
 from serving.generation import BadRequest, Call
-from serving.http.responses.schema import FunctionCallItem, FunctionCallOutputItem, ResponsesRequest
+from serving.http.responses.schema import (
+    FunctionCallItem,
+    FunctionCallOutputItem,
+    NamedFunctionChoice,
+    ResponsesRequest,
+)
 from serving.http.responses.state import StoredResponse
 
 RESPONSE_ID_PREFIX = "resp_"  # the response's id IS the recorded ModelCall's request id, as chat's chatcmpl- ids
@@ -59,8 +64,8 @@ def output_of(call: Call, tool_calls: list[dict[str, Any]], logprobs: list[dict]
         items = [function_call_item(c) for c in tool_calls]
         return items, {"role": "assistant", "content": None, "tool_calls": tool_calls}
     item = message_item(f"msg_{secrets.token_hex(16)}", "incomplete" if call.finish_reason == "length" else "completed",
-                        [output_text(call.text, logprobs)])
-    return [item], {"role": "assistant", "content": call.text}
+                        [output_text(call.reply_text, logprobs)])
+    return [item], {"role": "assistant", "content": call.reply_text}
 
 
 def function_call_item(call: dict[str, Any], arguments: str | None = None, status: str = "completed") -> dict:
@@ -99,7 +104,8 @@ def response_object(request: ResponsesRequest, call: Call, created: int, model_n
         "output": output, "parallel_tool_calls": True, "previous_response_id": request.previous_response_id,
         "reasoning": None, "store": request.keeps, "temperature": call.sampling.temperature,
         "top_p": call.sampling.top_p, "text": {"format": {"type": "text"}},
-        "tool_choice": request.tool_choice if isinstance(request.tool_choice, str) else "auto",
+        "tool_choice": request.tool_choice.model_dump() if isinstance(request.tool_choice, NamedFunctionChoice)
+        else request.tool_choice or "auto",
         "tools": [t.model_dump(exclude_none=True) for t in request.tools or ()], "truncation": "disabled",
         "metadata": request.metadata or {}, "usage": None, "user": None,
     }

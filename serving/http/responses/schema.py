@@ -1,24 +1,26 @@
 """The body of POST /v1/responses (OpenAI's Responses API), checked strictly as serving.http.openai_schema checks chat.
 
 Served: `input` as a string or a list of message, function_call and function_call_output items (content as a
-string or text parts), `instructions`, function `tools`, `tool_choice` "auto" or "none", `max_output_tokens`,
+string or text parts), `instructions`, function `tools`, `tool_choice` ("auto", "none", or forced: "required" or
+a named function, served by a forced reply opening as chat's: serving.http.chat.ForcedToolCall), `max_output_tokens`,
 `temperature`, `top_p`, `seed` (liverl's extension, as in chat), `metadata`, `user`, `stream`,
 `previous_response_id`, `store` and `include: ["message.output_text.logprobs"]`.
 
 Refused with a message that says what to send instead, never dropped: unknown input item types, built-in tools
 (web_search, file_search, ...), and every option whose effect this server cannot give (`unsupported()`):
-a forced tool choice (it does not constrain decoding), background responses, reasoning options, structured
-output formats, stored prompts, conversations, automatic truncation, top_logprobs. Unknown fields are
-ignored, as for chat (OpenAI adds fields often).
+parallel_tool_calls false, background responses, reasoning options, structured output formats, stored prompts,
+conversations, automatic truncation, top_logprobs. Unknown fields are ignored, as for chat (OpenAI adds fields
+often).
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Discriminator, Field, StringConstraints, Tag, field_validator
+from pydantic import Discriminator, Field, StringConstraints, Tag, ValidationInfo, field_validator
 
 from serving.generation import INT32_MAX, INT64_MAX, INT64_MIN, BadRequest
+from serving.http.chat import ForcedToolCall, forced_tool_call
 from serving.http.openai_schema import MAX_MESSAGES, MAX_TOOLS, FunctionName, Metadata, Name, Strict, text_of
 
 ITEM_TYPES = ("message", "function_call", "function_call_output")
@@ -142,6 +144,15 @@ class ResponsesRequest(Strict):
                                  '"function", "name": ..., "parameters": {...}} and run them yourself')
         return tools
 
+    @field_validator("tool_choice")
+    @classmethod
+    def _forcing_an_offered_tool(cls, choice, info: ValidationInfo):
+        """A forced choice needs tools, and a named function must be one of them (serving.http.chat.forced_tool_call).
+        `tools` is validated first; when it failed, its own error is the one reported."""
+        if "tools" in info.data:
+            forced_tool_call(choice == "required", _named(choice), [t.name for t in info.data["tools"] or ()])
+        return choice
+
     @property
     def keeps(self) -> bool:
         """Whether the response is kept for previous_response_id (OpenAI's default: store true)."""
@@ -158,6 +169,15 @@ class ResponsesRequest(Strict):
         return [{"type": "function", "function": t.model_dump(exclude_none=True, exclude={"type"})}
                 for t in self.tools]
 
+    def forced_tool_call(self) -> ForcedToolCall | None:
+        """The tool call tool_choice forces ("required" or a named function), None when it forces none."""
+        return forced_tool_call(self.tool_choice == "required", _named(self.tool_choice),
+                                [t.name for t in self.tools or ()])
+
+
+def _named(choice: Any) -> str | None:
+    return choice.name if isinstance(choice, NamedFunctionChoice) else None
+
 
 def unsupported(request: ResponsesRequest) -> BadRequest | None:
     """The first option of the request this server cannot honour, as the refusal to send; None when all can be."""
@@ -166,10 +186,6 @@ def unsupported(request: ResponsesRequest) -> BadRequest | None:
 
 
 def _first_refusal(r: ResponsesRequest) -> tuple[str, str] | None:
-    no_forcing = ("is not enforced by this server (it does not constrain decoding): send \"auto\" or leave it out, "
-                  "and read the output for function_call items")
-    if r.tool_choice == "required" or isinstance(r.tool_choice, NamedFunctionChoice):
-        return "tool_choice", f"a forced tool_choice {no_forcing}"
     if r.parallel_tool_calls is False:
         return "parallel_tool_calls", "parallel_tool_calls false is not enforced by this server: send true or " \
                                       "leave it out"
