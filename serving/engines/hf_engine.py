@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from liverl.io.model_loading import MODEL_LOADING
 from serving.engines.engine import Adapter, Delta, Sampling
 
 Emit = Callable[[Delta | BaseException], None]  # hands a delta (or the error) to the awaiting request
@@ -46,7 +47,8 @@ class HfEngine:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self._tokenizer = AutoTokenizer.from_pretrained(self.policy_dir)
-        model = AutoModelForCausalLM.from_pretrained(self.policy_dir, dtype=torch.float32)
+        with MODEL_LOADING:  # one load at a time in a process (liverl/io/model_loading.py)
+            model = AutoModelForCausalLM.from_pretrained(self.policy_dir, dtype=torch.float32)
         self._model = model.eval()
 
     async def update_weights(self, policy_dir: Path, version: str) -> dict:

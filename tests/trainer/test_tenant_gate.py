@@ -94,6 +94,15 @@ def test_a_refused_tenant_candidate_moves_nothing(model):
     assert registry.tags("2")[names.TAG_GATE_DECISION] == "fail"
 
 
+def test_a_tenant_candidate_refused_unjudged_names_the_champion_serving_the_tenant(model):
+    registry, lines = Registry(model.mlflow), []
+    publisher = Judged(registry, tenant="a")
+    publisher.say = lines.append
+    result = publisher.refuse("2", "superseded by v4 before its turn")
+    assert result.decision == "fail" and not result.judged and registry.tags("2")[names.TAG_GATE_DECISION] == "fail"
+    assert lines == ["gate v2 (tenant a): not judged (superseded by v4 before its turn) -> champion stays v1"]
+
+
 def test_the_shared_policy_s_promotion_never_moves_a_tenant_alias(model):
     registry = Registry(model.mlflow)
     assert Judged(registry, tenant=None).judge("2", checkpoint=None).promoted

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from liverl.config.trainer import TrainerConfig
 from liverl.contracts.adapter import AdapterManifest, is_adapter_folder
+from liverl.io.model_loading import MODEL_LOADING
 from trainer.io.policy_io import export_adapter, load_full_weights
 from trainer.step.adapters import AdapterBase, attach_adapter
 
@@ -159,9 +160,10 @@ def tenant_policies(base: AdapterBase, parents: Mapping[str, Path | None], confi
             raise ValueError(f"tenant group {group!r} would start from {parent}, which holds full weights: a tenant's "
                              "parent is one of its adapter versions, or None for a new adapter on the base")
         if peft is None:
-            model = load_full_weights(base.folder)
-            peft = (PeftModel.from_pretrained(model, parent, adapter_name=name, is_trainable=True) if parent
-                    else attach_adapter(model, config.lora, base.folder, name))
+            with MODEL_LOADING:  # one load at a time (liverl/io/model_loading.py)
+                model = load_full_weights(base.folder)
+                peft = (PeftModel.from_pretrained(model, parent, adapter_name=name, is_trainable=True) if parent
+                        else attach_adapter(model, config.lora, base.folder, name))
         elif parent is not None:
             peft.load_adapter(parent, adapter_name=name, is_trainable=True)
         else:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from liverl.contracts import adapter as adapter_format
 from liverl.contracts import names
 from liverl.io.file_digest import files_sha256
+from liverl.io.model_loading import MODEL_LOADING
 
 if TYPE_CHECKING:
     import torch
@@ -44,7 +45,8 @@ def load_policy(folder: Path, base_folder: Path | None = None, download_dir: Pat
     from peft import PeftModel
 
     base = resolve_base_folder(folder, base_folder, download_dir)
-    merged = PeftModel.from_pretrained(load_full_weights(base), folder).merge_and_unload()
+    with MODEL_LOADING:  # one load at a time (liverl/io/model_loading.py)
+        merged = PeftModel.from_pretrained(load_full_weights(base), folder).merge_and_unload()
     return merged.requires_grad_(True).eval()  # peft froze the base; a loaded policy is trainable as a whole
 
 
@@ -52,7 +54,8 @@ def load_full_weights(folder: Path) -> PreTrainedModel:
     import torch
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    with MODEL_LOADING:  # one load at a time (liverl/io/model_loading.py)
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     return model.eval()
 
 

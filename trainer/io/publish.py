@@ -289,7 +289,9 @@ class CheckpointPublisher:
         body = {"decision": "fail", "judged": False, "champion": champion, "reasons": [reason], "figures": {}}
         self.registry.set_tag(version, names.TAG_GATE_REPORT, _report_tag(body))
         self.registry.set_tag(version, names.TAG_GATE_DECISION, "fail")
-        self.say(f"gate v{version}: not judged ({reason}) -> champion stays v{champion}")
+        # A tenant without a champion of its own is served the shared one: name that (never "vNone").
+        self.say(f"gate v{version}{self._for()}: not judged ({reason}) -> champion stays "
+                 f"v{self._judged_against(champion)}")
         return PublishResult(version, "fail", (reason,), champion, judged=False)
 
     def refuse_unjudged(self, run_key: str, keep: str | None = None) -> list[str]:

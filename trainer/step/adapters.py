@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from liverl.config.trainer import LoraConfig
 from liverl.contracts.adapter import AdapterManifest, is_adapter_folder, read_manifest
+from liverl.io.model_loading import MODEL_LOADING
 from trainer.io.policy_io import load_full_weights, load_policy, resolve_base_folder, weights_digest
 
 if TYPE_CHECKING:
@@ -114,8 +115,9 @@ def trainable_policy(parent_folder: Path, base: AdapterBase, config: LoraConfig)
     if is_adapter_folder(parent_folder):
         if config.enabled is False:  # full fine-tuning asked for: train base + adapter merged, as one model
             return TrainablePolicy(load_policy(parent_folder, base_folder=base.folder))
-        base_model = load_full_weights(base.folder)
-        adapter = PeftModel.from_pretrained(base_model, parent_folder, adapter_name=ADAPTER_NAME, is_trainable=True)
+        with MODEL_LOADING:  # one load at a time (liverl/io/model_loading.py)
+            base_model = load_full_weights(base.folder)
+            adapter = PeftModel.from_pretrained(base_model, parent_folder, adapter_name=ADAPTER_NAME, is_trainable=True)
     else:
         model = load_full_weights(parent_folder)
         if not wants_adapter(config, model):
