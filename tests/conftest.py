@@ -6,6 +6,7 @@ temporary folder and stopped by PID at the end.
 
 from __future__ import annotations
 
+import fcntl
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +28,28 @@ def stack(tmp_path_factory) -> Iterator[LiverlConfig]:
         yield config
     finally:
         down(config, say=lambda *_: None)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def memory_share(request, tmp_path_factory) -> Iterator[None]:
+    """A module marked `big_memory` holds a share of the machine's memory while it runs; `big_memory(alone=True)`
+    holds all of it, so no other big module runs beside it on the other pytest-xdist worker.
+
+    The suite's two workers share one 24 GiB machine. The loop in front of two `vllm serve` processes holds about
+    11 GB (the trainer, two vLLM workers with LoRA, liverl serve, the product); beside a module with two more vLLM
+    servers the kernel killed a worker for memory (here, 2026-12-06), and pytest-xdist then hung. A file lock that
+    every worker of the run sees (beside the workers' own temp folders), shared or exclusive."""
+    marker = request.node.get_closest_marker("big_memory")
+    if marker is None:
+        yield
+        return
+    lock = tmp_path_factory.getbasetemp().parent / "big-memory.lock"
+    with lock.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX if marker.kwargs.get("alone") else fcntl.LOCK_SH)  # waits its turn
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def module_folder(request, tmp_path_factory, name: str) -> Path:

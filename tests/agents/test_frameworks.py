@@ -17,7 +17,7 @@ import pytest
 
 from tests.agents.conftest import CALL, MAX_TOKENS, STEER, TASK, weather
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.big_memory]
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 SMOLAGENTS_STEER = f"You only ever output JSON. Example:\nUser: New task:\n{TASK}\nAssistant: {json.dumps(CALL)}"

@@ -26,7 +26,7 @@ from tests.conftest import free_stage_ports, module_folder, stack_config
 from tests.e2e.test_loop import permissive_gate
 from trainer.io import pretrained
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.big_memory]
 
 STOP_AFTER_VERSIONS = 1
 CEILING_S = 30 * 60.0  # traffic time only; the count ends the run far sooner on a healthy machine

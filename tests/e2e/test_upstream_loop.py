@@ -31,7 +31,7 @@ from tests.e2e.test_loop import permissive_gate
 from tests.serving.vllm_serve import API_KEY, VllmServe, start_all, stop_all
 from trainer.io.pretrained import ensure_converted, packaged_model
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.big_memory(alone=True)]  # about 11 GB: tests/conftest.py memory_share
 
 STOP_AFTER_VERSIONS = 1
 CEILING_S = 30 * 60.0  # traffic time only; the count ends the run far sooner on a healthy machine

@@ -30,6 +30,7 @@ from tests.serving.round_robin import RoundRobinUrls
 from tests.serving.vllm_serve import API_KEY, VllmServe, start_all, stop_all
 
 slow = pytest.mark.slow
+pytestmark = pytest.mark.big_memory  # two vllm serve processes
 
 
 

@@ -25,6 +25,8 @@ from tests.serving.lora_adapters import build_base, train_adapter
 from tests.serving.upstream_traffic import Traffic, probed
 from tests.serving.vllm_serve import API_KEY, VllmServe, start_all, stop_all
 
+pytestmark = pytest.mark.big_memory  # two vllm serve processes
+
 PROMPT = [2, 64, 65, 66]  # <bos> fix the file
 CHAMPION_ANSWER, CHALLENGER_ANSWER = 67, 69  # "parser", "search": whose adapter ran shows in the answer
 
