@@ -22,7 +22,7 @@ from liverl.io.lineage import merge_offsets
 from liverl.io.table_history import TableHistory
 from tests.conftest import free_stage_ports, module_folder, stack_config
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.big_memory]
 
 STOP_AFTER_VERSIONS = 2
 CEILING_S = 20 * 60.0  # traffic time only; the count ends the run long before on a healthy machine

@@ -24,7 +24,7 @@ from liverl.io.registry import ModelRegistry
 from tests.conftest import free_stage_ports, module_folder, stack_config
 from tests.e2e.test_loop import permissive_gate
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.big_memory]
 
 TENANTS = ("brisk", "careful", "frugal")
 CEILING_S = 12 * 60.0  # traffic time only; the count ends the run long before on a healthy machine

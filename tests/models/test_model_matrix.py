@@ -38,6 +38,9 @@ FUSED_TARGETS = ["down_proj", "gate_up_proj", "o_proj", "qkv_proj"]  # Phi-3's b
 LOGPROB_TOLERANCE = 1e-3  # vLLM's fp32 kernels against peft's forward pass (measured: ~1e-6)
 
 
+pytestmark = pytest.mark.big_memory  # a vLLM engine per shape: tests/conftest.py memory_share
+
+
 def _config(*overrides: str):
     return load_config(environ={}, overrides=[
         "--trainer.deepspeed.gradient_accumulation_steps", "1", "--trainer.learning_rate", "1e-2",

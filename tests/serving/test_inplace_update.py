@@ -12,7 +12,7 @@ import pytest
 
 from serving.engines.engine import Sampling
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.big_memory]
 
 WORDS = ["fix", "the", "file", "parser", "edit", "search", "done"]
 PROMPTS = [[2, 64, 65, 66], [2, 67, 68], [2, 69, 64, 70, 65]]  # <bos> and word ids (64..70)

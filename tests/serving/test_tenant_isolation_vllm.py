@@ -19,7 +19,7 @@ from liverl.v1 import model_call_pb2
 from tests.serving.conftest import ServerThread, module_topics, read_topic, register_version, serving_config, wait_for
 from tests.serving.lora_adapters import build_base, reference_logprobs, train_adapter
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.big_memory]
 
 PROMPT = "fix the file"
 ANSWERS = {"acme": "search", "globex": "done", "hooli": "parser"}  # each tenant's adapter is trained to say this

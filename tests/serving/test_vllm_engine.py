@@ -19,7 +19,7 @@ from tests.serving.conftest import (
     serving_config,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.big_memory]
 
 
 

@@ -15,7 +15,7 @@ from liverl.v1 import serving_pb2, serving_pb2_grpc
 from tests.serving.conftest import WORDS, ServerThread, module_topics, register_version, serving_config
 from tests.serving.probe_versions import generate, probe_count, reference, with_probe
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.big_memory]
 
 
 @pytest.fixture(scope="module")

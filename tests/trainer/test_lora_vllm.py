@@ -10,7 +10,7 @@ from trainer.gate.scoring import TokenSampling, score_tokens
 from trainer.io.policy_io import export_adapter, weights_digest
 from trainer.step.adapters import AdapterBase, trainable_policy
 
-pytestmark = pytest.mark.slow  # a live vLLM engine
+pytestmark = [pytest.mark.slow, pytest.mark.big_memory]  # a live vLLM engine
 
 WORDS = ["edit", "search", "ask", "fix", "file", "done"]
 PROMPTS = ["fix the file :", "ask the file : search", "done : edit", "search file fix", "edit edit file :",
