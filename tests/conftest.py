@@ -37,8 +37,8 @@ def memory_share(request, tmp_path_factory) -> Iterator[None]:
 
     The suite's two workers share one 24 GiB machine. The loop in front of two `vllm serve` processes holds about
     11 GB (the trainer, two vLLM workers with LoRA, liverl serve, the product); beside a module with two more vLLM
-    servers the kernel killed a worker for memory (here, 2026-12-06), and pytest-xdist then hung. A file lock that
-    every worker of the run sees (beside the workers' own temp folders), shared or exclusive."""
+    servers the kernel killed a worker for memory (docs/measurements.md, "sixth"), and pytest-xdist then hung. A file
+    lock that every worker of the run sees (beside the workers' own temp folders), shared or exclusive."""
     marker = request.node.get_closest_marker("big_memory")
     if marker is None:
         yield
