@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from liverl.io import lineage as codec
 from liverl.io.lineage import KafkaOffsets
 from liverl.io.registry import ModelRegistry
-from liverl.io.table_history import TableHistory
+from liverl.io.table_history import TableCommit, TableHistory
 
 
 @dataclass
@@ -52,18 +52,25 @@ def read_lineage(tracking_uri: str, model_name: str, table_uri: str) -> dict[str
 def committed_at(table_uri: str) -> dict[str, float]:
     """session id -> when (unix s) the first commit holding its rows was written."""
     history = TableHistory(table_uri)
-    commit_s = {commit.version: commit.timestamp_ms / 1000 for commit in history.commits_after(-1)}
+    commits = history.commits_after(-1)
+    commit_s = {commit.version: commit.timestamp_ms / 1000 for commit in commits}
     first: dict[str, float] = {}
-    for version, sessions in sorted(_sessions_by_table_version(history).items()):
+    for version, sessions in sorted(_sessions_by_table_version(history, commits).items()):
         for session_id in sessions:
             first.setdefault(session_id, commit_s[version])
     return first
 
 
-def _sessions_by_table_version(table: TableHistory) -> dict[int, set[str]]:
-    """table version -> session ids of the rows that commit added (one commit = one batch)."""
-    batch_of_version = {commit.version: commit.batch_id for commit in table.commits_after(-1) if commit.batch_id}
+def _sessions_by_table_version(table: TableHistory, commits: list[TableCommit] | None = None) -> dict[int, set[str]]:
+    """table version -> session ids of the rows that commit added (one commit = one batch).
+
+    The pipelines keep committing while this reads, so the commits are read once and the rows at the newest of
+    them: a second read of either could name a version the first never saw."""
+    commits = table.commits_after(-1) if commits is None else commits
+    if not commits:
+        return {}
+    batch_of_version = {commit.version: commit.batch_id for commit in commits if commit.batch_id}
     sessions_by_batch: dict[str, set[str]] = {}
-    for row in table.rows_up_to(columns=["batch_id", "session_id"]):
+    for row in table.rows_up_to(version=commits[-1].version, columns=["batch_id", "session_id"]):
         sessions_by_batch.setdefault(row["batch_id"], set()).add(row["session_id"])
     return {version: sessions_by_batch.get(batch, set()) for version, batch in batch_of_version.items()}

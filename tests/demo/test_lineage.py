@@ -39,3 +39,26 @@ def test_each_version_inherits_the_sessions_its_ancestors_trained_on(stack, tmp_
     assert lineages["2"].own_sessions == {"s1", "s2"}
     assert lineages["3"].own_sessions == {"s3"} and lineages["3"].all_sessions == {"s1", "s2", "s3"}
     assert lineages["3"].created_ms >= lineages["1"].created_ms > 0
+
+
+def test_commits_landing_while_the_audit_reads_are_left_for_the_next_read(tmp_path, monkeypatch):
+    """The pipelines keep committing while the demo's summary reads the table (a CI run once failed with
+    KeyError on a version that landed between two reads): each read sees one snapshot."""
+    import demo.lineage as audit
+
+    table_uri = str(tmp_path / "table")
+    _commit(table_uri, "batch-0", ["s1"])
+    _commit(table_uri, "batch-1", ["s2"])
+    read_commits = audit.TableHistory.commits_after
+    landed = []
+
+    def commits_then_one_lands(history, version=-1):
+        commits = read_commits(history, version)
+        _commit(table_uri, f"batch-late-{len(landed)}", [f"late-{len(landed)}"])
+        landed.append(True)
+        return commits
+
+    monkeypatch.setattr(audit.TableHistory, "commits_after", commits_then_one_lands)
+    first = audit.committed_at(table_uri)
+    assert sorted(first) == ["s1", "s2"] and landed
+    assert first["s1"] <= first["s2"]
