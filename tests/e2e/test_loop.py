@@ -17,10 +17,9 @@ from pathlib import Path
 import pytest
 
 from demo.config import DemoLiverlConfig
-from demo.run import run_demo
 from liverl.io.lineage import merge_offsets
 from liverl.io.table_history import TableHistory
-from tests.conftest import free_stage_ports, module_folder, stack_config
+from tests.e2e.loop_run import ended_on_its_count, loop_config, run_printing
 
 pytestmark = [pytest.mark.slow, pytest.mark.big_memory]
 
@@ -29,19 +28,6 @@ CEILING_S = 20 * 60.0  # traffic time only; the count ends the run long before o
 BASE_FIT_STEPS = 100  # of the demo's 800: calls that mostly parse; learning is not what this test judges
 DEMO_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "demo.toml"
 BASE_VERSION = "1"
-
-
-def permissive_gate(config: DemoLiverlConfig) -> None:
-    """The real gate code, told to pass any candidate with finite weights and figures."""
-    gate = config.trainer.gate
-    gate.online_eval_command = None  # the held-out product play: judged by tests/trainer and tests/demo
-    gate.confidence_z = 0.0
-    gate.max_kl = gate.max_nll_increase = gate.max_reward_drop = 1e6
-    gate.min_effective_fraction = 1e-9
-    gate.min_effective_sessions = 2.0  # the fewest the reward test takes: no deferral waiting for ten
-    gate.max_drift_alerts = 10**6
-    config.rewards.monitors.thresholds = {}
-    config.rewards.monitors.min_trajectories = 0
 
 
 def fit_brief_base_policy(config: DemoLiverlConfig) -> None:
@@ -60,16 +46,10 @@ def fit_brief_base_policy(config: DemoLiverlConfig) -> None:
 
 @pytest.fixture(scope="module")
 def demo_result(request, tmp_path_factory):
-    folder = module_folder(request, tmp_path_factory, "loop")
-    config = stack_config(folder, storage="disk", config_file=DEMO_CONFIG, schema=DemoLiverlConfig)
-    free_stage_ports(config)
-    config.demo.duration_s = CEILING_S
-    config.demo.run.stop_after_versions = STOP_AFTER_VERSIONS
-    config.demo.seed = 7
-    permissive_gate(config)
+    config = loop_config(request, tmp_path_factory, "loop", DEMO_CONFIG, ceiling_s=CEILING_S,
+                         stop_after_versions=STOP_AFTER_VERSIONS, seed=7)
     fit_brief_base_policy(config)
-    lines: list[str] = []
-    result = run_demo(config, say=lambda line: (lines.append(line), print(line, flush=True)))
+    result, lines = run_printing(config)
     return result, lines, config
 
 
@@ -88,7 +68,7 @@ def test_the_run_ended_on_its_count_of_served_trained_versions(demo_result):
     assert len(swapped_versions(result)) >= STOP_AFTER_VERSIONS, (
         f"serving swapped to {swapped_versions(result)} within the {CEILING_S:.0f} s ceiling; "
         f"see the logs under the test's stack data_dir")
-    assert any("demo.run.stop_after_versions" in line for line in lines), "the run ended on the clock, not the count"
+    assert ended_on_its_count(lines), "the run ended on the clock, not the count"
 
 
 def test_each_swapped_version_was_trained_only_on_sessions_that_ended_before_it_served(demo_result):

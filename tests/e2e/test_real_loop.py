@@ -4,7 +4,7 @@ search over the shipped corpus, an orchestrator with frozen helpers).
 
 One demo run (configs/demo-smollm2.toml, fixed seed) backs every assertion. It ends on a count: once the product
 was served STOP_AFTER_VERSIONS trained adapter versions, with CEILING_S only as the ceiling. The gate is the real
-code told to pass any finite candidate (tests/e2e/test_loop.py says why), and the held-out comparison plays a
+code told to pass any finite candidate (tests/e2e/loop_run.py says why), and the held-out comparison plays a
 few tasks per family: whether a few minutes of training improve the model is what `make demo` measures
 (docs/measurements.md), not what a test on a busy machine can judge.
 """
@@ -16,14 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from demo.config import DemoLiverlConfig
-from demo.run import run_demo
 from infra.embedded.stack import down
 from liverl.contracts import names
 from liverl.io.registry import ModelRegistry
 from liverl.v1 import model_call_pb2
-from tests.conftest import free_stage_ports, module_folder, stack_config
-from tests.e2e.test_loop import permissive_gate
+from tests.e2e.loop_run import ended_on_its_count, loop_config, run_printing
 from trainer.io import pretrained
 
 pytestmark = [pytest.mark.slow, pytest.mark.big_memory]
@@ -36,20 +33,14 @@ DEMO_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "demo-smollm2.to
 
 @pytest.fixture(scope="module")
 def demo_result(request, tmp_path_factory):
-    folder = module_folder(request, tmp_path_factory, "real-loop")
-    config = stack_config(folder, storage="disk", config_file=DEMO_CONFIG, schema=DemoLiverlConfig)
-    free_stage_ports(config)
-    config.demo.duration_s = CEILING_S
-    config.demo.run.stop_after_versions = STOP_AFTER_VERSIONS
+    config = loop_config(request, tmp_path_factory, "real-loop", DEMO_CONFIG, ceiling_s=CEILING_S,
+                         stop_after_versions=STOP_AFTER_VERSIONS, seed=11)
     config.demo.real.heldout_tasks = HELDOUT_TASKS
-    config.demo.seed = 11
-    permissive_gate(config)
     config.trainer.gate.max_general_nll_increase = 10.0  # reported and recorded; judged in tests/trainer
     config.trainer.gate.min_holdout = 2  # the fewest the gate can judge: the first candidate with 2 can be served
     config.demo.run.keep_stack = True  # the registry and the topics are read after the run
-    lines: list[str] = []
     try:
-        result = run_demo(config, say=lambda line: (lines.append(line), print(line, flush=True)))
+        result, lines = run_printing(config)
         yield result, lines, config
     finally:
         down(config, say=lambda *_: None)
@@ -71,7 +62,7 @@ def test_a_trained_adapter_was_promoted_and_served_on_the_base(demo_result):
     swapped = [v for v in result.traffic.by_version() if v != "1"]
     assert len(swapped) >= STOP_AFTER_VERSIONS, (
         f"serving swapped to {swapped} within the {CEILING_S:.0f} s ceiling; see the logs under the test's data_dir")
-    assert any("demo.run.stop_after_versions" in line for line in lines), "the run ended on the clock, not the count"
+    assert ended_on_its_count(lines), "the run ended on the clock, not the count"
     registry = _registry(config)
     for version in swapped:
         tags = registry.tags(version)

@@ -15,14 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from demo.config import DemoLiverlConfig
-from demo.run import base_policy_folder, run_demo
+from demo.run import base_policy_folder
 from demo.tenants import CONTROL_SUFFIX
 from infra.embedded.stack import down
 from liverl.contracts import names
 from liverl.io.registry import ModelRegistry
-from tests.conftest import free_stage_ports, module_folder, stack_config
-from tests.e2e.test_loop import permissive_gate
+from tests.e2e.loop_run import ended_on_its_count, loop_config, run_printing
 
 pytestmark = [pytest.mark.slow, pytest.mark.big_memory]
 
@@ -38,15 +36,10 @@ def tenants_result(request, tmp_path_factory):
 
     from demo.policy import bootstrap_base_policy
 
-    folder = module_folder(request, tmp_path_factory, "tenants")
-    config = stack_config(folder, storage="disk", config_file=TENANTS_CONFIG, schema=DemoLiverlConfig)
-    free_stage_ports(config)
+    config = loop_config(request, tmp_path_factory, "tenants", TENANTS_CONFIG, ceiling_s=CEILING_S,
+                         stop_after_versions=1, seed=7)
     config.demo.tenants.count = len(TENANTS)
-    config.demo.duration_s = CEILING_S
-    config.demo.run.stop_after_versions = 1
-    config.demo.seed = 7
     config.demo.run.keep_stack = True  # the registry answers the assertions; stopped below
-    permissive_gate(config)
     config.trainer.gate.min_holdout = 2  # the fewest the gate judges with an error bar: a group's first versions pass
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -55,9 +48,8 @@ def tenants_result(request, tmp_path_factory):
                               answered_right=config.demo.toy_answered_right, answer_top=config.demo.toy_answer_top)
     finally:
         torch.set_num_threads(threads)
-    lines: list[str] = []
     try:
-        result = run_demo(config, say=lambda line: (lines.append(line), print(line, flush=True)))
+        result, lines = run_printing(config)
         yield result, lines, config
     finally:
         down(config, say=lambda *_: None)
@@ -67,7 +59,7 @@ def test_the_run_ended_when_every_tenant_was_served_its_own_adapter(tenants_resu
     _, lines, _ = tenants_result
     for tenant in TENANTS:
         assert any(f"{tenant} served its own adapter v" in line for line in lines), f"{tenant} never got its adapter"
-    assert any("demo.run.stop_after_versions" in line for line in lines), "the run ended on the clock, not the count"
+    assert ended_on_its_count(lines), "the run ended on the clock, not the count"
 
 
 def test_each_tenant_is_compared_on_both_arms_in_the_summary_and_the_report(tenants_result):

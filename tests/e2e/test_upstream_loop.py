@@ -7,7 +7,7 @@ weight-probed before any request is routed to it, with no failed request.
 
 One demo run (configs/demo-smollm2.toml, fixed seed) backs every assertion. It ends on a count, once the product was
 served STOP_AFTER_VERSIONS trained adapter versions, with CEILING_S only as the ceiling. The gate is the real code
-told to pass any finite candidate (tests/e2e/test_loop.py says why), and the held-out evaluation is off: it would
+told to pass any finite candidate (tests/e2e/loop_run.py says why), and the held-out evaluation is off: it would
 start yet another vLLM engine, and tests/e2e/test_real_loop.py plays it.
 """
 
@@ -20,14 +20,12 @@ from pathlib import Path
 import pytest
 
 from demo.config import DemoLiverlConfig
-from demo.run import run_demo
 from infra.embedded.stack import down
 from liverl.config.serving import UpstreamServingConfig
 from liverl.contracts import names
 from liverl.io.registry import ModelRegistry
 from liverl.v1 import model_call_pb2
-from tests.conftest import free_stage_ports, module_folder, stack_config
-from tests.e2e.test_loop import permissive_gate
+from tests.e2e.loop_run import ended_on_its_count, loop_config, run_printing
 from tests.serving.vllm_serve import API_KEY, VllmServe, start_all, stop_all
 from trainer.io.pretrained import ensure_converted, packaged_model
 
@@ -53,14 +51,9 @@ class UpstreamRun:
 
 @pytest.fixture(scope="module")
 def upstream_run(request, tmp_path_factory):
-    folder = module_folder(request, tmp_path_factory, "upstream-loop")
-    config = stack_config(folder, storage="disk", config_file=DEMO_CONFIG, schema=DemoLiverlConfig)
-    free_stage_ports(config)
-    config.demo.duration_s = CEILING_S
-    config.demo.run.stop_after_versions = STOP_AFTER_VERSIONS
+    config = loop_config(request, tmp_path_factory, "upstream-loop", DEMO_CONFIG, ceiling_s=CEILING_S,
+                         stop_after_versions=STOP_AFTER_VERSIONS, seed=13)
     config.demo.real.heldout_tasks = 0
-    config.demo.seed = 13
-    permissive_gate(config)
     config.trainer.gate.max_general_nll_increase = 10.0  # reported and recorded; judged in tests/trainer
     config.trainer.gate.min_holdout = 2  # the fewest the gate can judge: the first candidate with 2 can be served
     config.demo.run.keep_stack = True  # the registry and the topics are read after the run
@@ -80,10 +73,9 @@ def upstream_run(request, tmp_path_factory):
     config.serving.upstream = UpstreamServingConfig(urls=[s.url for s in servers], api_key_file=key_file,
                                                     timeout_s=SLOW_HOST_TIMEOUT_S)
     config.serving.engine = "upstream"
-    lines: list[str] = []
     start_all(servers)
     try:
-        result = run_demo(config, say=lambda line: (lines.append(line), print(line, flush=True)))
+        result, lines = run_printing(config)
         yield UpstreamRun(result, lines, config, servers, base)
     finally:
         down(config, say=lambda *_: None)
@@ -124,7 +116,7 @@ def test_an_adapter_trained_on_the_recorded_sessions_was_promoted_and_served(ups
     swapped = trained_versions(upstream_run)
     assert len(swapped) >= STOP_AFTER_VERSIONS, (
         f"serving swapped to {swapped} within the {CEILING_S:.0f} s ceiling; see the logs under the test's data_dir")
-    assert any("demo.run.stop_after_versions" in line for line in upstream_run.lines), "the run ended on the clock"
+    assert ended_on_its_count(upstream_run.lines), "the run ended on the clock, not the count"
     registry = ModelRegistry(config.mlflow.tracking_uri, config.mlflow.registered_model)
     recorded = {s.session_id for s in result.traffic.sessions}
     for version in swapped:
