@@ -6,9 +6,10 @@ nothing), the median over the rounds with its 95% interval, which decides the go
     .venv/bin/python bench/upstream_bench.py                          # 3 rounds of 64 requests, 8 at a time
     .venv/bin/python bench/upstream_bench.py --requests 128 --concurrency 16 --max-tokens 32 --rounds 5
     .venv/bin/python bench/upstream_bench.py --shared                 # liverl and vLLM on the same cores
+    .venv/bin/python bench/upstream_bench.py --model .liverl/base-smollm2 --rounds 9   # the real model
 
-Starts its own embedded stack (broker + MLflow, for the ModelCalls), one vLLM server of a tiny Llama with the flags
-of docs/upstream.md (tests/serving/vllm_serve.py), and liverl on a thread of this process. The clients run in a
+Starts its own embedded stack (broker + MLflow, for the ModelCalls), one vLLM server of a tiny Llama (or --model's
+folder) with the flags of docs/upstream.md (tests/serving/vllm_serve.py), and liverl on a thread of this process. The clients run in a
 driver process of their own (`--drive`), as a product's would, so the server's overhead is measured and not the
 clients' competing for its GIL. Both paths get the same prompt token ids and seeds, so they sample the same tokens;
 the paths alternate within each round, and the ratio is the median of the rounds' ratios. "liverl CPU/request" is
@@ -114,6 +115,9 @@ def main(argv=None) -> None:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--model", type=Path, default=None,
+                        help="serve this HF folder (e.g. .liverl/base-smollm2, which `liverl train --init-from-package "
+                             "smollm2` converts); default: a tiny Llama")
     parser.add_argument("--shared", action="store_true",
                         help="liverl, the clients and vLLM on every core (liverl on the fleet's host); default: "
                              "vLLM on half the cores, liverl and the clients on the other (liverl on its own host)")
@@ -132,7 +136,7 @@ def main(argv=None) -> None:
 
     with tempfile.TemporaryDirectory(prefix="upstream-bench-") as tmp:
         tmp = Path(tmp)
-        base = build_policy(tmp / "base", WORDS, arch="llama", n_positions=128, seed=0)
+        base = args.model or build_policy(tmp / "base", WORDS, arch="llama", n_positions=128, seed=0)
         (tmp / "key").write_text(API_KEY)
         vllm = _start_vllm(VllmServe(base, tmp / "vllm.log"), split)
         try:

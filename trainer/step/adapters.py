@@ -140,7 +140,8 @@ def attach_adapter(model: PreTrainedModel, config: LoraConfig, base_folder: Path
     blocks = {}
     if config.top_layers is not None:
         total = model.config.num_hidden_layers
-        blocks = {"layers_to_transform": list(range(max(0, total - config.top_layers), total)), "layers_pattern": "layers"}
+        blocks = {"layers_to_transform": list(range(max(0, total - config.top_layers), total)),
+                  "layers_pattern": "layers"}
     lora = peft.LoraConfig(
         r=config.rank, lora_alpha=config.alpha, lora_dropout=config.dropout,
         target_modules=target_modules(model, config.target_modules),
