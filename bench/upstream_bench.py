@@ -9,12 +9,13 @@ nothing), the median over the rounds with its 95% interval, which decides the go
     .venv/bin/python bench/upstream_bench.py --model .liverl/base-smollm2 --rounds 9   # the real model
 
 Starts its own embedded stack (broker + MLflow, for the ModelCalls), one vLLM server of a tiny Llama (or --model's
-folder) with the flags of docs/upstream.md (tests/serving/vllm_serve.py), and liverl on a thread of this process. The clients run in a
-driver process of their own (`--drive`), as a product's would, so the server's overhead is measured and not the
-clients' competing for its GIL. Both paths get the same prompt token ids and seeds, so they sample the same tokens;
-the paths alternate within each round, and the ratio is the median of the rounds' ratios. "liverl CPU/request" is
-what this process (liverl's server and recorder) spent per request of the liverl path (and, as "idle", per request
-of the direct path, when it serves nothing).
+folder) with the flags of docs/upstream.md (tests/serving/vllm_serve.py), and liverl on a thread of this process.
+The clients run in a driver process of their own (`--drive`), as a product's would, so the server's overhead is
+measured and not the clients' competing for its GIL. Both paths get the same prompt token ids and seeds, so they
+sample the same tokens; the paths alternate within each round, and the ratio is the median of the rounds' ratios.
+"liverl CPU/request" is what this process (liverl's server and recorder) spent per request of the liverl path (and,
+as "idle", per request of the direct path, when it serves nothing). A request that fails on either path is counted
+and printed, and any failure means the goal is not met.
 
 Two modes, the one that ran printed first:
 
@@ -225,17 +226,22 @@ def _rounds(args, vllm, api_key: str, liverl_url: str, liverl_model: str) -> Non
           f"tokens, {args.concurrency} at a time, streamed", flush=True)
     for warm_up in (direct, through):  # connections, caches and the recorder's first write out of the rounds
         _drive({**warm_up, "requests": args.concurrency})
-    ratios = []
+    ratios, failed = [], [0, 0]
     for round_ in range(1, args.rounds + 1):
         runs = [_drive(direct), _drive(through)] if round_ % 2 else list(reversed([_drive(through), _drive(direct)]))
         ratio = runs[1]["tokens_per_s"] / runs[0]["tokens_per_s"]
         ratios.append(ratio)
+        failed = [failed[0] + runs[0]["failed"], failed[1] + runs[1]["failed"]]
         print(f"round {round_} | direct tok/s {runs[0]['tokens_per_s']:8.1f} p50 {runs[0]['p50_ms']:7.1f} ms | "
               f"liverl tok/s {runs[1]['tokens_per_s']:8.1f} p50 {runs[1]['p50_ms']:7.1f} ms | "
               f"ratio x{ratio:.3f} | liverl CPU/request {runs[1]['liverl_cpu_ms']:.1f} ms "
               f"(idle {runs[0]['liverl_cpu_ms']:.1f}) | failed {runs[0]['failed']}/{runs[1]['failed']} | "
               f"tokens {runs[0]['tokens']}/{runs[1]['tokens']} | load {os.getloadavg()[0]:.2f}", flush=True)
     print(f"ratio liverl/direct tokens/s over {len(ratios)} rounds: {median_interval(ratios).line(GOAL)}", flush=True)
+    sent = args.requests * len(ratios)
+    if any(failed):  # a failed request is a goal missed, whatever the ratio of those that were answered
+        print(f"FAILED requests: direct {failed[0]} of {sent}, through liverl {failed[1]} of {sent}: the goal is "
+              "not met while any request fails", flush=True)
 
 
 if __name__ == "__main__":

@@ -99,6 +99,10 @@ class UpstreamServingConfig(Section):
     the next one."""
     max_connections: int = Field(512, ge=1, le=100_000)
     """Open connections to all servers together (requests in flight past it wait for one)."""
+    idle_connection_s: float = Field(2.0, gt=0.0, le=3600.0)
+    """How long a connection to a server is kept idle for reuse. Keep it below the servers' own keep-alive
+    (vLLM's VLLM_HTTP_TIMEOUT_KEEP_ALIVE, 5 s by default): a request sent on a connection just as the server
+    closes it fails at the transport, and a failure at the transport takes that server out of rotation."""
     reconcile_interval_s: float = Field(5.0, gt=0.0, le=3600.0)
     """How often a server out of rotation (it refused a connection, or answered 5xx before a token) is checked
     again; the fleet then reloads the adapters a restarted server lost, and probes them, before it takes traffic."""

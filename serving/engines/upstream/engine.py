@@ -67,11 +67,12 @@ class UpstreamEngine:
         self._client = httpx.AsyncClient(
             headers=auth,
             timeout=httpx.Timeout(u.timeout_s, connect=u.connect_timeout_s),
-            limits=httpx.Limits(max_connections=u.max_connections, max_keepalive_connections=u.max_connections))
+            limits=httpx.Limits(max_connections=u.max_connections, max_keepalive_connections=u.max_connections,
+                                keepalive_expiry=u.idle_connection_s))
         self._streams = aiohttp.ClientSession(
             headers=auth,
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=u.connect_timeout_s, sock_read=u.timeout_s),
-            connector=aiohttp.TCPConnector(limit=u.max_connections))
+            connector=aiohttp.TCPConnector(limit=u.max_connections, keepalive_timeout=u.idle_connection_s))
         try:
             for url in u.urls:
                 await self._check_server(url)
@@ -304,7 +305,8 @@ def make_fleet(config: ServingConfig, api_key: str | None):
 
     u = config.upstream
     return UpstreamFleet(u.urls, api_key, u.timeout_s, reconcile_interval_s=u.reconcile_interval_s,
-                         serving_config=config, served_model=u.served_model or None, say=log.info)
+                         serving_config=config, served_model=u.served_model or None, say=log.info,
+                         idle_connection_s=u.idle_connection_s)
 
 
 def _finish(reason: str | None) -> str:

@@ -70,17 +70,20 @@ class UpstreamFleet:
     def __init__(self, urls: list[str], api_key: str | None, timeout_s: float,
                  reconcile_interval_s: float = 5.0, serving_config: ServingConfig | None = None,
                  metrics: ServingMetrics | None = None, server_path: Callable[[Path], str] | None = None,
-                 served_model: str | None = None, say: Callable[[str], None] = print):
+                 served_model: str | None = None, say: Callable[[str], None] = print,
+                 idle_connection_s: float = 2.0):
         """serving_config: its dtype and weight-probe settings set the probe's tolerance (set dtype to the fleet's:
         "float32", or "bfloat16"/"float16"/"auto" for the half-precision tolerance). server_path: where an adapter
         folder is on the servers' filesystem (default: the same path; the folders must be readable there).
-        served_model: the servers' base model name (default: the one base model each server's /v1/models lists)."""
+        served_model: the servers' base model name (default: the one base model each server's /v1/models lists).
+        idle_connection_s: how long an idle connection is kept for reuse (serving.upstream.idle_connection_s)."""
         if not urls:
             raise ValueError("UpstreamFleet needs at least one server URL (e.g. http://10.0.0.5:8000)")
         self._servers = [UpstreamServer(url.rstrip("/").removesuffix("/v1")) for url in urls]
         self._api_key = api_key
         self._timeout_s = timeout_s
         self._interval_s = reconcile_interval_s
+        self._idle_connection_s = idle_connection_s
         self._config = serving_config or ServingConfig()
         self._metrics = metrics or ServingMetrics()
         self._server_path = server_path or str
@@ -102,7 +105,8 @@ class UpstreamFleet:
     async def start(self) -> None:
         """Check every server answers and serves the same base model; then keep them reconciled in the background."""
         headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
-        self._client = httpx.AsyncClient(timeout=self._timeout_s, headers=headers)
+        self._client = httpx.AsyncClient(timeout=self._timeout_s, headers=headers,
+                                         limits=httpx.Limits(keepalive_expiry=self._idle_connection_s))
         bases = {}
         for server in self._servers:
             try:
@@ -311,15 +315,23 @@ class UpstreamFleet:
 
     async def _call(self, server: UpstreamServer, method: str, path: str, body: dict | None = None,
                     headers: dict | None = None, timeout_s: float | None = None) -> httpx.Response:
-        """One request; a transport failure takes the server out of pick() and raises UpstreamUnavailable."""
+        """One request; a transport failure takes the server out of pick() and raises UpstreamUnavailable. A read
+        (GET) that fails at the transport is sent once more first, on a new connection: a kept-alive connection the
+        server closed as the request went out is not a server down (the reconcile every few seconds met exactly that
+        on an idle connection, and took the only server out of rotation for a round)."""
         if self._client is None:
             raise RuntimeError("UpstreamFleet used before start(): await fleet.start() first")
-        try:
-            return await self._client.request(method, server.url + path, json=body, headers=headers,
-                                              timeout=timeout_s or self._timeout_s)
-        except httpx.TransportError as error:
-            self._mark_down(server, f"{type(error).__name__}: {error}")
-            raise UpstreamUnavailable(f"{server.url}{path}: {type(error).__name__}: {error}") from error
+        retries = 1 if method == "GET" else 0
+        while True:
+            try:
+                return await self._client.request(method, server.url + path, json=body, headers=headers,
+                                                  timeout=timeout_s or self._timeout_s)
+            except httpx.TransportError as error:
+                if retries and not isinstance(error, httpx.TimeoutException):  # a timeout is not a closed connection
+                    retries -= 1
+                    continue  # httpx dropped the failed connection: the next try opens a new one
+                self._mark_down(server, f"{type(error).__name__}: {error}")
+                raise UpstreamUnavailable(f"{server.url}{path}: {type(error).__name__}: {error}") from error
 
     def _mark_down(self, server: UpstreamServer, reason: str) -> None:
         if server.healthy:
