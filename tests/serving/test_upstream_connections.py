@@ -1,10 +1,10 @@
 """The upstream fleet's connections to its servers: a kept-alive connection the server closes is not a server down,
 and a connection is never kept idle past serving.upstream.idle_connection_s.
 
-A benchmark in front of one `vllm serve` lost a whole round (64 requests failed): the fleet's reconcile, every 5 s,
-sent /health on a connection idle for 5 s, which is also when vLLM's server closes an idle connection (its
-keep-alive); the read failed, the fleet took the only server out of rotation, and every request found none. The
-servers here are a few lines of asyncio on 127.0.0.1 that answer as vLLM's does and close connections on cue.
+A benchmark in front of one `vllm serve` lost 96 requests in two rounds: the fleet's reconcile /health, every 5 s
+on a connection idle for 5 s, failed with a read error (likely: vLLM's server closes a connection idle for 5 s, its
+keep-alive), the fleet took the only server out of rotation, and every request found none. The servers here are a
+few lines of asyncio on 127.0.0.1 that answer as vLLM's does and close connections on cue.
 """
 
 from __future__ import annotations

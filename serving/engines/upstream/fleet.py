@@ -317,8 +317,8 @@ class UpstreamFleet:
                     headers: dict | None = None, timeout_s: float | None = None) -> httpx.Response:
         """One request; a transport failure takes the server out of pick() and raises UpstreamUnavailable. A read
         (GET) that fails at the transport is sent once more first, on a new connection: a kept-alive connection the
-        server closed as the request went out is not a server down (the reconcile every few seconds met exactly that
-        on an idle connection, and took the only server out of rotation for a round)."""
+        server closed as the request went out is not a server down (a benchmark's reconcile /health failed so, likely
+        on a connection the server was closing, and took the only server out of rotation)."""
         if self._client is None:
             raise RuntimeError("UpstreamFleet used before start(): await fleet.start() first")
         retries = 1 if method == "GET" else 0
