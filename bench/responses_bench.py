@@ -55,15 +55,14 @@ def main(argv=None) -> None:
 
 def _bench(server, args) -> None:
     from bench.report import environment, environment_line, record
+    from liverl.contracts.chat import render_chat
+    from serving.engines import tokens
     from serving.engines.engine import Sampling
 
-    from liverl.contracts.chat import render_chat
-
     slot = server.router.champion
-    # The prompt both HTTP paths give the engine (one user message, rendered by the model's chat template), so the
+    # The prompt both HTTP paths give the engine (one user message, rendered and encoded as serving does), so the
     # three paths prefill the same tokens and a real chat model ends its replies alike on each.
-    prompt_ids = list(slot.tokenizer(render_chat(slot.tokenizer, [{"role": "user", "content": PROMPT}], None),
-                                     add_special_tokens=True)["input_ids"])
+    prompt_ids = tokens.encode(slot.tokenizer, render_chat(slot.tokenizer, [{"role": "user", "content": PROMPT}], None))
     server_loop = server._http_task.get_loop()  # running_server's loop, where the engine lives
 
     async def direct_run(requests: int) -> Run:

@@ -231,7 +231,8 @@ def _rounds(args, vllm, api_key: str, liverl_url: str, liverl_model: str) -> Non
         runs = [_drive(direct), _drive(through)] if round_ % 2 else list(reversed([_drive(through), _drive(direct)]))
         ratio = runs[1]["tokens_per_s"] / runs[0]["tokens_per_s"]
         ratios.append(ratio)
-        failed = [failed[0] + runs[0]["failed"], failed[1] + runs[1]["failed"]]
+        failed[0] += runs[0]["failed"]
+        failed[1] += runs[1]["failed"]
         print(f"round {round_} | direct tok/s {runs[0]['tokens_per_s']:8.1f} p50 {runs[0]['p50_ms']:7.1f} ms | "
               f"liverl tok/s {runs[1]['tokens_per_s']:8.1f} p50 {runs[1]['p50_ms']:7.1f} ms | "
               f"ratio x{ratio:.3f} | liverl CPU/request {runs[1]['liverl_cpu_ms']:.1f} ms "

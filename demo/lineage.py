@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from liverl.io import lineage as codec
 from liverl.io.lineage import KafkaOffsets
 from liverl.io.registry import ModelRegistry
-from liverl.io.table_history import TableCommit, TableHistory
+from liverl.io.table_history import TableHistory
 
 
 @dataclass
@@ -27,7 +27,30 @@ class VersionLineage:
     all_sessions: set[str] = field(default_factory=set)  # its own and every ancestor's
 
 
-def read_lineage(tracking_uri: str, model_name: str, table_uri: str) -> dict[str, VersionLineage]:
+@dataclass(frozen=True)
+class TableSessions:
+    """One read of the trajectory table: when each commit was written and the session ids of the rows it added."""
+
+    commit_s: dict[int, float]  # table version -> unix s
+    sessions_by_version: dict[int, set[str]]  # table version -> session ids (one commit = one batch)
+
+
+def read_table_sessions(table_uri: str) -> TableSessions:
+    """The table's commits, read once, and its rows at the newest of them. The pipelines keep committing while the
+    demo's summary reads, so a second read of either could name a version the first never saw."""
+    history = TableHistory(table_uri)
+    commits = history.commits_after(-1)
+    if not commits:
+        return TableSessions({}, {})
+    sessions_by_batch: dict[str, set[str]] = {}
+    for row in history.rows_up_to(version=commits[-1].version, columns=["batch_id", "session_id"]):
+        sessions_by_batch.setdefault(row["batch_id"], set()).add(row["session_id"])
+    return TableSessions({commit.version: commit.timestamp_ms / 1000 for commit in commits},
+                         {commit.version: sessions_by_batch.get(commit.batch_id, set())
+                          for commit in commits if commit.batch_id})
+
+
+def read_lineage(tracking_uri: str, model_name: str, table: TableSessions) -> dict[str, VersionLineage]:
     """Every registered version with the session ids it (and its ancestors) trained on."""
     lineages: dict[str, VersionLineage] = {}
     for mv in ModelRegistry(tracking_uri, model_name).versions():
@@ -36,10 +59,9 @@ def read_lineage(tracking_uri: str, model_name: str, table_uri: str) -> dict[str
             version=mv.version, parent=decoded.parent_version or "", created_ms=mv.created_ms,
             table_versions=list(decoded.table_versions), kafka_offsets=decoded.kafka_offsets, tags=mv.tags,
         )
-    sessions_by_table_version = _sessions_by_table_version(TableHistory(table_uri))
     for lineage in lineages.values():
         for table_version in lineage.table_versions:
-            lineage.own_sessions |= sessions_by_table_version.get(table_version, set())
+            lineage.own_sessions |= table.sessions_by_version.get(table_version, set())
     for lineage in lineages.values():
         seen, cursor = set(), lineage
         while cursor is not None and cursor.version not in seen:
@@ -49,28 +71,10 @@ def read_lineage(tracking_uri: str, model_name: str, table_uri: str) -> dict[str
     return lineages
 
 
-def committed_at(table_uri: str) -> dict[str, float]:
+def committed_at(table: TableSessions) -> dict[str, float]:
     """session id -> when (unix s) the first commit holding its rows was written."""
-    history = TableHistory(table_uri)
-    commits = history.commits_after(-1)
-    commit_s = {commit.version: commit.timestamp_ms / 1000 for commit in commits}
     first: dict[str, float] = {}
-    for version, sessions in sorted(_sessions_by_table_version(history, commits).items()):
+    for version, sessions in sorted(table.sessions_by_version.items()):
         for session_id in sessions:
-            first.setdefault(session_id, commit_s[version])
+            first.setdefault(session_id, table.commit_s[version])
     return first
-
-
-def _sessions_by_table_version(table: TableHistory, commits: list[TableCommit] | None = None) -> dict[int, set[str]]:
-    """table version -> session ids of the rows that commit added (one commit = one batch).
-
-    The pipelines keep committing while this reads, so the commits are read once and the rows at the newest of
-    them: a second read of either could name a version the first never saw."""
-    commits = table.commits_after(-1) if commits is None else commits
-    if not commits:
-        return {}
-    batch_of_version = {commit.version: commit.batch_id for commit in commits if commit.batch_id}
-    sessions_by_batch: dict[str, set[str]] = {}
-    for row in table.rows_up_to(version=commits[-1].version, columns=["batch_id", "session_id"]):
-        sessions_by_batch.setdefault(row["batch_id"], set()).add(row["session_id"])
-    return {version: sessions_by_batch.get(batch, set()) for version, batch in batch_of_version.items()}

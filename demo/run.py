@@ -18,7 +18,7 @@ from demo.config import DemoLiverlConfig
 from demo.freshness import Freshness, first_served_at, freshness
 from demo.interrupt import DemoInterrupt, interrupt_handling
 from demo.gate_summary import describe_gate
-from demo.lineage import VersionLineage, committed_at, read_lineage
+from demo.lineage import VersionLineage, committed_at, read_lineage, read_table_sessions
 from demo.policy.demonstrations import RECOVERY
 from demo.services import StageProcess, run_stage, start_stage
 from demo.stage_env import config_environment
@@ -258,11 +258,12 @@ def _summarise(config: DemoLiverlConfig, traffic, say, stages: list[StageProcess
     tenant_traffic = None
     if demo.tenants.count:  # the single-tenant summary below reads every arm's sessions together
         tenant_traffic, traffic = traffic, traffic.combined()
-    lineage = read_lineage(config.mlflow.tracking_uri, config.mlflow.registered_model, config.table.trajectories_uri)
+    table = read_table_sessions(config.table.trajectories_uri)
+    lineage = read_lineage(config.mlflow.tracking_uri, config.mlflow.registered_model, table)
     verdict = judge_rise(traffic.by_version(), min_sessions=demo.run.min_sessions_per_version)
     served_at = first_served_at(traffic.sessions)
     fresh = freshness(traffic.sessions, {v: l.all_sessions for v, l in lineage.items()}, served_at,
-                      committed_at(config.table.trajectories_uri), {v: l.created_ms / 1000 for v, l in lineage.items()})
+                      committed_at(table), {v: l.created_ms / 1000 for v, l in lineage.items()})
     champion = _registry(config).alias_version(names.ALIAS_CHAMPION)
     served = _now_serving(config, traffic)
     trained_on = lineage.get(served)

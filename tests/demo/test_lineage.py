@@ -7,7 +7,7 @@ import uuid
 import pyarrow as pa
 from deltalake import CommitProperties, write_deltalake
 
-from demo.lineage import read_lineage
+from demo.lineage import read_lineage, read_table_sessions
 from liverl.contracts import names
 from liverl.io.lineage import Lineage, encode, encode_offsets
 from liverl.io.registry import ModelRegistry
@@ -32,7 +32,7 @@ def test_each_version_inherits_the_sessions_its_ancestors_trained_on(stack, tmp_
                     Lineage(table_versions=(1,), parent_version="2")):
         registry.register_folder(folder, encode(lineage), "lineage-tests", "v")
 
-    lineages = read_lineage(stack.mlflow.tracking_uri, registry.name, table_uri)
+    lineages = read_lineage(stack.mlflow.tracking_uri, registry.name, read_table_sessions(table_uri))
     assert sorted(lineages) == ["1", "2", "3"]
     assert lineages["1"].parent == "" and lineages["1"].all_sessions == set()
     assert lineages["2"].table_versions == [0] and lineages["2"].kafka_offsets == {"e": {"0": [0, 4]}}
@@ -59,6 +59,6 @@ def test_commits_landing_while_the_audit_reads_are_left_for_the_next_read(tmp_pa
         return commits
 
     monkeypatch.setattr(audit.TableHistory, "commits_after", commits_then_one_lands)
-    first = audit.committed_at(table_uri)
+    first = audit.committed_at(audit.read_table_sessions(table_uri))
     assert sorted(first) == ["s1", "s2"] and landed
     assert first["s1"] <= first["s2"]

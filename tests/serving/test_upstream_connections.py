@@ -13,6 +13,7 @@ import asyncio
 
 import pytest
 
+from liverl.config.serving import ServingConfig
 from serving.engines.upstream.fleet import UpstreamFleet, UpstreamUnavailable
 
 MODELS = b'{"object": "list", "data": [{"id": "base", "object": "model", "parent": null}]}'
@@ -56,8 +57,9 @@ class Server:
 
 
 def _fleet(url: str, idle_connection_s: float = 2.0) -> UpstreamFleet:
-    return UpstreamFleet([url], None, timeout_s=5.0, reconcile_interval_s=3600.0, say=lambda line: None,
-                         idle_connection_s=idle_connection_s)
+    config = ServingConfig.model_validate({"upstream": {"idle_connection_s": idle_connection_s}})
+    return UpstreamFleet([url], None, timeout_s=5.0, reconcile_interval_s=3600.0, serving_config=config,
+                         say=lambda line: None)
 
 
 def test_a_kept_alive_connection_closed_under_a_read_is_tried_again_not_taken_out():

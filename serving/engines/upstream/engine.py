@@ -305,8 +305,7 @@ def make_fleet(config: ServingConfig, api_key: str | None):
 
     u = config.upstream
     return UpstreamFleet(u.urls, api_key, u.timeout_s, reconcile_interval_s=u.reconcile_interval_s,
-                         serving_config=config, served_model=u.served_model or None, say=log.info,
-                         idle_connection_s=u.idle_connection_s)
+                         serving_config=config, served_model=u.served_model or None, say=log.info)
 
 
 def _finish(reason: str | None) -> str:

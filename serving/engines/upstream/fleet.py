@@ -70,20 +70,18 @@ class UpstreamFleet:
     def __init__(self, urls: list[str], api_key: str | None, timeout_s: float,
                  reconcile_interval_s: float = 5.0, serving_config: ServingConfig | None = None,
                  metrics: ServingMetrics | None = None, server_path: Callable[[Path], str] | None = None,
-                 served_model: str | None = None, say: Callable[[str], None] = print,
-                 idle_connection_s: float = 2.0):
+                 served_model: str | None = None, say: Callable[[str], None] = print):
         """serving_config: its dtype and weight-probe settings set the probe's tolerance (set dtype to the fleet's:
-        "float32", or "bfloat16"/"float16"/"auto" for the half-precision tolerance). server_path: where an adapter
+        "float32", or "bfloat16"/"float16"/"auto" for the half-precision tolerance), and its
+        upstream.idle_connection_s how long an idle connection is kept for reuse. server_path: where an adapter
         folder is on the servers' filesystem (default: the same path; the folders must be readable there).
-        served_model: the servers' base model name (default: the one base model each server's /v1/models lists).
-        idle_connection_s: how long an idle connection is kept for reuse (serving.upstream.idle_connection_s)."""
+        served_model: the servers' base model name (default: the one base model each server's /v1/models lists)."""
         if not urls:
             raise ValueError("UpstreamFleet needs at least one server URL (e.g. http://10.0.0.5:8000)")
         self._servers = [UpstreamServer(url.rstrip("/").removesuffix("/v1")) for url in urls]
         self._api_key = api_key
         self._timeout_s = timeout_s
         self._interval_s = reconcile_interval_s
-        self._idle_connection_s = idle_connection_s
         self._config = serving_config or ServingConfig()
         self._metrics = metrics or ServingMetrics()
         self._server_path = server_path or str
@@ -106,7 +104,7 @@ class UpstreamFleet:
         """Check every server answers and serves the same base model; then keep them reconciled in the background."""
         headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
         self._client = httpx.AsyncClient(timeout=self._timeout_s, headers=headers,
-                                         limits=httpx.Limits(keepalive_expiry=self._idle_connection_s))
+                                         limits=httpx.Limits(keepalive_expiry=self._config.upstream.idle_connection_s))
         bases = {}
         for server in self._servers:
             try:
