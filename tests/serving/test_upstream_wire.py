@@ -24,6 +24,9 @@ async def _stream(request: web.Request) -> web.StreamResponse:
     body = await request.json()
     if body["model"] == "refuse":
         return web.json_response({"error": "no such model"}, status=404)
+    if body["model"] == "aborted" and not body["stream"]:  # what vLLM answers a request it aborted: 200, no tokens
+        return web.json_response({"choices": [{"text": "", "token_ids": [], "finish_reason": "abort",
+                                               "logprobs": {"token_logprobs": []}}]})
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await response.prepare(request)
     events = _event({"token_ids": [7], "logprobs": {"token_logprobs": [-0.5]}, "prompt_token_ids": PROMPT,
@@ -31,6 +34,8 @@ async def _stream(request: web.Request) -> web.StreamResponse:
     events += _event({"token_ids": [8, 9], "logprobs": {"token_logprobs": [-0.25, -1.0]}, "finish_reason": "length"})
     if body["model"] == "mid-stream-error":
         events += b'data: {"error": {"message": "engine died"}}\n\n'
+    if body["model"] == "aborted":  # paused with mode "abort" after its first token
+        events = events.split(b"\r\n\r\n")[0] + b"\r\n\r\n" + _event({"token_ids": [], "finish_reason": "abort"})
     events += b"data: [DONE]\r\n\r\n"
     for start in range(0, len(events), 4093):  # writes that cut lines (and "data:" itself) anywhere
         await response.write(events[start:start + 4093])
@@ -81,6 +86,12 @@ def test_refusals_and_failures_are_errors_that_say_so():
             assert refused.value.status == 404
             with pytest.raises(RuntimeError, match="failed mid-stream: .*engine died"):
                 [piece async for piece in wire.complete(session, url, _body("mid-stream-error"))]
+            streamed = wire.complete(session, url, _body("aborted"))
+            assert (await anext(streamed)).token_ids == [7]
+            with pytest.raises(wire.ServerAborted, match="aborted the request"):
+                await anext(streamed)  # never a reply cut short and passed off as finished
+            with pytest.raises(wire.ServerAborted):
+                await anext(wire.complete(session, url, _body("aborted") | {"stream": False}))
             closed = url.rsplit(":", 1)[0] + ":1"  # nothing listens on port 1
             with pytest.raises(wire.TRANSPORT_ERRORS):
                 await anext(wire.complete(session, closed, _body("m")))

@@ -2,9 +2,10 @@
 through an UpstreamFleet sent without pause (each worker picks a server for the route it is told, asks it for one
 greedy token and records who answered what).
 
-A request its server failed (the connection broke, or a 5xx: a vLLM server shutting down answers the requests in
-flight with 500 EngineDeadError) is reported to the fleet and sent once more to another pick, as the upstream
-engine does; anything else (a 4xx such as an unknown model, no server to pick, a second failure) is a failure.
+A request its server failed (the connection broke; a 5xx: a vLLM server shutting down answers the requests in
+flight with 500 EngineDeadError; or a 200 with finish_reason "abort", which it answers them with too) is reported to
+the fleet and sent once more to another pick, as the upstream engine does; anything else (a 4xx such as an unknown
+model, no server to pick, a second failure) is a failure.
 """
 
 from __future__ import annotations
@@ -87,6 +88,8 @@ class Traffic:
                 response = await self._client.post(f"{url}/v1/completions", json={
                     "model": model, "prompt": self.prompt, "max_tokens": 1, "temperature": 0.0, "logprobs": 0})
                 failed = f"HTTP {response.status_code} {response.text[:200]}" if response.status_code >= 500 else None
+                if response.status_code == 200 and response.json()["choices"][0]["finish_reason"] == "abort":
+                    failed = "aborted (finish_reason \"abort\": the server is stopping)"
             except httpx.TransportError as error:
                 failed = f"{type(error).__name__}: {error}"
             if failed:

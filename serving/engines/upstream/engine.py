@@ -201,9 +201,9 @@ class UpstreamEngine:
 
     async def _open(self, prompt_token_ids: list[int], sampling: Sampling, request_id: str, final_only: bool,
                     adapter: Adapter | None) -> tuple[str, wire.Piece, AsyncIterator[wire.Piece]]:
-        """(server, its first piece, the rest): a server that cannot be reached or answers 5xx before its first
-        piece is reported to the fleet and the next one is tried; a failure after it fails the request (its
-        tokens may already be with the client)."""
+        """(server, its first piece, the rest): a server that cannot be reached, answers 5xx or aborts the request
+        before its first piece is reported to the fleet and the next one is tried; a failure after it fails the
+        request (its tokens may already be with the client), never an empty or cut reply passed off as finished."""
         self._require_started()
         streams, fleet = self._streams, self._fleet  # this request's: a shutdown meanwhile drops the engine's
         adapter_name = adapter.name if adapter is not None else None
@@ -216,7 +216,7 @@ class UpstreamEngine:
                 first = await anext(pieces)
             except StopAsyncIteration:
                 raise RuntimeError(f"upstream server {url} answered request {request_id} with nothing") from None
-            except (*wire.TRANSPORT_ERRORS, wire.ServerRefused) as error:
+            except (*wire.TRANSPORT_ERRORS, wire.ServerRefused, wire.ServerAborted) as error:
                 if isinstance(error, wire.ServerRefused) and error.status < 500:
                     raise  # the request itself was refused: another server would refuse it too
                 fleet.report_failure(url, f"{type(error).__name__}: {error}")

@@ -40,6 +40,15 @@ class ServerRefused(RuntimeError):
         self.status = status
 
 
+class ServerAborted(RuntimeError):
+    """The server ended the request itself, with finish_reason "abort" (HTTP 200): vLLM aborts the requests it holds
+    when it shuts down, or when it is paused with mode "abort" (POST /pause, as RL trainers pause a fleet for a weight
+    update). Nothing was wrong with the request: another server may take it."""
+
+    def __init__(self, url: str):
+        super().__init__(f"vLLM server {url} aborted the request (finish_reason \"abort\": shutting down or paused)")
+
+
 @dataclass
 class Piece:
     """One chunk of a server's answer: the new sampled ids and their logprobs (UNKNOWN where missing)."""
@@ -87,16 +96,16 @@ def parse_choice(choice: dict) -> Piece:
 
 async def complete(session: aiohttp.ClientSession, url: str, body: dict) -> AsyncIterator[Piece]:
     """POST body to the server's /v1/completions: its pieces, one per stream chunk (or one when not streamed).
-    ServerRefused on an error status, one of TRANSPORT_ERRORS on transport failures. Completions go through aiohttp,
-    not httpx: a streamed completion of a few tokens cost liverl's event loop 2-4 ms of CPU through httpx and about
-    0.3 ms through aiohttp (docs/upstream.md, "Measured"), and that loop serves every request. The stream is read to
-    its end, past "[DONE]", so that the connection goes back to the pool; leaving early (aclose) closes it, which
-    vLLM takes as the client gone and aborts the request."""
+    ServerRefused on an error status, ServerAborted when the server aborts the request, one of TRANSPORT_ERRORS on
+    transport failures. Completions go through aiohttp, not httpx: a streamed completion of a few tokens cost
+    liverl's event loop 2-4 ms of CPU through httpx and about 0.3 ms through aiohttp (docs/upstream.md, "Measured"),
+    and that loop serves every request. The stream is read to its end, past "[DONE]", so that the connection goes
+    back to the pool; leaving early (aclose) closes it, which vLLM takes as the client gone and aborts the request."""
     async with session.post(f"{url}/v1/completions", data=orjson.dumps(body), headers=JSON) as response:
         if response.status != 200:
             raise ServerRefused(url, response.status, (await response.read()).decode(errors="replace"))
         if not body.get("stream"):
-            yield parse_choice(orjson.loads(await response.read())["choices"][0])
+            yield _unless_aborted(url, parse_choice(orjson.loads(await response.read())["choices"][0]))
             return
         async for line in response.content:  # line by line, whatever their length
             if not line.startswith(b"data:"):
@@ -108,7 +117,13 @@ async def complete(session: aiohttp.ClientSession, url: str, body: dict) -> Asyn
             if "error" in chunk:  # vLLM reports a failure mid-stream as an error event
                 raise RuntimeError(f"vLLM server {url} failed mid-stream: {chunk['error']}")
             if chunk.get("choices"):
-                yield parse_choice(chunk["choices"][0])
+                yield _unless_aborted(url, parse_choice(chunk["choices"][0]))
+
+
+def _unless_aborted(url: str, piece: Piece) -> Piece:
+    if piece.finish_reason == "abort":
+        raise ServerAborted(url)
+    return piece
 
 
 async def prompt_logprobs(client: httpx.AsyncClient, url: str, model: str, prompt_token_ids: list[int]) -> list[float]:
