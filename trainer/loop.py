@@ -161,7 +161,7 @@ class Trainer:
                 # a stop while they were judged (or registered) left them undecided
                 group.publisher.refuse_unjudged(self.state.groups[name].run_key, keep)
                 if self.tc.gate.background:
-                    group.gates = GateWorker(group.publisher, self.say)
+                    group.gates = GateWorker(group.publisher, self.say, self.dir / "gate" / f"open-test-{name}.json")
         self.say(self._ready_line())
         for name in self.groups:
             if self.state.groups[name].pending:  # crashed between checkpoint and registration: finish it first

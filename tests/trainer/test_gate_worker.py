@@ -4,6 +4,7 @@ versions left undecided are refused at the next start so that every version carr
 
 from __future__ import annotations
 
+import json
 import threading
 from types import SimpleNamespace
 from dataclasses import dataclass
@@ -24,15 +25,20 @@ from trainer.io.registry import TAG_CHECKPOINT, Registry
 
 
 class SlowJudge:
-    """The two CheckpointPublisher calls the worker makes; decide() waits for `release` so a judgement is seen
-    running."""
+    """The CheckpointPublisher calls the worker makes; decide() waits for `release` so a judgement is seen running.
+    The champion stays v1."""
 
     gate = GateConfig()
+    champion_alias = names.ALIAS_CHAMPION
 
     def __init__(self):
         self.release = threading.Event()
         self.started: list[str] = []
         self.refused: list[tuple[str, str]] = []
+        self.registry = self
+
+    def alias_version(self, alias):
+        return "1"
 
     def decide(self, version, checkpoint):
         self.started.append(version)
@@ -52,10 +58,11 @@ class Candidate:
 
     name: str
     evidence: GateEvidence = GateEvidence((), (), (), (), None)
+    folder: Path | None = None  # /exports/<name> unless given
 
-    @property
-    def folder(self) -> Path:
-        return Path("/exports") / self.name
+    def __post_init__(self) -> None:
+        if self.folder is None:
+            object.__setattr__(self, "folder", Path("/exports") / self.name)
 
 
 def test_candidates_are_judged_in_order_and_a_waiting_one_is_superseded():
@@ -154,9 +161,15 @@ class SequentialJudge:
         self.registry = self  # alias_version: the champion stays v1 unless a candidate passes
         self.champion = "1"
         self.noisy = noisy  # versions far from the served policy (NOISY_WEIGHTS): equal, not shown so on a few dozen
+        self.decisions: dict[str, str] = {}  # the gate decision recorded on each version
+        self.download_dir = Path("/nonexistent")
 
     def alias_version(self, alias):
         return self.champion
+
+    def tags(self, version):
+        decided = {names.TAG_GATE_DECISION: self.decisions[version]} if version in self.decisions else {}
+        return {TAG_CHECKPOINT: f"run/{version}", **decided}
 
     def decide(self, version, checkpoint):
         return self.judge(version, checkpoint)
@@ -171,6 +184,7 @@ class SequentialJudge:
         self.looks.append((version, [ids[i] for i in fresh]))
         if verdict.decision == "pass":
             self.champion = version
+        self.decisions[version] = str(verdict.decision)
         return PublishResult(version, str(verdict.decision), (), self.champion)
 
     def refuse(self, version, reason):
@@ -255,3 +269,89 @@ def test_the_open_test_goes_to_the_candidate_closest_to_a_pass(noisy, rounds, lo
     _rounds(judge, [(version, _pool(*sessions)) for version, sessions in rounds])
     assert _look_sizes(judge) == looks, _look_sizes(judge)
     assert judge.champion == champion
+
+
+def _round(judge: SequentialJudge, version: str, pool: GateEvidence, state_file: Path, folder: Path,
+           said: list[str]) -> list[tuple[str, str]]:
+    """One trainer start: a worker on state_file judges one candidate, then stops."""
+    worker = GateWorker(judge, said.append, state_file)
+    try:
+        worker.submit(version, Candidate(f"step-{version}", pool, folder / version))
+        assert worker.drain(timeout_s=30)
+    finally:
+        worker.close()
+    return [(r.version, r.decision) for r in worker.finished()]
+
+
+def test_a_restart_takes_the_open_test_up_where_it_stopped(tmp_path):
+    # v2 deferred on 16 sessions; the trainer restarts; the next round's 4 new sessions complete v2's 20 and it passes.
+    # Without the saved test, v2 would stay deferred for good and v3 start over on 16.
+    state, said, judge = tmp_path / "gate" / "open-test-_shared.json", [], SequentialJudge()
+    (tmp_path / "2").mkdir()
+    assert _round(judge, "2", _pool(0, 16), state, tmp_path, said) == [("2", "defer")]
+    saved = json.loads(state.read_text())
+    assert saved["version"] == "2" and len(saved["accumulator"]["seen"]) == 16
+    assert _round(judge, "3", _pool(4, 20), state, tmp_path, said) == [("3", "defer"), ("2", "pass")]
+    assert _look_sizes(judge) == [("2", 16), ("3", 16), ("2", 4)]  # s16..s19 only: none consumed twice
+    assert judge.champion == "2" and not state.exists()  # decided: nothing left to take up
+    assert any(line.startswith("gate v2: sequential test taken up after a restart (1 looks, 16 sessions")
+               for line in said), said
+    # v3 was judged against v1, and v2 passed in the same round: v3's evidence is about the former champion
+    assert "gate v3: its sequential test does not go on, the champion changed while it was judged; it stays " \
+           "deferred" in said, said
+
+
+def test_the_same_test_goes_on_as_if_never_stopped(tmp_path):
+    # Five rounds, once without a stop and once with the trainer restarted before every round: the same looks on the
+    # same sessions, the same verdicts, and the saved capital equal to the last bit.
+    runs = []
+    for restart in (False, True):
+        judge, state = SequentialJudge(noisy=frozenset({"2", "3", "5"})), tmp_path / f"restart-{restart}.json"
+        worker, results = GateWorker(judge, lambda line: None, state), []
+        try:
+            for n, version in enumerate(("2", "3", "4", "5", "6")):
+                (tmp_path / version).mkdir(exist_ok=True)
+                if restart and n:
+                    results += worker.finished()
+                    worker.close()
+                    worker = GateWorker(judge, lambda line: None, state)
+                worker.submit(version, Candidate(f"step-{version}", _pool(2 * n, 2 * n + 16), tmp_path / version))
+                assert worker.drain(timeout_s=30)
+        finally:
+            worker.close()
+        results += worker.finished()
+        runs.append((judge.looks, [(r.version, r.decision) for r in results],
+                     state.read_text() if state.exists() else None))
+    assert runs[0] == runs[1]
+    assert any(len(looked) < 16 for _, looked in runs[0][0]), "no open test was looked at again: nothing compared"
+
+
+@pytest.mark.parametrize("change, why", [
+    ("decided", "the version is no longer deferred"),
+    ("champion", "the champion changed"),
+    ("re-registered", "the version was registered for another checkpoint"),
+    ("settings", "it was run under other gate settings"),
+    ("folder", "its weights could not be downloaded"),
+    ("torn", "JSONDecodeError"),
+])
+def test_a_saved_test_that_is_no_longer_what_it_was_is_dropped_and_said(tmp_path, change, why):
+    state, said, judge = tmp_path / "open-test.json", [], SequentialJudge(noisy=frozenset({"2"}))
+    (tmp_path / "2").mkdir()
+    assert _round(judge, "2", _pool(0, 16), state, tmp_path, said) == [("2", "defer")]
+    if change == "decided":
+        judge.decisions["2"] = "fail"
+    elif change == "champion":
+        judge.champion = "7"
+    elif change == "re-registered":
+        judge.tags = lambda version: {TAG_CHECKPOINT: f"another-run/{version}", names.TAG_GATE_DECISION: "defer"}
+    elif change == "settings":
+        judge.gate = GateConfig(max_reward_drop=0.4)
+    elif change == "folder":
+        (tmp_path / "2").rmdir()  # pruned, and the registry cannot give it back (the fake has no download)
+    else:
+        state.write_text(state.read_text()[:100])
+    said.clear()
+    worker = GateWorker(judge, said.append, state)
+    worker.close()
+    assert worker.in_use() == set() and not state.exists()
+    assert len(said) == 1 and why in said[0] and "not taken up" in said[0], said

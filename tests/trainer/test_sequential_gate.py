@@ -65,18 +65,28 @@ def per_round(gate: GateConfig, change: float, spread: float, seed: int, session
     return float(passed.mean())
 
 
+# The champion's mean reward: 0 (rewards ±1 half and half), 0.4 and 0.7 (the real demo serves about 0.5-0.7). A higher
+# one needs more sessions: the pass test bets on the candidate's weights where the reward is high (trainer/gate/
+# sequential.py's Y), 70 % of the sessions at 0.4. At the former budget of 512 sessions an equal candidate with
+# heavy-tailed weights and a champion at 0.4 was refused or left open 20-24 % of the time.
+CHAMPION_REWARDS = [0.0, 0.4, 0.7]
+
+
+@pytest.mark.parametrize("champion_reward", CHAMPION_REWARDS)
 @pytest.mark.parametrize("spread", [0.5, 1.5])
-def test_a_worse_candidate_is_promoted_at_most_five_percent_of_the_time_at_any_look(demo_gate, spread):
-    worse = sequential(demo_gate, -demo_gate.max_reward_drop, spread, seed=11)
-    print(f"s={spread} worse by {demo_gate.max_reward_drop}, looked at every round up to "
+def test_a_worse_candidate_is_promoted_at_most_five_percent_of_the_time_at_any_look(demo_gate, spread,
+                                                                                      champion_reward):
+    worse = sequential(demo_gate, -demo_gate.max_reward_drop, spread, seed=11, champion_reward=champion_reward)
+    print(f"s={spread} champion {champion_reward} worse by {demo_gate.max_reward_drop}, looked at every round up to "
           f"{demo_gate.sequential_max_sessions} sessions: {worse}")
     assert worse[PASS] <= MAX_FALSE_PROMOTION, worse  # a guarantee (Ville), not only an asymptotic level
 
 
+@pytest.mark.parametrize("champion_reward", CHAMPION_REWARDS)
 @pytest.mark.parametrize("spread", [0.5, 1.5])
-def test_an_equal_candidate_passes_within_the_session_budget(demo_gate, spread):
-    equal = sequential(demo_gate, 0.0, spread, seed=12)
-    print(f"s={spread} equal, budget {demo_gate.sequential_max_sessions} sessions: {equal}")
+def test_an_equal_candidate_passes_within_the_session_budget(demo_gate, spread, champion_reward):
+    equal = sequential(demo_gate, 0.0, spread, seed=12, champion_reward=champion_reward)
+    print(f"s={spread} champion {champion_reward} equal, budget {demo_gate.sequential_max_sessions} sessions: {equal}")
     # refused (shown worse, or the budget spent) or still open: both count against an equal candidate
     assert equal[FAIL] + equal[DEFER] <= MAX_FALSE_REFUSAL, equal
 

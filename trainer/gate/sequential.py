@@ -219,6 +219,31 @@ class Accumulator:
             self.seen.update(ids or ())
         return self.verdict()
 
+    def state(self) -> dict:
+        """What a restarted trainer needs to go on with this candidate's test (JSON-ready; floats round-trip exactly):
+        the settings, the looks, the consumed session ids and both tests' capital. One candidate's only."""
+        if self.shape != () or not self.grid:
+            raise ValueError("only one candidate's test (shape (), with its grid) is saved")
+        s = self.settings
+        return {"settings": {"max_reward_drop": s.max_reward_drop, "max_false_promotion": s.max_false_promotion,
+                             "max_log_weight": s.max_log_weight, "max_sessions": s.max_sessions,
+                             "reward_range": list(s.reward_range)},
+                "looks": self.looks, "seen": sorted(self.seen), "champion": self.champion,
+                "promote": _test_state(self.promote), "refuse": _test_state(self.refuse)}
+
+    @classmethod
+    def from_state(cls, state: dict, settings: SequentialSettings) -> "Accumulator":
+        """The test state() saved, to go on under `settings`. ValueError when it was run under other settings (its
+        hypotheses, level or budget would not be this test's) or does not read as one."""
+        saved = state["settings"]
+        if SequentialSettings(**{**saved, "reward_range": tuple(saved["reward_range"])}) != settings:
+            raise ValueError(f"it was run under other gate settings ({saved})")
+        accumulator = cls(settings, looks=int(state["looks"]), seen={str(s) for s in state["seen"]},
+                          champion=state["champion"])
+        accumulator.promote = _restored_test(state["promote"], accumulator.promote)
+        accumulator.refuse = _restored_test(state["refuse"], accumulator.refuse)
+        return accumulator
+
     def pass_capital(self) -> float:
         """How far this candidate's test has come toward a pass: the log capital of its bet against "worse by
         max_reward_drop", which passes at log(1 / max_false_promotion) (one candidate, not the simulation's many)."""
@@ -235,6 +260,30 @@ class Accumulator:
         return SequentialVerdict(decision=decision, lower=self.promote.lower_bound(level),
                                  upper=-self.refuse.lower_bound(level), sessions=sessions, looks=self.looks,
                                  shown_worse=shown_worse, out_of_budget=out_of_budget)
+
+
+def _test_state(test: BettingTest) -> dict:
+    return {"hypotheses": test.hypotheses.tolist(), "low": test.low, "log_capital": test.log_capital.tolist(),
+            "max_log_capital": test.max_log_capital.tolist(), "count": float(test.count), "total": float(test.total),
+            "squares": float(test.squares)}
+
+
+def _restored_test(state: dict, fresh: BettingTest) -> BettingTest:
+    """The saved test, checked against a fresh one of the same settings: the same hypotheses and bound, finite
+    capital that never exceeds its running maximum, a count within the budget's order."""
+    hypotheses = np.asarray(state["hypotheses"], dtype=np.float64)
+    capital, running_max = (np.asarray(state[key], dtype=np.float64) for key in ("log_capital", "max_log_capital"))
+    count, total, squares = (np.asarray(float(state[key])) for key in ("count", "total", "squares"))
+    if (hypotheses.shape != fresh.hypotheses.shape or not np.array_equal(hypotheses, fresh.hypotheses)
+            or float(state["low"]) != fresh.low):
+        raise ValueError("its hypotheses are not those of these settings")
+    if capital.shape != hypotheses.shape or running_max.shape != hypotheses.shape:
+        raise ValueError("its capital does not match its hypotheses")
+    if not (np.all(np.isfinite(capital)) and np.all(capital <= running_max) and np.all(running_max >= 0)
+            and float(count) >= 0 and float(squares) > 0 and np.isfinite(float(total))):
+        raise ValueError("its capital or running moments are not a test's")
+    return replace(fresh, log_capital=capital, max_log_capital=running_max, count=count, total=total,
+                   squares=squares)
 
 
 def describe(verdict: SequentialVerdict, settings: SequentialSettings) -> str:

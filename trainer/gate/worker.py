@@ -36,11 +36,20 @@ The loop collects verdicts between steps (`finished()`): they move the staleness
 "blocked" note as a gate in the loop did. `drain()` waits for everything submitted (the end of a run); a trainer
 stopped while a candidate waits or is judged leaves it without a decision, and the next start settles it
 (CheckpointPublisher.refuse_unjudged: a promotion cut short is finished, an unjudged candidate refused), so every
-version carries one; an open test is not saved (a restart leaves its version at "defer").
+version carries one.
+
+The open test is saved after every round that changed it (`state_file`, JSON written atomically: the version, its
+folder, the champions, the accumulator's capital and consumed session ids) and taken up again by the next start, so a
+restart costs the test no evidence. Going on is valid: the capital is the same supermartingale paused, and the
+consumed ids keep every session to one use. It is taken up only while it still is what it was: the version still
+deferred and registered for the same checkpoint, the same champions, the same gate settings; otherwise the start
+says why it is dropped (the version keeps its "defer").
 """
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -50,6 +59,7 @@ from liverl.contracts import names
 from trainer.gate.canary import LiveCanary
 from trainer.gate.sequential import Accumulator, SequentialSettings
 from trainer.io.publish import CheckpointPublisher, CheckpointToPublish, PublishResult
+from trainer.io.registry import TAG_CHECKPOINT
 
 
 @dataclass(frozen=True)
@@ -57,22 +67,27 @@ class OpenTest:
     """A deferred candidate whose sequential reward test goes on over later rounds' held-out sessions."""
 
     version: str
-    checkpoint: CheckpointToPublish  # its export folder; evidence.sequential is its accumulator
+    folder: Path  # its export folder (a restart: downloaded from the registry when it was pruned)
     champions: tuple[str | None, str | None]  # (its alias's champion, the shared champion) when it was deferred
+    accumulator: Accumulator  # its sequential test's evidence, updated in place by each look
+    registered_as: str | None  # the version's checkpoint tag: a restart takes the test up only for the same one
 
-    @property
-    def accumulator(self) -> Accumulator:
-        return self.checkpoint.evidence.sequential
+    def state(self) -> dict:
+        return {"version": self.version, "folder": str(self.folder), "champions": list(self.champions),
+                "registered_as": self.registered_as, "accumulator": self.accumulator.state()}
 
 
 class GateWorker:
-    def __init__(self, publisher: CheckpointPublisher, say: Callable[[str], None] = print):
+    def __init__(self, publisher: CheckpointPublisher, say: Callable[[str], None] = print,
+                 state_file: Path | None = None):
+        """state_file: where the open test is saved for the next start (None: not saved)."""
         self.publisher, self.say = publisher, say
+        self._state_file = state_file
         self._changed = threading.Condition()
         self._waiting: tuple[str, CheckpointToPublish] | None = None
         self._judging: tuple[str, CheckpointToPublish] | None = None
         self._results: list[PublishResult] = []
-        self._open: OpenTest | None = None  # the deferred candidate looked at again every round
+        self._open: OpenTest | None = self._taken_up()  # the deferred candidate looked at again every round
         self._canary = LiveCanary(publisher, say)  # a deferred candidate served live (trainer.gate.canary_alias)
         self._closed = False
         self._thread = threading.Thread(target=self._run, daemon=True, name="gate")
@@ -97,7 +112,7 @@ class GateWorker:
         """Export folders a waiting or running judgement still reads (pruning must keep them)."""
         with self._changed:
             folders = {checkpoint.folder for _, checkpoint in filter(None, (self._waiting, self._judging))}
-            return folders | ({self._open.checkpoint.folder} if self._open is not None else set())
+            return folders | ({self._open.folder} if self._open is not None else set())
 
     def drain(self, timeout_s: float | None = None) -> bool:
         """Wait until every submitted candidate has its verdict; False when timeout_s passed first."""
@@ -118,6 +133,7 @@ class GateWorker:
                     return
                 self._judging, self._waiting = self._waiting, None
             version, checkpoint = self._judging
+            judged_against = self._champions(quiet=True)  # its test opens only while these still are the champions
             settings = SequentialSettings.of(self.publisher.gate)
             if settings.testing:  # this candidate's own sequential test, first look
                 checkpoint = replace(checkpoint, evidence=replace(checkpoint.evidence,
@@ -128,14 +144,19 @@ class GateWorker:
             newer = checkpoint.evidence.sequential
             if result.deferred and newer is not None and newer.looks and self._takes_over(newer):
                 champions = self._champions()
-                if champions is not None:
+                if champions is not None and champions != judged_against:
+                    self.say(f"gate v{version}: its sequential test does not go on, the champion changed while it "
+                             "was judged; it stays deferred")
+                elif champions is not None:
                     if self._open is not None:
                         opened = self._open.accumulator
                         self.say(f"gate v{version}: its sequential test goes on instead of v{self._open.version}'s, "
                                  f"which stays deferred (log capital toward a pass {newer.pass_capital():.2f} on "
                                  f"{len(newer.seen)} sessions against {opened.pass_capital():.2f} on "
                                  f"{len(opened.seen)})")
-                    self._open = OpenTest(version, checkpoint, champions)
+                    self._open = OpenTest(version, checkpoint.folder, champions, newer,
+                                          self._registered_as(version))
+            self._save_open()
             with self._changed:
                 self._judging = None
                 self._changed.notify_all()
@@ -145,13 +166,15 @@ class GateWorker:
         far toward a pass (module docstring)."""
         return self._open is None or newer.pass_capital() >= self._open.accumulator.pass_capital()
 
-    def _champions(self) -> tuple[str | None, str | None] | None:
+    def _champions(self, quiet: bool = False) -> tuple[str | None, str | None] | None:
         """(the alias's champion, the shared one); None when the registry cannot say (the open test waits)."""
         registry = self.publisher.registry
         try:
             return registry.alias_version(self.publisher.champion_alias), registry.alias_version(names.ALIAS_CHAMPION)
         except Exception as error:  # noqa: BLE001 - the registry is down: the trainer must go on
-            self.say(f"gate: cannot read the champion ({type(error).__name__}: {error}); the sequential test waits")
+            if not quiet:
+                self.say(f"gate: cannot read the champion ({type(error).__name__}: {error}); the sequential test "
+                         "waits")
             return None
 
     def _look_again(self, latest: CheckpointToPublish) -> None:
@@ -170,10 +193,64 @@ class GateWorker:
         fresh = test.accumulator.new_sessions([t.trajectory_id for t in latest.evidence.holdout])
         if not fresh:
             return  # nothing new to look at: not a look
-        again = replace(test.checkpoint, evidence=replace(latest.evidence, sequential=test.accumulator))
+        again = replace(latest, folder=test.folder, evidence=replace(latest.evidence, sequential=test.accumulator))
         result = self._finish(lambda: self.publisher.judge(test.version, again), test.version)
         if not result.deferred:
             self._open = None
+
+    def _registered_as(self, version: str) -> str | None:
+        try:
+            return self.publisher.registry.tags(version).get(TAG_CHECKPOINT)
+        except Exception:  # noqa: BLE001 - the registry is down: the test goes on, a restart will not take it up
+            return None
+
+    def _save_open(self) -> None:
+        """The open test as it stands, for the next start (written whole, then renamed: never half a file)."""
+        if self._state_file is None:
+            return
+        try:
+            if self._open is None:
+                self._state_file.unlink(missing_ok=True)
+                return
+            self._state_file.parent.mkdir(parents=True, exist_ok=True)
+            partial = self._state_file.with_name(self._state_file.name + ".partial")
+            partial.write_text(json.dumps(self._open.state()))
+            os.replace(partial, self._state_file)
+        except OSError as error:
+            self.say(f"gate: the open sequential test could not be saved ({error}); a restart would not take it up")
+
+    def _taken_up(self) -> OpenTest | None:
+        """The open test a previous start saved, if it still is what it was (module docstring); None otherwise."""
+        if self._state_file is None or not self._state_file.exists():
+            return None
+        try:
+            saved = json.loads(self._state_file.read_text())
+            version = str(saved["version"])
+            accumulator = Accumulator.from_state(saved["accumulator"], SequentialSettings.of(self.publisher.gate))
+            tags = self.publisher.registry.tags(version)
+            champions = self._champions()
+        except Exception as error:  # noqa: BLE001 - unreadable, other settings, the registry down: start without
+            self.say(f"gate: the saved sequential test is not taken up ({type(error).__name__}: {error})")
+            self._state_file.unlink(missing_ok=True)
+            return None
+        why = ("the version is no longer deferred" if tags.get(names.TAG_GATE_DECISION) != "defer"
+               else "the version was registered for another checkpoint" if tags.get(TAG_CHECKPOINT) !=
+               saved["registered_as"] else "the champion changed" if champions != tuple(saved["champions"]) else None)
+        folder = Path(saved["folder"])
+        if why is None and not folder.exists():
+            try:
+                from trainer.io.policy_io import download_policy
+
+                folder = download_policy(self.publisher.registry, version, self.publisher.download_dir)
+            except Exception as error:  # noqa: BLE001
+                why = f"its weights could not be downloaded ({type(error).__name__}: {error})"
+        if why is not None:
+            self.say(f"gate v{version}: its saved sequential test is not taken up: {why}")
+            self._state_file.unlink(missing_ok=True)
+            return None
+        self.say(f"gate v{version}: sequential test taken up after a restart ({accumulator.looks} looks, "
+                 f"{len(accumulator.seen)} sessions, log capital toward a pass {accumulator.pass_capital():.2f})")
+        return OpenTest(version, folder, champions, accumulator, saved["registered_as"])
 
     def _canary_round(self, version: str, checkpoint: CheckpointToPublish, result: PublishResult) -> None:
         """The live canary's look at this round's sessions, and a new one on this candidate if it deferred."""
