@@ -167,6 +167,9 @@ class SequentialJudge:
     def alias_version(self, alias):
         return self.champion
 
+    def download(self, version, cache_dir):
+        raise ConnectionError("the registry is down")
+
     def tags(self, version):
         decided = {names.TAG_GATE_DECISION: self.decisions[version]} if version in self.decisions else {}
         return {TAG_CHECKPOINT: f"run/{version}", **decided}
@@ -331,7 +334,7 @@ def test_the_same_test_goes_on_as_if_never_stopped(tmp_path):
     ("champion", "the champion changed"),
     ("re-registered", "the version was registered for another checkpoint"),
     ("settings", "it was run under other gate settings"),
-    ("folder", "its weights could not be downloaded"),
+    ("folder", "ConnectionError: the registry is down"),  # pruned, and the registry cannot give it back
     ("torn", "JSONDecodeError"),
 ])
 def test_a_saved_test_that_is_no_longer_what_it_was_is_dropped_and_said(tmp_path, change, why):
@@ -347,7 +350,7 @@ def test_a_saved_test_that_is_no_longer_what_it_was_is_dropped_and_said(tmp_path
     elif change == "settings":
         judge.gate = GateConfig(max_reward_drop=0.4)
     elif change == "folder":
-        (tmp_path / "2").rmdir()  # pruned, and the registry cannot give it back (the fake has no download)
+        (tmp_path / "2").rmdir()
     else:
         state.write_text(state.read_text()[:100])
     said.clear()

@@ -223,34 +223,39 @@ class GateWorker:
         """The open test a previous start saved, if it still is what it was (module docstring); None otherwise."""
         if self._state_file is None or not self._state_file.exists():
             return None
+        version = "?"
         try:
             saved = json.loads(self._state_file.read_text())
             version = str(saved["version"])
             accumulator = Accumulator.from_state(saved["accumulator"], SequentialSettings.of(self.publisher.gate))
-            tags = self.publisher.registry.tags(version)
-            champions = self._champions()
-        except Exception as error:  # noqa: BLE001 - unreadable, other settings, the registry down: start without
-            self.say(f"gate: the saved sequential test is not taken up ({type(error).__name__}: {error})")
-            self._state_file.unlink(missing_ok=True)
-            return None
-        why = ("the version is no longer deferred" if tags.get(names.TAG_GATE_DECISION) != "defer"
-               else "the version was registered for another checkpoint" if tags.get(TAG_CHECKPOINT) !=
-               saved["registered_as"] else "the champion changed" if champions != tuple(saved["champions"]) else None)
-        folder = Path(saved["folder"])
-        if why is None and not folder.exists():
-            try:
+            why = self._why_not_taken_up(version, saved)
+            folder = Path(saved["folder"])
+            if why is None and not folder.exists():  # pruned: the registry has the version's weights
                 from trainer.io.policy_io import download_policy
 
                 folder = download_policy(self.publisher.registry, version, self.publisher.download_dir)
-            except Exception as error:  # noqa: BLE001
-                why = f"its weights could not be downloaded ({type(error).__name__}: {error})"
+        except Exception as error:  # noqa: BLE001 - unreadable, other settings, the registry down: start without
+            why = f"{type(error).__name__}: {error}"
         if why is not None:
-            self.say(f"gate v{version}: its saved sequential test is not taken up: {why}")
+            self.say(f"gate v{version}: its saved sequential test is not taken up ({why}); the version stays deferred")
             self._state_file.unlink(missing_ok=True)
             return None
         self.say(f"gate v{version}: sequential test taken up after a restart ({accumulator.looks} looks, "
                  f"{len(accumulator.seen)} sessions, log capital toward a pass {accumulator.pass_capital():.2f})")
-        return OpenTest(version, folder, champions, accumulator, saved["registered_as"])
+        return OpenTest(version, folder, tuple(saved["champions"]), accumulator, saved["registered_as"])
+
+    def _why_not_taken_up(self, version: str, saved: dict) -> str | None:
+        tags = self.publisher.registry.tags(version)
+        if tags.get(names.TAG_GATE_DECISION) != "defer":
+            return "the version is no longer deferred"
+        if tags.get(TAG_CHECKPOINT) != saved["registered_as"]:
+            return "the version was registered for another checkpoint"
+        champions = self._champions(quiet=True)
+        if champions is None:
+            return "the registry cannot say who the champion is"
+        if champions != tuple(saved["champions"]):
+            return "the champion changed"
+        return None
 
     def _canary_round(self, version: str, checkpoint: CheckpointToPublish, result: PublishResult) -> None:
         """The live canary's look at this round's sessions, and a new one on this candidate if it deferred."""
