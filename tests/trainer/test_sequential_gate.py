@@ -19,6 +19,8 @@ see docs/measurements.md for the numbers of the run that added this test.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -118,3 +120,24 @@ def test_an_identical_candidate_bets_on_zeros_and_passes():
     verdict = accumulator.look(zeros, zeros, np.where(np.arange(40) % 2, 1.0, -1.0), [f"s{i}" for i in range(40)])
     assert verdict.decision == PASS and float(verdict.lower) > -0.5 and float(verdict.upper) > 0
     assert accumulator.new_sessions(["s3", "s40"]) == [1]  # consumed sessions are never counted twice
+
+
+def test_a_saved_test_goes_on_exactly_and_a_tampered_one_is_refused():
+    settings = SequentialSettings(0.5, 0.05, 3.0, 512)
+    rng = np.random.default_rng(3)
+    rewards, weights = np.where(rng.random(40) < 0.6, 1.0, -1.0), rng.normal(0.0, 0.5, 40)
+    ids = [f"s{i}" for i in range(40)]
+    whole, paused = Accumulator(settings), Accumulator(settings)
+    whole.look(weights, np.zeros(40), rewards, ids)
+    paused.look(weights[:24], np.zeros(24), rewards[:24], ids[:24])
+    resumed = Accumulator.from_state(json.loads(json.dumps(paused.state())), settings)
+    resumed.look(weights[24:], np.zeros(16), rewards[24:], ids[24:])
+    assert resumed.state()["promote"] == whole.state()["promote"] and resumed.state()["refuse"] == \
+        whole.state()["refuse"]  # the same capital to the last bit
+    assert resumed.seen == whole.seen and resumed.looks == 2
+    with pytest.raises(ValueError, match="other gate settings"):
+        Accumulator.from_state(paused.state(), SequentialSettings(0.4, 0.05, 3.0, 512))
+    tampered = paused.state()
+    tampered["promote"]["log_capital"][0] = tampered["promote"]["max_log_capital"][0] + 1.0  # above its running max
+    with pytest.raises(ValueError, match="not a test's"):
+        Accumulator.from_state(tampered, settings)

@@ -270,7 +270,7 @@ def _test_state(test: BettingTest) -> dict:
 
 def _restored_test(state: dict, fresh: BettingTest) -> BettingTest:
     """The saved test, checked against a fresh one of the same settings: the same hypotheses and bound, finite
-    capital that never exceeds its running maximum, a count within the budget's order."""
+    capital that never exceeds its running maximum, moments a test could have."""
     hypotheses = np.asarray(state["hypotheses"], dtype=np.float64)
     capital, running_max = (np.asarray(state[key], dtype=np.float64) for key in ("log_capital", "max_log_capital"))
     count, total, squares = (np.asarray(float(state[key])) for key in ("count", "total", "squares"))
