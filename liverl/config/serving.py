@@ -57,7 +57,8 @@ class TenantServingConfig(Section):
     watch: list[str] = []
     """Tenants whose alias serving follows (lowercase letters, digits, '-'; at most 40 characters each)."""
     discover: bool = False
-    """Also follow every champion-<tenant> alias found in the registry (up to max_tenants in all)."""
+    """Also follow every champion-<tenant> alias found in the registry, and every <canary_alias>-<tenant> one while a
+    canary is followed (up to max_tenants in all)."""
     max_tenants: int = Field(64, ge=1, le=4096)
     """Most tenants followed at once; discovered aliases past it are ignored, each said once."""
     max_resident_adapters: int = Field(4, ge=1, le=1021)

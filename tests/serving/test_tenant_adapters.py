@@ -300,3 +300,27 @@ def test_a_tenant_canary_takes_a_share_of_that_tenants_requests_and_is_promoted_
     assert all(_matches(policies, folders[r.policy_version], r) for r in acme[:6])
     assert any(line.startswith(f"serving tenant-swap tenant=acme version={acme_2} previous={acme_1}") and
                "mode=canary" in line for line in server.lines), server.lines
+
+
+def test_a_tenant_without_an_adapter_of_its_own_gets_its_canary_beside_the_shared_champion(config, policies):
+    # The gate's live canary of a tenant's first adapter (trainer/gate/canary.py): only `canary-acme` is set.
+    config.serving.canary_alias = "canary"
+    config.serving.canary_fraction = 0.5
+    base = register_version(config, policies["base"], (names.ALIAS_CHAMPION,))
+    acme_1 = _register_adapter(config, policies["a1"], base, (names.canary_alias("canary", "acme"),))
+    with ServerThread(config) as server, grpc.insecure_channel(server.grpc_target) as channel:
+        stub = serving_pb2_grpc.PolicyServiceStub(channel)
+        router = server.server.router
+        wait_for(lambda: "acme" in router.tenant_canaries, what="acme's canary")
+        acme = [_generate(stub, "acme-key", seed=i + 1, session=f"s-acme-{i}") for i in range(30)]
+        again = [_generate(stub, "acme-key", seed=i + 1, session=f"s-acme-{i}") for i in range(30)]
+        others = {_generate(stub, "globex-key", seed=i + 1, session=f"s-globex-{i}").policy_version for i in range(10)}
+        canary_slot = router.tenant_canaries["acme"]
+        set_alias(config, names.tenant_champion_alias("acme"), acme_1)  # the canary passed: acme's first champion
+        wait_for(lambda: _served(server, "acme") == acme_1, what="the promotion")
+        promoted = router.tenants["acme"]
+    assert {r.policy_version for r in acme} == {base, acme_1}  # P(one side empty) = 2 * 0.5^30
+    assert [r.policy_version for r in again] == [r.policy_version for r in acme]  # each session whole
+    assert others == {base} and router.canary is None  # another tenant, and the shared group, have no canary
+    assert promoted is canary_slot
+    assert all(_matches(policies, policies["a1"], r) for r in acme if r.policy_version == acme_1)  # its tokens

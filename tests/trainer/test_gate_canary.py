@@ -140,6 +140,31 @@ def test_a_deferred_candidate_goes_live_and_the_canary_decides(stack, tiny_polic
         assert "shown worse" in report["reasons"][0]
 
 
+def test_a_tenant_without_a_champion_of_its_own_gets_a_canary_against_the_shared_one(stack, tiny_policy_dir,
+                                                                                       tmp_path):
+    # Serving gives such a tenant the shared champion; its first candidate goes live against that, and its pass makes
+    # the candidate the tenant's first champion (compare-and-set on the tenant's alias, still unset).
+    config, base, registry, _, lines = _setup(stack, tiny_policy_dir, tmp_path)
+    publisher = CheckpointPublisher(registry, config.trainer.gate, config.trainer.loss, config.rewards.monitors,
+                                    config.trainer.max_seq_len, config.rewards.version, tmp_path / "downloads",
+                                    say=lines.append, tenant="acme")
+    worker = GateWorker(publisher, say=lines.append)
+    try:
+        deferred = _submit(worker, publisher, tiny_policy_dir, base, "step-1", GateEvidence((), (), (), (), DRIFT_OK))
+        assert registry.alias_version("canary-acme") == deferred, lines
+        assert registry.alias_version(names.tenant_champion_alias("acme")) is None
+        _submit(worker, publisher, tiny_policy_dir, base, "step-2",
+                GateEvidence((), (), (), (), None, served=_live(deferred, base, 1.0, -1.0)))
+    finally:
+        worker.close()
+    assert registry.alias_version(names.tenant_champion_alias("acme")) == deferred
+    assert registry.alias_version(names.ALIAS_CHAMPION) == base and "canary-acme" not in registry.aliases()
+    assert any(f"live canary started on canary-acme against v{base} (the shared champion" in line for line in lines)
+    report = json.loads(registry.tags(deferred)[names.TAG_GATE_REPORT])
+    assert report["champion"] == base and report["alias_champion"] is None
+    assert report["figures"]["decided_by"].startswith("promoted: decided by the live canary")
+
+
 def test_the_canary_is_off_by_default(stack, tiny_policy_dir, tmp_path):
     assert GateConfig().canary_alias is None
     config, base, registry, publisher, lines = _setup(stack, tiny_policy_dir, tmp_path, canary_alias=None)

@@ -34,8 +34,9 @@ alias set; the next start removes it (a canary is not saved).
 
 Assumptions: serving routes by a hash of the session id, independent of its content, so the two versions' sessions
 are draws from the same traffic; sessions are independent; rewards bounded in gate.reward_range; the session's end
-time is not chosen by its reward in a way that differs between the versions. A tenant canary is served only beside the
-tenant's own champion (serving/swap/alias_watcher.py), so a tenant without one gets no canary.
+time is not chosen by its reward in a way that differs between the versions. A tenant without an adapter of its own
+is served the shared champion: its canary is compared with that (serving follows a tenant's canary alias without its
+champion alias, serving/swap/alias_watcher.py), and a pass makes the candidate the tenant's first champion.
 """
 
 from __future__ import annotations
@@ -143,13 +144,14 @@ class Canary:
     """One running canary: its candidate, the champion it is compared with, and what it has taken in. Mutable."""
 
     version: str
-    champion: str  # what the group's champion alias names: the version serving its other sessions
+    champion: str  # the version serving the group's other sessions: its alias's, or the shared one for a new tenant
     started_ms: int
     test: CanaryTest
     seen: set[str] = field(default_factory=set)  # sessions taken in (paired or left out)
     waiting: ServedSession | None = None  # the latest session not paired yet
     sessions: dict[str, int] = field(default_factory=dict)  # version -> its sessions seen
     clipped: int = 0  # paired sessions whose reward was clipped into the range
+    alias_holder: str | None = None  # what the group's champion alias named at the start (None: a tenant without one)
 
     def take(self, served: Sequence[ServedSession]) -> CanaryVerdict:
         """The verdict after the round's new sessions (`served`: every session the round's rows show)."""
@@ -220,23 +222,29 @@ class LiveCanary:
             self._start(version)
         return decided
 
+    def _champions(self) -> tuple[str | None, str | None]:
+        """(what the group's champion alias names, the version serving the group's other sessions)."""
+        holder = self.publisher.registry.alias_version(self.publisher.champion_alias)
+        return holder, self.publisher.judged_against(holder)
+
     def _start(self, version: str) -> None:
-        registry, publisher = self.publisher.registry, self.publisher
-        champion = registry.alias_version(publisher.champion_alias)
-        if champion is None:  # serving follows a tenant's canary only beside the tenant's own champion
-            self.say(f"gate v{version}: no live canary: {publisher.champion_alias} is not set")
+        publisher = self.publisher
+        holder, champion = self._champions()
+        if champion is None:
+            self.say(f"gate v{version}: no live canary: no champion serves the other sessions")
             return
         publisher.start_canary(version)
         self.canary = Canary(version, champion, int(time.time() * 1000),
-                             CanaryTest(CanarySettings.of(publisher.gate)))
-        self.say(f"gate v{version}: live canary started on {publisher.canary_alias} against v{champion}")
+                             CanaryTest(CanarySettings.of(publisher.gate)), alias_holder=holder)
+        self.say(f"gate v{version}: live canary started on {publisher.canary_alias} against v{champion}"
+                 + ("" if holder == champion else f" (the shared champion: {publisher.champion_alias} is not set)"))
 
     def _look(self, served: Sequence[ServedSession]) -> PublishResult | None:
         canary, publisher = self.canary, self.publisher
-        champion = publisher.registry.alias_version(publisher.champion_alias)
+        moved = self._champions() != (canary.alias_holder, canary.champion)
         decision = publisher.registry.tags(canary.version).get(names.TAG_GATE_DECISION)
-        if champion != canary.champion or decision not in (None, DEFER):
-            why = "the champion changed" if champion != canary.champion else f"the gate decided it ({decision})"
+        if moved or decision not in (None, DEFER):
+            why = "the champion changed" if moved else f"the gate decided it ({decision})"
             self._end(f"ended, {why}")
             return None
         verdict = canary.take(served)
@@ -253,7 +261,7 @@ class LiveCanary:
         passed = verdict.decision == PASS
         figures["decided_by"] = (f"promoted: decided by the {said}" if passed else f"refused by: decided by the {said}")
         result = publisher.canary_verdict(canary.version, passed, [] if passed else [f"decided by the {said}"],
-                                          figures, canary.champion)
+                                          figures, canary.champion, canary.alias_holder)
         self._end(f"decided: {result.decision}")
         return result
 

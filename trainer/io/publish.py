@@ -164,7 +164,7 @@ class CheckpointPublisher:
         started = time.perf_counter()
         for _ in range(self.gate.rejudges + 1):
             holder = self.registry.alias_version(self.champion_alias)
-            champion = self._judged_against(holder)
+            champion = self.judged_against(holder)
             report = self.report(version, champion, checkpoint)
             body = {"decision": report.decision, "champion": champion, "reasons": report.reasons,
                     "figures": report.figures}
@@ -186,7 +186,7 @@ class CheckpointPublisher:
         return self.refuse(version, f"{refusal.reason}; still so after {self.gate.rejudges + 1} judgements "
                                     "(trainer.gate.rejudges)")
 
-    def _judged_against(self, holder: str | None) -> str | None:
+    def judged_against(self, holder: str | None) -> str | None:
         """The champion a candidate is judged against: its alias's, or for a tenant without one yet the shared
         champion (what serving gives the tenant until its own adapter is promoted)."""
         if holder is not None or self.tenant is None:
@@ -257,15 +257,16 @@ class CheckpointPublisher:
         """Remove the group's canary alias, if set: serving stops its canary."""
         self.registry.delete_alias(self.canary_alias)
 
-    def canary_verdict(self, version: str, passed: bool, reasons: list[str], figures: dict, champion: str
-                       ) -> PublishResult:
+    def canary_verdict(self, version: str, passed: bool, reasons: list[str], figures: dict, champion: str,
+                       alias_champion: str | None) -> PublishResult:
         """Record the live canary's decision on the version, its figures added to the report of its deferral; a pass
-        is promoted as the gate's is (compare-and-set on the champion alias still naming `champion`)."""
+        is promoted as the gate's is (compare-and-set on the champion alias still naming `alias_champion`: None for
+        a tenant without a champion of its own, compared with the shared `champion`)."""
         earlier = _read_report(self.registry.tags(version)).get("figures") or {}
         body = {"decision": "pass" if passed else "fail", "champion": champion, "reasons": reasons,
                 "figures": {**earlier, **figures}}
         if self.tenant is not None:
-            body["alias_champion"] = champion
+            body["alias_champion"] = alias_champion
         if passed:
             refusal = self._promote(version, body)
             if refusal is not None:
@@ -291,7 +292,7 @@ class CheckpointPublisher:
         self.registry.set_tag(version, names.TAG_GATE_DECISION, "fail")
         # A tenant without a champion of its own is served the shared one: name that (never "vNone").
         self.say(f"gate v{version}{self._for()}: not judged ({reason}) -> champion stays "
-                 f"v{self._judged_against(champion)}")
+                 f"v{self.judged_against(champion)}")
         return PublishResult(version, "fail", (reason,), champion, judged=False)
 
     def refuse_unjudged(self, run_key: str, keep: str | None = None) -> list[str]:
