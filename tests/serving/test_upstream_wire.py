@@ -34,6 +34,8 @@ async def _stream(request: web.Request) -> web.StreamResponse:
     events += _event({"token_ids": [8, 9], "logprobs": {"token_logprobs": [-0.25, -1.0]}, "finish_reason": "length"})
     if body["model"] == "mid-stream-error":
         events += b'data: {"error": {"message": "engine died"}}\n\n'
+    if body["model"] == "aborted-early":  # streamed, aborted before its first token: vLLM sends only [DONE]
+        events = b"data: [DONE]\r\n\r\n"
     if body["model"] == "aborted":  # paused with mode "abort" after its first token
         events = events.split(b"\r\n\r\n")[0] + b"\r\n\r\n" + _event({"token_ids": [], "finish_reason": "abort"})
     events += b"data: [DONE]\r\n\r\n"
@@ -92,6 +94,8 @@ def test_refusals_and_failures_are_errors_that_say_so():
                 await anext(streamed)  # never a reply cut short and passed off as finished
             with pytest.raises(wire.ServerAborted):
                 await anext(wire.complete(session, url, _body("aborted") | {"stream": False}))
+            with pytest.raises(wire.ServerAborted):
+                await anext(wire.complete(session, url, _body("aborted-early")))
             closed = url.rsplit(":", 1)[0] + ":1"  # nothing listens on port 1
             with pytest.raises(wire.TRANSPORT_ERRORS):
                 await anext(wire.complete(session, closed, _body("m")))

@@ -41,9 +41,10 @@ class ServerRefused(RuntimeError):
 
 
 class ServerAborted(RuntimeError):
-    """The server ended the request itself, with finish_reason "abort" (HTTP 200): vLLM aborts the requests it holds
-    when it shuts down, or when it is paused with mode "abort" (POST /pause, as RL trainers pause a fleet for a weight
-    update). Nothing was wrong with the request: another server may take it."""
+    """The server ended the request itself (HTTP 200): vLLM aborts the requests it holds when it shuts down, or when
+    it is paused with mode "abort" (POST /pause, as RL trainers pause a fleet for a weight update), and answers them
+    with finish_reason "abort", or, streamed and before the first token, with a stream of nothing but [DONE].
+    Nothing was wrong with the request: another server may take it."""
 
     def __init__(self, url: str):
         super().__init__(f"vLLM server {url} aborted the request (finish_reason \"abort\": shutting down or paused)")
@@ -107,6 +108,7 @@ async def complete(session: aiohttp.ClientSession, url: str, body: dict) -> Asyn
         if not body.get("stream"):
             yield _unless_aborted(url, parse_choice(orjson.loads(await response.read())["choices"][0]))
             return
+        pieces = 0
         async for line in response.content:  # line by line, whatever their length
             if not line.startswith(b"data:"):
                 continue
@@ -117,7 +119,10 @@ async def complete(session: aiohttp.ClientSession, url: str, body: dict) -> Asyn
             if "error" in chunk:  # vLLM reports a failure mid-stream as an error event
                 raise RuntimeError(f"vLLM server {url} failed mid-stream: {chunk['error']}")
             if chunk.get("choices"):
+                pieces += 1
                 yield _unless_aborted(url, parse_choice(chunk["choices"][0]))
+        if not pieces:  # vLLM sends only [DONE] for a request it aborted before its first token
+            raise ServerAborted(url)
 
 
 def _unless_aborted(url: str, piece: Piece) -> Piece:
