@@ -87,3 +87,5 @@ WEIGHTS_FULL = "full"
 WEIGHTS_ADAPTER = "adapter"
 TAG_BASE_VERSION = "liverl.base_version"  # an adapter's base policy version (the folder it is applied to)
 TAG_SIGNATURE = "liverl.signature"  # Ed25519 signature of the version's files and gate verdict (liverl/io/signing.py)
+# The same over the decision "canary": the gate put this deferred candidate on its canary alias (trainer/gate/canary.py)
+TAG_CANARY_SIGNATURE = "liverl.canary_signature"

@@ -6,6 +6,10 @@ registered model, the version, the digest of every file of the version's folder,
 signature travels as the version's tag `names.TAG_SIGNATURE` (base64), so a version whose files were replaced,
 whose verdict was rewritten, or that was registered by anything but the trainer fails `verify`.
 
+Two decisions are signed: "pass" (the version may serve), and "canary" (tag `names.TAG_CANARY_SIGNATURE`): the gate
+deferred the version and serves it live to a share of the sessions to decide (trainer/gate/canary.py). Serving
+accepts a "canary" statement for its canary slot alone, and only while the version's decision is still "defer".
+
     digest = folder_digest(folder)                       # the trainer, on its export; serving, on its download
     tag = sign(SignedStatement(model, version, digest, "pass"), private_key)
     verify(SignedStatement(...), tag, public_key) -> None, or raises SignatureMismatch saying why
@@ -22,6 +26,9 @@ from pathlib import Path
 from liverl.io.file_digest import file_sha256
 
 
+SERVABLE = ("pass", "canary")  # the decisions the gate signs
+
+
 class SignatureMismatch(ValueError):
     """A version's files, verdict or signature do not check: it must not be served."""
 
@@ -31,7 +38,7 @@ class SignedStatement:
     model: str  # the registered model's name
     version: str  # its registry version
     files_digest: str  # folder_digest of the version's folder
-    decision: str  # the gate's decision ("pass" for anything that may be served)
+    decision: str  # "pass" (may serve) or "canary" (a deferred candidate the gate serves to its canary share)
 
     def canonical(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True, separators=(",", ":")).encode()
@@ -77,12 +84,13 @@ def sign(statement: SignedStatement, private_key_file: Path) -> str:
 
 
 def verify(statement: SignedStatement, signature: str | None, public_key_file: Path) -> None:
-    """Raise SignatureMismatch (saying why) unless the statement passed the gate and carries a valid signature."""
+    """Raise SignatureMismatch (saying why) unless the statement is one the gate signs (SERVABLE) and carries a valid
+    signature."""
     from cryptography.exceptions import InvalidSignature
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-    if statement.decision != "pass":
+    if statement.decision not in SERVABLE:
         raise SignatureMismatch(f"version {statement.version} has gate decision {statement.decision!r}, not 'pass'")
     if not signature:
         raise SignatureMismatch(f"version {statement.version} carries no signature: it was not published by the "

@@ -165,7 +165,7 @@ class SharedGroup(RolloutGroup):
         return BroughtIn(target, self.router.switch(target), "two_engine")
 
     async def load_canary(self, version: str) -> Slot:
-        return await self.loader.load(version)
+        return await self.loader.load(version, canary=True)
 
     def keeps_after_probation(self, previous: Slot, slot: Slot) -> bool:
         return underlying(previous.engine) is underlying(slot.engine)  # a second engine is freed; a folder kept
@@ -271,10 +271,10 @@ class TenantGroup(RolloutGroup):
             raise SwapError(f"version {version} cannot serve tenant {self.tenant}: {error}") from error
         return BroughtIn(slot, self.route(slot), "adapter")
 
-    async def _bring_up(self, version: str) -> Slot:
+    async def _bring_up(self, version: str, canary: bool = False) -> Slot:
         """The smoke-tested slot of an adapter version on the champion's engine. Raises why it cannot serve."""
         champion = self.router.champion
-        fetched = await self.loader.fetch(version)
+        fetched = await self.loader.fetch(version, canary=canary)
         if fetched.adapter is None:
             raise ValueError(f"version {version} holds full weights, not an adapter: a tenant's alias must name an "
                              "adapter version of the served base")
@@ -293,7 +293,7 @@ class TenantGroup(RolloutGroup):
 
     async def load_canary(self, version: str) -> Slot:
         try:
-            return await self._bring_up(version)
+            return await self._bring_up(version, canary=True)
         except SwapError:
             raise
         except Exception as error:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from liverl.config.serving import ServingConfig
 from liverl.contracts import names
+from liverl.io.signing import SignatureMismatch
 from serving.engines.engine import Engine
 from serving.engines.lora_slots import LoraSlots
 from serving.metrics import ServingMetrics
@@ -35,7 +36,7 @@ from serving.swap.fleet import Fleet, rolled_back_at_ms, tag_rolled_back
 from serving.swap.groups import RolloutGroup, SharedGroup, TenantGroup
 from serving.swap.result import AdminRefused, BroughtIn, SignatureRefused, SwapError, SwapResult
 from serving.swap.update_lease import update_lease
-from serving.swap.version_loader import VersionLoader
+from serving.swap.version_loader import VersionLoader, check_signed
 
 if TYPE_CHECKING:
     from liverl.io.registry import ModelRegistry
@@ -121,7 +122,7 @@ class Rollout:
         was = current or group.nobody
         self.say(f"serving {group.kind}swap-start {group.label}version={version} previous={was} reason={reason}")
         try:
-            brought = self._promote_canary(group, version) or await group.bring_in(version)
+            brought = await self._promote_canary(group, version) or await group.bring_in(version)
         except SwapError as error:
             unsigned = isinstance(error, SignatureRefused)
             self.metrics.swaps.labels("unsigned" if unsigned else "smoke_failed").inc()
@@ -145,11 +146,20 @@ class Rollout:
         return SwapResult(True, version, current, f"switched {_whom(group)} from {was} to {version} ({brought.mode})",
                           brought.pause_s, brought.mode, group.tenant)
 
-    def _promote_canary(self, group: RolloutGroup, version: str) -> BroughtIn | None:
-        """The group's canary, when it already runs this version (loaded and smoke-tested: nothing to load)."""
+    async def _promote_canary(self, group: RolloutGroup, version: str) -> BroughtIn | None:
+        """The group's canary, when it already runs this version (loaded and smoke-tested: nothing to load). A canary
+        may serve on the gate's "canary" signature alone (a candidate it deferred): to serve the whole group it must
+        now carry the gate's "pass" (SignatureRefused otherwise)."""
         canary = group.canary
         if canary is None or canary.version != version:
             return None
+        if self.registry is not None:
+            folder = canary.adapter.path if canary.adapter is not None else canary.policy_dir  # the version's own
+            try:
+                await asyncio.to_thread(check_signed, self.registry, version, folder, self.config)
+            except SignatureMismatch as error:
+                self.metrics.signature_refusals.inc()
+                raise SignatureRefused(f"version {version} refused: {error}") from error
         group.canary = None
         self.metrics.serving_version.labels(version, "canary").set(0)
         canary.reset_stats()  # judged as the group's version from now on, not on its canary share

@@ -46,15 +46,16 @@ class VersionLoader:
         self.say = say
         self.loaded: set[Slot] = set()  # every slot whose engine this loader started, so close() frees them all
 
-    async def fetch(self, version: str, policy_dir: Path | None = None) -> Slot:
-        """Download (unless a folder is given) and read the tokenizer: a slot with no engine yet."""
+    async def fetch(self, version: str, policy_dir: Path | None = None, canary: bool = False) -> Slot:
+        """Download (unless a folder is given) and read the tokenizer: a slot with no engine yet (canary: to serve
+        as a canary, check_signed's)."""
         source = str(policy_dir) if policy_dir else ""
         downloaded = policy_dir is None
         try:
             if downloaded:
                 policy_dir, source = await asyncio.to_thread(download_version, self.registry, version,
                                                             self.versions_dir)
-                await asyncio.to_thread(check_signed, self.registry, version, policy_dir, self.config)
+                await asyncio.to_thread(check_signed, self.registry, version, policy_dir, self.config, canary)
             tokenizer = await asyncio.to_thread(_load_tokenizer, policy_dir)
             slot = Slot(version, None, tokenizer, Path(policy_dir), source)
             if is_adapter_version(slot.policy_dir):  # its weights folder becomes its base's
@@ -70,9 +71,10 @@ class VersionLoader:
             raise SwapError(f"version {version} failed to load: {error}") from error
         return slot
 
-    async def load(self, version: str, policy_dir: Path | None = None, fetched: Slot | None = None) -> Slot:
+    async def load(self, version: str, policy_dir: Path | None = None, fetched: Slot | None = None,
+                   canary: bool = False) -> Slot:
         """Fetch the version (unless given), start an engine of its own, smoke-test it. Raises SwapError."""
-        slot = fetched or await self.fetch(version, policy_dir)
+        slot = fetched or await self.fetch(version, policy_dir, canary)
         try:
             slot.engine = make_engine(self.config.engine, slot.policy_dir, self.config)
             await slot.engine.start()
@@ -112,8 +114,9 @@ def _load_tokenizer(policy_dir: Path) -> PreTrainedTokenizerBase:
     return AutoTokenizer.from_pretrained(policy_dir)
 
 
-def check_signed(registry, version: str, folder: Path, config: ServingConfig) -> None:
-    """Raise SignatureMismatch (saying why) unless `version`, downloaded into `folder`, may be served. Blocking."""
+def check_signed(registry, version: str, folder: Path, config: ServingConfig, canary: bool = False) -> None:
+    """Raise SignatureMismatch (saying why) unless `version`, downloaded into `folder`, may be served (canary: as a
+    canary, which a deferred version the gate signed for its canary may). Blocking."""
     if not config.require_signature:
         return
     key = config.verify_key_file
@@ -122,11 +125,17 @@ def check_signed(registry, version: str, folder: Path, config: ServingConfig) ->
                                 "copy the trainer's verify.pem there (it is made beside trainer.signing_key_file), "
                                 "or set serving.require_signature = false to serve unsigned versions")
     tags = registry.tags(version)
-    # The trainer signs "pass" before it moves the alias and writes the decision tag after it: an absent decision
-    # is a promotion in progress; a recorded "fail" (a signed candidate refused after a crash) is never served.
+    # The trainer signs "pass" before it moves the alias and writes the decision tag after it: an absent decision, or
+    # a "defer" recorded before (a deferred candidate passing later), is a promotion in progress, served only on its
+    # "pass" signature; a recorded "fail" (a signed candidate refused after a crash) is never served.
     decision = tags.get(names.TAG_GATE_DECISION, "pass")
+    signature = tags.get(names.TAG_SIGNATURE)
+    if decision == "defer":
+        decision = "pass"
+        if canary and signature is None:  # a candidate the gate deferred and serves to its canary share alone
+            decision, signature = "canary", tags.get(names.TAG_CANARY_SIGNATURE)
     statement = SignedStatement(registry.name, version, folder_digest(folder), decision)
-    verify(statement, tags.get(names.TAG_SIGNATURE), Path(key))
+    verify(statement, signature, Path(key))
 
 
 def make_engine(kind: str, policy_dir: Path, serving_config: ServingConfig) -> Engine:

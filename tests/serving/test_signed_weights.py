@@ -58,3 +58,40 @@ def test_serving_will_not_start_on_an_unsigned_champion(config, tiny_policy_dir)
     with pytest.raises(Exception, match="carries no signature"):
         with ServerThread(config):
             pass
+
+
+def test_a_deferred_candidate_serves_only_as_the_canary_the_gate_signed_it_for(config, tiny_policy_dir,
+                                                                                second_policy_dir):
+    # The gate's live canary (trainer/gate/canary.py) serves a candidate it deferred: signed "canary", never "pass".
+    from liverl.io.signing import folder_digest
+    from trainer.io.signing import sign_canary, sign_pass
+
+    config.serving.canary_alias, config.serving.canary_fraction = "canary", 0.5
+    register_version(config, tiny_policy_dir, (names.ALIAS_CHAMPION,))
+    registry = ModelRegistry(config.mlflow.tracking_uri, config.mlflow.registered_model)
+
+    def deferred(signed_for_canary: bool) -> str:
+        version = register_version(config, second_policy_dir, signed=False)
+        registry.set_tag(version, names.TAG_GATE_DECISION, "defer")
+        if signed_for_canary:
+            sign_canary(registry, version, folder_digest(second_policy_dir), config.trainer.signing_key_file)
+        return version
+
+    with ServerThread(config) as server:
+        refusals = lambda: server.server.metrics.value("liverl_serving_signature_refusals_total")  # noqa: E731
+        router = server.server.router
+        unsigned, canary = deferred(False), deferred(True)
+        set_alias(config, "canary", unsigned)  # an alias moved by hand onto a deferred version
+        wait_for(lambda: refusals() == 1, what=f"the refusal of v{unsigned} as the canary")
+        assert router.canary is None
+        set_alias(config, "canary", canary)
+        wait_for(lambda: router.canary is not None and router.canary.version == canary, what=f"v{canary} as canary")
+        set_alias(config, names.ALIAS_CHAMPION, canary)  # its canary signature does not make it a champion
+        wait_for(lambda: refusals() == 2, what=f"the refusal of v{canary} as champion")
+        assert router.champion.version == "1"
+        # A deferred candidate the gate promotes now: signed "pass", the alias moved, its "defer" not yet rewritten.
+        passing = deferred(False)
+        sign_pass(registry, passing, folder_digest(second_policy_dir), config.trainer.signing_key_file)
+        set_alias(config, names.ALIAS_CHAMPION, passing)
+        wait_for(lambda: router.champion.version == passing, what=f"the swap to v{passing}")
+        assert refusals() == 2

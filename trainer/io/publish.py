@@ -41,7 +41,7 @@ from trainer.gate.online_eval_process import online_evaluator
 from trainer.gate.promotion import GateReport, evaluate
 from trainer.io.lineage import lineage_tags
 from trainer.io.registry import TAG_CHECKPOINT, Registry
-from trainer.io.signing import TAG_FILES_DIGEST, sign_pass
+from trainer.io.signing import TAG_FILES_DIGEST, sign_canary, sign_pass
 from trainer.io.state import PendingPublish
 
 PROMOTION_LEASE = "promotion"  # the registry lease every trainer holds while it moves `champion`
@@ -250,7 +250,11 @@ class CheckpointPublisher:
                  f"| {time.perf_counter() - started:.1f}s")
 
     def start_canary(self, version: str) -> None:
-        """Point the group's canary alias at version: serving sends it serving.canary_fraction of the sessions."""
+        """Point the group's canary alias at version, signed for the canary first: serving sends it
+        serving.canary_fraction of the sessions."""
+        digest = self.registry.tags(version).get(TAG_FILES_DIGEST)
+        if self.signing_key_file is not None and digest is not None:
+            sign_canary(self.registry, version, digest, self.signing_key_file)
         self.registry.set_alias(self.canary_alias, version)
 
     def end_canary(self) -> None:

@@ -29,3 +29,10 @@ def sign_pass(registry, version: str, files_digest: str, private_key_file: Path)
     """Tag the version with the signature of its files and a passing verdict (before the alias moves)."""
     statement = SignedStatement(registry.name, version, files_digest, "pass")
     registry.set_tag(version, names.TAG_SIGNATURE, sign(statement, ensure_signing_key(private_key_file)))
+
+
+def sign_canary(registry, version: str, files_digest: str, private_key_file: Path) -> None:
+    """Tag the deferred version with the signature of its files and "canary" (before the canary alias names it):
+    serving may then serve it to its canary share while its decision stays "defer"."""
+    statement = SignedStatement(registry.name, version, files_digest, "canary")
+    registry.set_tag(version, names.TAG_CANARY_SIGNATURE, sign(statement, ensure_signing_key(private_key_file)))
