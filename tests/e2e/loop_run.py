@@ -10,6 +10,7 @@ from demo.run import run_demo
 from tests.conftest import free_stage_ports, module_folder, stack_config
 
 COUNT_ENDED_THE_RUN = "demo.run.stop_after_versions"  # the setting the run's last line names when the count ends it
+BASE_FIT_STEPS = 100  # of the toy demo's 800: calls that mostly parse; learning is not what these tests judge
 
 
 def loop_config(request, tmp_path_factory, name: str, config_file: Path, *, ceiling_s: float,
@@ -49,3 +50,17 @@ def run_printing(config: DemoLiverlConfig):
 
 def ended_on_its_count(lines: list[str]) -> bool:
     return any(COUNT_ENDED_THE_RUN in line for line in lines)
+
+
+def fit_brief_base_policy(config: DemoLiverlConfig) -> None:
+    """The toy demo reuses a base policy it finds in <data_dir>/base-policy: fit one briefly, on one thread."""
+    import torch
+
+    from demo.policy import bootstrap_base_policy
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        bootstrap_base_policy(config.stack.data_dir / "base-policy", seed=config.demo.seed, fit_steps=BASE_FIT_STEPS)
+    finally:
+        torch.set_num_threads(threads)

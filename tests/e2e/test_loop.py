@@ -16,32 +16,16 @@ from pathlib import Path
 
 import pytest
 
-from demo.config import DemoLiverlConfig
 from liverl.io.lineage import merge_offsets
 from liverl.io.table_history import TableHistory
-from tests.e2e.loop_run import ended_on_its_count, loop_config, run_printing
+from tests.e2e.loop_run import ended_on_its_count, fit_brief_base_policy, loop_config, run_printing
 
 pytestmark = [pytest.mark.slow, pytest.mark.big_memory]
 
 STOP_AFTER_VERSIONS = 2
 CEILING_S = 20 * 60.0  # traffic time only; the count ends the run long before on a healthy machine
-BASE_FIT_STEPS = 100  # of the demo's 800: calls that mostly parse; learning is not what this test judges
 DEMO_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "demo.toml"
 BASE_VERSION = "1"
-
-
-def fit_brief_base_policy(config: DemoLiverlConfig) -> None:
-    """The demo reuses a base policy it finds in <data_dir>/base-policy: fit one briefly, on one thread."""
-    import torch
-
-    from demo.policy import bootstrap_base_policy
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        bootstrap_base_policy(config.stack.data_dir / "base-policy", seed=config.demo.seed, fit_steps=BASE_FIT_STEPS)
-    finally:
-        torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
