@@ -225,7 +225,7 @@ class LiveCanary:
     def _champions(self) -> tuple[str | None, str | None]:
         """(what the group's champion alias names, the version serving the group's other sessions)."""
         holder = self.publisher.registry.alias_version(self.publisher.champion_alias)
-        return holder, self.publisher.judged_against(holder)
+        return holder, self.publisher.champion_for(holder)
 
     def _start(self, version: str) -> None:
         publisher = self.publisher

@@ -164,7 +164,7 @@ class CheckpointPublisher:
         started = time.perf_counter()
         for _ in range(self.gate.rejudges + 1):
             holder = self.registry.alias_version(self.champion_alias)
-            champion = self.judged_against(holder)
+            champion = self.champion_for(holder)
             report = self.report(version, champion, checkpoint)
             body = {"decision": report.decision, "champion": champion, "reasons": report.reasons,
                     "figures": report.figures}
@@ -186,7 +186,7 @@ class CheckpointPublisher:
         return self.refuse(version, f"{refusal.reason}; still so after {self.gate.rejudges + 1} judgements "
                                     "(trainer.gate.rejudges)")
 
-    def judged_against(self, holder: str | None) -> str | None:
+    def champion_for(self, holder: str | None) -> str | None:
         """The champion a candidate is judged against: its alias's, or for a tenant without one yet the shared
         champion (what serving gives the tenant until its own adapter is promoted)."""
         if holder is not None or self.tenant is None:
@@ -296,7 +296,7 @@ class CheckpointPublisher:
         self.registry.set_tag(version, names.TAG_GATE_DECISION, "fail")
         # A tenant without a champion of its own is served the shared one: name that (never "vNone").
         self.say(f"gate v{version}{self._for()}: not judged ({reason}) -> champion stays "
-                 f"v{self.judged_against(champion)}")
+                 f"v{self.champion_for(champion)}")
         return PublishResult(version, "fail", (reason,), champion, judged=False)
 
     def refuse_unjudged(self, run_key: str, keep: str | None = None) -> list[str]:
