@@ -11,6 +11,8 @@ from tests.conftest import free_stage_ports, module_folder, stack_config
 
 COUNT_ENDED_THE_RUN = "demo.run.stop_after_versions"  # the setting the run's last line names when the count ends it
 BASE_FIT_STEPS = 100  # of the toy demo's 800: calls that mostly parse; learning is not what these tests judge
+TOY_DEMO_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "demo.toml"
+TOY_CEILING_S = 20 * 60.0  # traffic time only; the count ends a toy loop long before on a healthy machine
 
 
 def loop_config(request, tmp_path_factory, name: str, config_file: Path, *, ceiling_s: float,

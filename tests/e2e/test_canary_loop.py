@@ -12,24 +12,22 @@ asks whether the canary's plumbing carries a decision from live sessions to the 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from liverl.contracts import names
-from tests.e2e.loop_run import ended_on_its_count, fit_brief_base_policy, loop_config, run_printing
+from tests.e2e.loop_run import (TOY_CEILING_S, TOY_DEMO_CONFIG, ended_on_its_count, fit_brief_base_policy,
+                                 loop_config, run_printing)
 
 pytestmark = [pytest.mark.slow, pytest.mark.big_memory]
 
 STOP_AFTER_VERSIONS = 2  # one canary at a time: the second trained version served comes after the first one ended
-CEILING_S = 20 * 60.0  # traffic time only; the count ends the run long before on a healthy machine
-DEMO_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "demo.toml"
 CANARY = "canary"
 
 
 @pytest.fixture(scope="module")
 def canary_run(request, tmp_path_factory):
-    config = loop_config(request, tmp_path_factory, "canary-loop", DEMO_CONFIG, ceiling_s=CEILING_S,
+    config = loop_config(request, tmp_path_factory, "canary-loop", TOY_DEMO_CONFIG, ceiling_s=TOY_CEILING_S,
                          stop_after_versions=STOP_AFTER_VERSIONS, seed=11)
     config.trainer.gate.max_reward_drop = 1.9  # both tests on (off at the range's width, 2)
     config.rewards.monitors.min_trajectories = 10**6  # every off-policy judgement defers

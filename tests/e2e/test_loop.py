@@ -1,7 +1,7 @@
 """The whole loop on real parts: broker, MLflow, capture, vLLM serving, Beam, DeepSpeed, hot-swap.
 
 One run of the demo (fixed seed) backs every assertion here. It ends on a count, not a clock: once the
-product was served STOP_AFTER_VERSIONS trained versions (demo.run.stop_after_versions), with CEILING_S only
+product was served STOP_AFTER_VERSIONS trained versions (demo.run.stop_after_versions), with TOY_CEILING_S only
 as the ceiling, so a slow machine takes longer instead of failing. What is asserted is causality: each
 version served after a swap was trained, by its lineage (table versions, Kafka offsets), only on sessions
 and model calls that an earlier version served before it. Whether a candidate deserves promotion is the
@@ -12,25 +12,23 @@ reason the base policy is fitted briefly (BASE_FIT_STEPS).
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
 from liverl.io.lineage import merge_offsets
 from liverl.io.table_history import TableHistory
-from tests.e2e.loop_run import ended_on_its_count, fit_brief_base_policy, loop_config, run_printing
+from tests.e2e.loop_run import (TOY_CEILING_S, TOY_DEMO_CONFIG, ended_on_its_count, fit_brief_base_policy,
+                                 loop_config, run_printing)
 
 pytestmark = [pytest.mark.slow, pytest.mark.big_memory]
 
 STOP_AFTER_VERSIONS = 2
-CEILING_S = 20 * 60.0  # traffic time only; the count ends the run long before on a healthy machine
-DEMO_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "demo.toml"
 BASE_VERSION = "1"
 
 
 @pytest.fixture(scope="module")
 def demo_result(request, tmp_path_factory):
-    config = loop_config(request, tmp_path_factory, "loop", DEMO_CONFIG, ceiling_s=CEILING_S,
+    config = loop_config(request, tmp_path_factory, "loop", TOY_DEMO_CONFIG, ceiling_s=TOY_CEILING_S,
                          stop_after_versions=STOP_AFTER_VERSIONS, seed=7)
     fit_brief_base_policy(config)
     result, lines = run_printing(config)
@@ -50,7 +48,7 @@ def test_the_run_ended_on_its_count_of_served_trained_versions(demo_result):
     sessions = sorted(result.traffic.sessions, key=lambda s: s.started_at)
     assert sessions and sessions[0].served_version == BASE_VERSION, "traffic starts on the base policy"
     assert len(swapped_versions(result)) >= STOP_AFTER_VERSIONS, (
-        f"serving swapped to {swapped_versions(result)} within the {CEILING_S:.0f} s ceiling; "
+        f"serving swapped to {swapped_versions(result)} within the {TOY_CEILING_S:.0f} s ceiling; "
         f"see the logs under the test's stack data_dir")
     assert ended_on_its_count(lines), "the run ended on the clock, not the count"
 

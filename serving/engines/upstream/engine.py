@@ -214,8 +214,6 @@ class UpstreamEngine:
             pieces = wire.complete(streams, url, body)
             try:
                 first = await anext(pieces)
-            except StopAsyncIteration:
-                raise RuntimeError(f"upstream server {url} answered request {request_id} with nothing") from None
             except (*wire.TRANSPORT_ERRORS, wire.ServerRefused, wire.ServerAborted) as error:
                 if isinstance(error, wire.ServerRefused) and error.status < 500:
                     raise  # the request itself was refused: another server would refuse it too
