@@ -58,6 +58,8 @@ def run(config, args) -> int:
           f"champion v{result.champion}; report in {result.report_dir}")
     if result.heldout is not None and (verdict := result.heldout.verdict()):
         print(f"liverl demo: {verdict}")
+    if result.heldout is not None and (promotions := result.heldout.promotions_verdict()):
+        print(f"liverl demo: held-out, {promotions}")
     if result.tenants:
         ahead = [c.tenant for c in result.tenants if (i := c.interval()) and i[0] > 0]
         print(f"liverl demo: own adapter shown ahead of the shared policy (95 % interval above 0) for "

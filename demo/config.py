@@ -54,16 +54,17 @@ class DemoRealConfig(Section):
     top-p it was sampled with, so any setting keeps the off-policy correction exact; a 135M model solves far more
     at 0.7 / 0.9 than at 1.0 / 1.0, and that is where it can learn."""
     heldout_tasks: int = Field(60, ge=0, le=600)
-    """Held-out plays of each policy in the summary (base and last served version, on the final split): heldout_tasks
-    // heldout_seeds distinct tasks (the families in turn), each played under heldout_seeds sampling seeds, for
-    success out-of-template and in-template with 95 % intervals, the general-text NLL and the forgetting set; 0: skip."""
+    """Held-out plays of each policy in the summary (the base, every promoted version and the last served one, on the
+    final split): heldout_tasks // heldout_seeds distinct tasks (the families in turn), each played under heldout_seeds
+    sampling seeds, for success out-of-template and in-template with 95 % intervals, the general-text NLL and the
+    forgetting set, and each promotion against the champion it replaced; 0: skip."""
     heldout_seeds: int = Field(3, ge=1, le=10)
     """Sampling seeds (drawn fresh every run) each held-out task is played under by both policies. At a fixed
     heldout_tasks the evaluation costs the same whatever this is: more seeds, fewer distinct tasks."""
     heldout_engine: Literal["vllm", "hf"] = "vllm"
     """Engine of the held-out evaluation (`python -m demo.evaluate heldout`); vllm batches every round."""
     heldout_timeout_s: float = Field(900.0, gt=0, le=7200)
-    """Ceiling of one held-out evaluation (one policy folder)."""
+    """Ceiling of the held-out evaluation of the base and one version; each further version adds half of it."""
     helpers_folder: Path | None = None
     """The orchestrator's frozen helpers (a HF folder); unset: the converted base, <stack.data_dir>/base-smollm2."""
 

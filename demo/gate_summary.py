@@ -51,6 +51,14 @@ def gate_outcomes(lineage: Mapping[str, VersionLineage]) -> tuple[Counter, int]:
     return outcomes, most
 
 
+def promoted_line(lineage: Mapping[str, VersionLineage]) -> list[str]:
+    """The shared policy's promoted versions, oldest first: each replaced the one before it as champion (the first
+    replaced the base). Tenants' adapters are lines of their own and are left out."""
+    return sorted((v for v, version in lineage.items()
+                   if v.isdigit() and version.parent and not version.tags.get(names.TAG_TENANT)
+                   and version.tags.get(names.TAG_GATE_DECISION) == "pass"), key=int)
+
+
 def _unjudged(report: dict, reasons: list[str]) -> bool:
     if "judged" in report:
         return report["judged"] is False

@@ -9,6 +9,10 @@ version plays in a process of its own, under the same seeds. The summary gives o
 training never drew) first, then in-template, per family and overall with 95 % Wilson intervals and the spread
 over seeds; the paired difference (served minus base) with its 95 % interval over tasks; the NLL ratio served /
 base on the forgetting set with its bootstrap interval; and the gate's general-text NLL of both.
+
+Every promotion is checked the same way: the run's promoted versions, oldest first, play in the same process under
+the same seeds, and each is paired with the version it replaced as champion (the first, with the base). A promotion
+worse than that by more than the gate's max_reward_drop (as a share of the reward's range, in success) is said.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import json
 import secrets
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +35,18 @@ PARTS = ("out-of-template", "in-template")  # demo/product/tasks/chat/base.py; t
 
 
 @dataclass(frozen=True)
+class Promotion:
+    """A promoted version paired with the version it replaced as champion on the held-out tasks."""
+
+    version: str
+    replaced: str
+    paired: dict  # groups ("parts", "families", "all") -> paired difference, version - replaced
+
+    def overall(self) -> dict:
+        return self.paired["all"]
+
+
+@dataclass(frozen=True)
 class HeldoutComparison:
     """What the evaluator printed for the base and for the last served version (its JSON objects)."""
 
@@ -37,6 +54,8 @@ class HeldoutComparison:
     served: dict
     served_version: str
     paired: dict | None = None  # groups ("parts", "families", "all") -> paired difference, served - base
+    promotions: tuple[Promotion, ...] = ()  # oldest first; empty: not measured
+    max_drop: float | None = None  # the gate's max_reward_drop as a share of success (see success_drop)
 
     def lines(self) -> list[str]:
         seeds = self.base.get("sampling_seeds", [])
@@ -55,7 +74,25 @@ class HeldoutComparison:
             out.append(forgetting.describe(ratio).replace("served", f"v{self.served_version}"))
         out.append(f"general-text NLL (nats/token, the gate's text) base {self.base['general']['nll']:.4f}  |  "
                    f"v{self.served_version} {self.served['general']['nll']:.4f}")
+        for step in self.promotions:
+            out.append(f"promotion v{step.version} - v{step.replaced} (the champion it replaced), all tasks "
+                       f"{_difference(step.overall())}")
+        if (said := self.promotions_verdict()) is not None:
+            out.append(said)
         return out
+
+    def promotions_verdict(self) -> str | None:
+        """Whether any promotion was worse than the version it replaced by more than max_drop on all held-out tasks
+        (its point estimate), and how many were shown worse at all (95 % interval below zero); None: not measured."""
+        if not self.promotions or self.max_drop is None:
+            return None
+        worst = min(self.promotions, key=lambda step: step.overall()["difference"])
+        too_far = [f"v{s.version}" for s in self.promotions if s.overall()["difference"] < -self.max_drop]
+        shown_worse = [f"v{s.version}" for s in self.promotions if s.overall()["ci95"][1] < 0]
+        verdict = (f"{len(too_far)} of {len(self.promotions)} promotions worse than the champion they replaced by more "
+                   f"than {self.max_drop:.3f} ({', '.join(too_far) or 'none'})")
+        return (f"{verdict}; shown worse at 95 %: {', '.join(shown_worse) or 'none'}; the largest drop "
+                f"v{worst.version} - v{worst.replaced} {_difference(worst.overall(), paired_counts=False)}")
 
     def forgetting(self) -> dict | None:
         """The forgetting set's NLL ratio served / base with its interval (None: not measured)."""
@@ -78,7 +115,10 @@ class HeldoutComparison:
         said = []
         for part in PARTS:
             if (figures := self._headline(part)) is not None:
-                shown = "better than the base" if figures["ci95"][0] > 0 else "not shown better than the base"
+                low, high = figures["ci95"]
+                shown = "better than the base" if low > 0 else "worse than the base" if high < 0 else \
+                    (f"not shown better than the base: too little evidence to tell it from no change ({figures['n']} "
+                     f"tasks x {figures.get('seeds', '?')} seeds)")
                 said.append(f"{part} {_difference(figures, paired_counts=False)}: {shown}")
         if not said:
             return None
@@ -86,7 +126,10 @@ class HeldoutComparison:
 
     def as_dict(self) -> dict:
         return {"served_version": self.served_version, "base": self.base, "served": self.served,
-                "paired": self.paired, "forgetting": self.forgetting(), "improved": self.improved()}
+                "paired": self.paired, "forgetting": self.forgetting(), "improved": self.improved(),
+                "promotions": [{"version": s.version, "replaced": s.replaced, "paired": s.paired}
+                               for s in self.promotions],
+                "max_drop": self.max_drop, "promotions_verdict": self.promotions_verdict()}
 
 
 def _rate(figures: dict) -> str:
@@ -115,6 +158,14 @@ def paired_from_results(base: dict, served: dict) -> dict | None:
     return paired_outcomes(base["outcomes"], served["outcomes"])
 
 
+def success_drop(config: DemoLiverlConfig) -> float:
+    """The gate's max_reward_drop as a share of held-out success: the same share of its range ([0, 1]) as the drop
+    is of the reward's (trainer.gate.reward_range; 0.5 of [-1, 1] is 0.25)."""
+    gate = config.trainer.gate
+    low, high = gate.reward_range
+    return gate.max_reward_drop / (high - low)
+
+
 def heldout_plan(config: DemoLiverlConfig) -> tuple[int, int]:
     """(distinct tasks, sampling seeds) of the demo's held-out evaluation: demo.real.heldout_tasks plays a policy,
     spread over heldout_seeds seeds. Same plays, same cost: 210 plays were 210 tasks under one seed (about 2.5 min a
@@ -126,20 +177,23 @@ def heldout_plan(config: DemoLiverlConfig) -> tuple[int, int]:
 
 
 def evaluate_folder(config: DemoLiverlConfig, folder: Path, frozen: Path, out: Path, seed: int,
-                    adapter: Path | None = None) -> dict:
-    """The evaluator on one folder (and, paired, under an adapter of it) on the final split, with the demo's
-    held-out size, seeds from `seed` and engine; its JSON result."""
+                    adapters: Sequence[Path] = ()) -> dict:
+    """The evaluator on one folder (and, paired, under each adapter of it, oldest first) on the final split, with
+    the demo's held-out size, seeds from `seed` and engine; its JSON result."""
     real = config.demo.real
     tasks, seeds = heldout_plan(config)
     argv = [sys.executable, "-m", "demo.evaluate", "heldout", "--folder", str(folder), "--frozen", str(frozen),
             "--tasks", str(tasks), "--seeds", str(seeds), "--seed", str(seed), "--split", "final",
-            "--engine", real.heldout_engine, "--json", str(out)] + (["--adapter", str(adapter)] if adapter else [])
+            "--engine", real.heldout_engine, "--json", str(out)]
+    for adapter in adapters:
+        argv += ["--adapter", str(adapter)]
     log = out.with_suffix(".log")
     log.unlink(missing_ok=True)
     # The demo's stages have stopped: the evaluation's engine computes on every core.
     process = processes.start("held-out evaluation", argv, log, env=all_cores_environment())
     try:
-        code = process.wait(timeout=real.heldout_timeout_s)
+        # heldout_timeout_s is for the base and one version; each further version plays the same tasks again
+        code = process.wait(timeout=real.heldout_timeout_s * max(2, 1 + len(adapters)) / 2)
     finally:
         processes.stop(process.pid)  # its group: the vLLM engine it started must not outlive it (a timeout)
     if code != 0 or not out.is_file():
@@ -147,8 +201,10 @@ def evaluate_folder(config: DemoLiverlConfig, folder: Path, frozen: Path, out: P
     return json.loads(out.read_text())
 
 
-def compare_heldout(config: DemoLiverlConfig, base: Path, served_version: str, say) -> HeldoutComparison | None:
-    """Base and last served version on the held-out tasks; None when switched off or nothing was trained."""
+def compare_heldout(config: DemoLiverlConfig, base: Path, served_version: str, say,
+                    promoted: Sequence[str] = ()) -> HeldoutComparison | None:
+    """Base and last served version on the held-out tasks, and every promotion (`promoted`: the run's promoted
+    versions, oldest first) against the champion it replaced; None when switched off or nothing was trained."""
     from liverl.io.registry import ModelRegistry
 
     if config.demo.real.heldout_tasks == 0:
@@ -167,16 +223,32 @@ def compare_heldout(config: DemoLiverlConfig, base: Path, served_version: str, s
     registry = ModelRegistry(config.mlflow.tracking_uri, config.mlflow.registered_model)
     folder = _version_folder(registry.download(served_version, work / f"v{served_version}"))
     if is_adapter_folder(folder):
-        if read_manifest(folder).base_version != BASE_VERSION:
-            raise RuntimeError(f"v{served_version} is an adapter of v{read_manifest(folder).base_version}, not of the "
-                               "packaged base (v1) that the held-out comparison plays it on")
-        both = evaluate_folder(config, base, frozen, work / f"base-and-v{served_version}.json", seed, adapter=folder)
+        _check_adapter_of_base(folder, served_version)
+        line = [v for v in promoted if v.isdigit() and v != BASE_VERSION and int(v) < int(served_version)]
+        folders = [_version_folder(registry.download(v, work / f"v{v}")) for v in line]
+        if not all(is_adapter_folder(f) for f in folders):
+            say("      promotions not checked one by one: some promoted versions are full weights, not adapters")
+            line, folders = [], []
+        for version, each in zip(line, folders, strict=True):
+            _check_adapter_of_base(each, version)
+        line.append(served_version)
+        both = evaluate_folder(config, base, frozen, work / f"base-and-v{served_version}.json", seed,
+                               adapters=[*folders, folder])
         plan = {k: both[k] for k in ("split", "tasks", "seed", "sampling_seeds")}
+        steps = [step["paired_with_previous"] for step in both.get("chain", ())] or [both["paired"]]
+        promotions = tuple(Promotion(version, line[index - 1] if index else BASE_VERSION, paired)
+                           for index, (version, paired) in enumerate(zip(line, steps, strict=True)))
         return HeldoutComparison({**plan, **both["base"]}, {**plan, **both["adapter"]}, served_version,
-                                 both["paired"])
+                                 both["paired"], promotions, success_drop(config))
     base_result = evaluate_folder(config, base, frozen, work / "base.json", seed)
     served_result = evaluate_folder(config, folder, frozen, work / f"v{served_version}.json", seed)
     return HeldoutComparison(base_result, served_result, served_version, paired_from_results(base_result, served_result))
+
+
+def _check_adapter_of_base(folder: Path, version: str) -> None:
+    if read_manifest(folder).base_version != BASE_VERSION:
+        raise RuntimeError(f"v{version} is an adapter of v{read_manifest(folder).base_version}, not of the packaged "
+                           "base (v1) that the held-out comparison plays it on")
 
 
 def _version_folder(downloaded: Path) -> Path:

@@ -17,7 +17,7 @@ from pathlib import Path
 from demo.config import DemoLiverlConfig
 from demo.freshness import Freshness, first_served_at, freshness
 from demo.interrupt import DemoInterrupt, interrupt_handling
-from demo.gate_summary import describe_gate
+from demo.gate_summary import describe_gate, promoted_line
 from demo.lineage import VersionLineage, committed_at, read_lineage, read_table_sessions
 from demo.policy.demonstrations import RECOVERY
 from demo.services import StageProcess, run_stage, start_stage
@@ -286,7 +286,7 @@ def _summarise(config: DemoLiverlConfig, traffic, say, stages: list[StageProcess
         for stage in reversed(stages):  # the evaluation engine gets the cores; the registry (stack) stays up
             stage.stop()
         try:
-            heldout = compare_heldout(config, base_folder(config), served, say)
+            heldout = compare_heldout(config, base_folder(config), served, say, promoted_line(lineage))
         except (RuntimeError, OSError, subprocess.TimeoutExpired) as error:  # the rest of the summary still counts
             say(f"      held-out evaluation failed: {error}")
         for line in heldout.lines() if heldout else ():

@@ -17,7 +17,10 @@ folder (default: the same one, which is right for the base; pass the base when e
 With --adapter (a LoRA version of --folder), the same tasks are played under the same seeds twice, by the base and
 by the base with the adapter merged into its weights (a second engine), the helpers always the base, and the result
 adds the paired difference (adapter minus base) per group with its 95 % interval over tasks, and the forgetting
-set's NLL ratio adapter / base with its bootstrap interval (demo/evaluate/forgetting.py). All open requests of all
+set's NLL ratio adapter / base with its bootstrap interval (demo/evaluate/forgetting.py). --adapter given more than
+once (a line of versions, oldest first, each replacing the one before) plays every one under the same seeds; the
+figures above are then of the last, and "chain" adds each adapter's paired difference with the one before it (the
+first: with the base): whether any step of the line made the policy worse. All open requests of all
 tasks go to the engine in one batch per round, sampled at temperature 0.7, top-p 0.9, each with a seed fixed by
 (sampling seed, task, request), so a rerun on the same engine samples the same completions.
 Prints one line per group and one JSON object (the last line, or --json).
@@ -187,7 +190,7 @@ def merged_folder(folder: Path, adapter: Path, out: Path) -> Path:
     return out
 
 
-def make_generate(engine: str, folder: Path, dtype: str, adapter: Path | None = None) -> Generate:
+def make_generate(engine: str, folder: Path, dtype: str, adapter: Path | None = None) -> VllmGenerate | HfGenerate:
     if engine == "vllm":
         return VllmGenerate(folder, dtype)
     return HfGenerate(folder, adapter)
@@ -207,9 +210,11 @@ def fresh_seed() -> int:
 
 def evaluate(folder: Path, frozen: Path | None, n_tasks: int, seed: int, engine: str = "vllm",
              dtype: str = "float32", log: Callable[[str], None] = lambda line: None,
-             adapter: Path | None = None, seeds: int = 3, split: str = FINAL) -> tuple[dict, list[ChatTask]]:
+             adapters: Sequence[Path] = (), seeds: int = 3, split: str = FINAL) -> tuple[dict, list[ChatTask]]:
     """Held-out success of the folder's policy on n_tasks of the split, each played under `seeds` sampling seeds
-    from `seed`; with `adapter`, of base and adapter on the same tasks and seeds (paired)."""
+    from `seed`; with `adapters`, of the base and each adapter on the same tasks and seeds (paired)."""
+    adapters = [Path(a) for a in adapters]
+    adapter = adapters[-1] if adapters else None
     started = time.perf_counter()
     policy = make_generate(engine, folder, dtype)
     frozen_generate = policy if frozen is None or Path(frozen).resolve() == Path(folder).resolve() else \
@@ -222,10 +227,19 @@ def evaluate(folder: Path, frozen: Path | None, n_tasks: int, seed: int, engine:
     result.update({**plan, "folder": str(folder), "frozen": str(frozen or folder), "engine": engine, "dtype": dtype,
                    "temperature": TEMPERATURE, "top_p": TOP_P})
     if adapter is not None:
-        with tempfile.TemporaryDirectory(prefix="liverl-merged-") as scratch:  # vLLM plays the merged weights
-            played = merged_folder(folder, adapter, Path(scratch)) if engine == "vllm" else folder
-            under = make_generate(engine, played, dtype, adapter)
-            trained, trained_plays = _play(folder, under, frozen_generate, plan, log, "adapter", adapter)
+        chain, previous = [], plays
+        for number, each in enumerate(adapters, start=1):
+            label = "adapter" if len(adapters) == 1 else f"adapter{number}"
+            trained, trained_plays = _play_adapter(folder, each, engine, dtype, frozen_generate, plan, log, label)
+            chain.append({"adapter_folder": str(each), "figures": trained,
+                          "paired_with_previous": paired_figures(previous, trained_plays)})
+            if len(adapters) > 1:
+                step = chain[-1]["paired_with_previous"]["all"]
+                log(f"{label} - {'base' if number == 1 else f'adapter{number - 1}'} all tasks "
+                    f"{step['difference']:+.3f}  95% [{step['ci95'][0]:+.3f}, {step['ci95'][1]:+.3f}]")
+            previous = trained_plays
+        if len(adapters) > 1:
+            result["chain"] = chain
         result = {**result, "base": {k: result[k] for k in ARM_FIGURES}, "adapter_folder": str(adapter),
                   "adapter": trained, "paired": paired_figures(plays, trained_plays),
                   "forgetting_ratio": forgetting.ratio_figures(result["forgetting"], trained["forgetting"])}
@@ -241,6 +255,19 @@ def evaluate(folder: Path, frozen: Path | None, n_tasks: int, seed: int, engine:
 
 
 ARM_FIGURES = ("families", "parts", "all", "general", "forgetting", "outcomes")
+
+
+def _play_adapter(folder: Path, adapter: Path, engine: str, dtype: str, frozen: Generate, plan: dict, log,
+                  label: str) -> tuple[dict, list[list[ChatTask]]]:
+    """The plan played by the base under one adapter: vLLM plays the adapter merged into a copy of the base, its
+    engine (and the copy) gone before the next adapter's starts."""
+    with tempfile.TemporaryDirectory(prefix="liverl-merged-") as scratch:
+        played = merged_folder(folder, adapter, Path(scratch)) if engine == "vllm" else folder
+        under = make_generate(engine, played, dtype, adapter)
+        try:
+            return _play(folder, under, frozen, plan, log, label, adapter)
+        finally:
+            under.close()
 
 
 def _play(folder: Path, policy: Generate, frozen: Generate, plan: dict, log, label: str,
@@ -274,8 +301,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=3, help="sampling seeds each task is played under")
     parser.add_argument("--split", choices=HELDOUT_SPLITS, default=FINAL,
                         help="dev: the held-out tasks configs are tuned on; final: the demo's, never tuned on")
-    parser.add_argument("--adapter", type=Path, default=None,
-                        help="a LoRA adapter folder of --folder: play base and adapter (merged), paired")
+    parser.add_argument("--adapter", type=Path, action="append", default=[],
+                        help="a LoRA adapter folder of --folder: play base and adapter (merged), paired; repeated: "
+                             "a line of versions, oldest first, each also paired with the one before it")
     parser.add_argument("--engine", choices=("vllm", "hf"), default="vllm")
     parser.add_argument("--dtype", default="float32", help="vLLM weight dtype")
     parser.add_argument("--json", type=Path, default=None, help="also write the result here")
@@ -287,6 +315,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--tasks and --seeds must be at least 1")
     log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     seed = fresh_seed() if args.seed is None else args.seed
+    for adapter in args.adapter:
+        if not (adapter / "adapter_config.json").is_file():
+            parser.error(f"--adapter {adapter} is not a peft adapter folder (no adapter_config.json)")
     result, tasks = evaluate(args.folder, args.frozen, args.tasks, seed, args.engine, args.dtype, log,
                              args.adapter, args.seeds, args.split)
     for family in result["families"]:

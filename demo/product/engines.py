@@ -57,6 +57,11 @@ class VllmGenerate:
         outputs = self.llm.generate(prompts, params, use_tqdm=False)
         return [output.outputs[0].text for output in outputs]
 
+    def close(self) -> None:
+        """Stops the engine's process now, not at exit: a line of versions plays one engine after another, and
+        each holds its own KV cache."""
+        self.llm.llm_engine.engine_core.shutdown()
+
 
 class HfGenerate:
     """transformers' generate, one request at a time (a slow fallback where vLLM is not installed)."""
@@ -86,3 +91,6 @@ class HfGenerate:
                                           pad_token_id=self.tokenizer.pad_token_id)
             texts.append(self.tokenizer.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True))
         return texts
+
+    def close(self) -> None:
+        """Nothing to stop: the model is freed with the object."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from demo.gate_summary import describe_gate, gate_outcomes
+from demo.gate_summary import describe_gate, gate_outcomes, promoted_line
 from demo.lineage import VersionLineage
 from liverl.contracts import names
 
@@ -52,3 +52,12 @@ def test_the_reports_judged_mark_decides_over_the_reasons_words():
     marked = _lineage(_version(2, "fail", ["the trainer was asked to stop"], judged=False),
                       _version(3, "fail", ["superseded by v4 before its turn"], judged=True))
     assert gate_outcomes(marked)[0] == {"refused unjudged": 1, "refused": 1}
+
+
+def test_the_promoted_line_is_the_shared_policys_passed_versions_oldest_first():
+    tenant = _version(4, "pass")
+    tenant.tags[names.TAG_TENANT] = "acme"  # a tenant's adapter is a line of its own
+    lineage = _lineage(_version(12, "pass"), _version(3, "pass"), tenant, _version(5, "defer"), _version(7, "fail"),
+                       _version(9, None))
+    assert promoted_line(lineage) == ["3", "12"]  # by number, not by text ("12" < "3"); the base is no promotion
+    assert promoted_line(_lineage()) == []

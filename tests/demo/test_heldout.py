@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from demo.heldout import HeldoutComparison, _version_folder
+from demo.heldout import HeldoutComparison, Promotion, _version_folder, success_drop
 
 
 def _figures(successes: int, n: int = 20) -> dict:
@@ -48,17 +48,58 @@ def test_a_run_that_served_only_the_base_says_nothing_was_compared():
 
 def _paired(out: tuple[float, float], within: tuple[float, float]) -> dict:
     def one(low, high):
-        return {"n": 40, "difference": (low + high) / 2, "ci95": [low, high], "gained": 9, "lost": 3}
+        return {"n": 40, "seeds": 3, "difference": (low + high) / 2, "ci95": [low, high], "gained": 9, "lost": 3}
     return {"parts": {"out-of-template": {"all": one(*out)}, "in-template": {"all": one(*within)}}}
 
 
 def test_heldout_verdict_leads_with_out_of_template_and_says_better_only_above_zero():
     shown = HeldoutComparison(_result(4, 2.5), _result(6, 2.6), "7", _paired((-0.02, 0.18), (0.02, 0.18)))
     assert shown.verdict() == ("held-out success v7 - base, out-of-template +0.080, 95 % [-0.020, +0.180]: not shown "
-                               "better than the base; in-template +0.100, 95 % [+0.020, +0.180]: better than the base")
+                               "better than the base: too little evidence to tell it from no change (40 tasks x 3 "
+                               "seeds); in-template +0.100, 95 % [+0.020, +0.180]: better than the base")
     assert shown.improved() is False  # in-template alone is not generalisation
     assert HeldoutComparison(_result(4, 2.5), _result(6, 2.6), "7", _paired((0.01, 0.2), (-0.1, 0.1))).improved()
     assert HeldoutComparison(_result(4, 2.5), _result(6, 2.6), "7").verdict() is None
+
+
+def test_a_held_out_interval_below_zero_says_worse_not_too_little_evidence():
+    worse = HeldoutComparison(_result(6, 2.5), _result(4, 2.6), "7", _paired((-0.2, -0.01), (-0.1, 0.1)))
+    assert "out-of-template -0.105, 95 % [-0.200, -0.010]: worse than the base;" in worse.verdict()
+    assert worse.verdict().endswith("too little evidence to tell it from no change (40 tasks x 3 seeds)")
+
+
+def _step(difference: float, low: float, high: float) -> dict:
+    return {"all": {"n": 70, "seeds": 3, "difference": difference, "ci95": [low, high], "gained": 5, "lost": 4}}
+
+
+def test_every_promotion_is_judged_against_the_champion_it_replaced():
+    promotions = (Promotion("3", "1", _step(0.05, -0.02, 0.12)), Promotion("7", "3", _step(-0.30, -0.41, -0.19)),
+                  Promotion("9", "7", _step(-0.04, -0.09, 0.01)))
+    compared = HeldoutComparison(_result(4, 2.5), _result(6, 2.6), "9", _paired((0.01, 0.2), (0.0, 0.1)),
+                                 promotions, max_drop=0.25)
+    lines = compared.lines()
+    assert "promotion v7 - v3 (the champion it replaced), all tasks -0.300, 95 % [-0.410, -0.190] (paired over 70 " \
+           "tasks: 5 gained, 4 lost)" in lines
+    assert lines[-1] == compared.promotions_verdict() == (
+        "1 of 3 promotions worse than the champion they replaced by more than 0.250 (v7); shown worse at 95 %: v7; "
+        "the largest drop v7 - v3 -0.300, 95 % [-0.410, -0.190]")
+    within = HeldoutComparison(_result(4, 2.5), _result(6, 2.6), "9", None, promotions[::2], max_drop=0.25)
+    assert within.promotions_verdict() == (
+        "0 of 2 promotions worse than the champion they replaced by more than 0.250 (none); shown worse at 95 %: "
+        "none; the largest drop v9 - v7 -0.040, 95 % [-0.090, +0.010]")
+    assert within.as_dict()["promotions"][1] == {"version": "9", "replaced": "7", "paired": _step(-0.04, -0.09, 0.01)}
+    assert HeldoutComparison(_result(4, 2.5), _result(6, 2.6), "9").promotions_verdict() is None  # not measured
+
+
+def test_the_gates_drop_is_read_as_the_same_share_of_success():
+    from demo.config import DemoLiverlConfig
+
+    config = DemoLiverlConfig()
+    config.trainer.gate.max_reward_drop = 0.5
+    config.trainer.gate.reward_range = (-1.0, 1.0)
+    assert success_drop(config) == 0.25
+    config.trainer.gate.reward_range = (0.0, 1.0)
+    assert success_drop(config) == 0.5
 
 
 def test_the_demo_draws_a_fresh_seed_every_run_and_plays_the_final_split(monkeypatch, tmp_path):

@@ -95,3 +95,14 @@ def test_the_summary_compares_the_served_adapter_with_the_base_on_held_out_tasks
     assert any(line.startswith("held-out final split:") for line in said)
     assert any(line.startswith("out-of-template") and " all " in line and " - base " in line for line in said)
     assert (result.report_dir / "heldout.json").is_file()
+
+
+def test_every_promotion_is_played_against_the_champion_it_replaced(demo_result):
+    result, lines, _ = demo_result
+    promotions = result.heldout.promotions
+    assert promotions and promotions[0].replaced == "1" and promotions[-1].version == result.heldout.served_version
+    assert all(later.replaced == earlier.version for earlier, later in zip(promotions, promotions[1:]))
+    assert all(step.overall()["n"] == result.heldout.paired["all"]["n"] for step in promotions)
+    said = [line.strip() for line in lines]
+    assert sum(line.startswith("promotion v") for line in said) == len(promotions)
+    assert any(" promotions worse than the champion they replaced " in line for line in said)

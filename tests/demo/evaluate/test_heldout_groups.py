@@ -100,3 +100,49 @@ def test_an_unknown_split_is_refused(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(SystemExit):
         heldout_success.main(["--folder", str(tmp_path), "--split", "training"])
+
+
+def _text_figures(folder, adapter=None) -> dict:
+    return {"general": {"nll": 3.0, "tokens": 300},
+            "forgetting": {"domains": ["prose"] * 4, "chunk_nll": [300.0 + i for i in range(4)],
+                           "by_domain": {"prose": 3.0}, "tokens": 512, "nll": 3.0}}
+
+
+def test_a_line_of_adapters_pairs_each_with_the_one_before_it(monkeypatch, tmp_path):
+    search = sorted(t.key for t in heldout_tasks(12) if t.family == "search")
+    knows = {"": set(), "a1": set(search[:2]), "a2": set(search[:1]), "a3": set(search)}
+    closed = []
+
+    class Engine:
+        def __init__(self, adapter):
+            self.name = adapter.name if adapter else ""
+            self.generate = _answers(knows[self.name])
+
+        def __call__(self, requests, seeds):
+            return self.generate(requests, seeds)
+
+        def close(self):
+            closed.append(self.name)
+
+    monkeypatch.setattr(heldout_success, "make_generate", lambda engine, folder, dtype, adapter=None: Engine(adapter))
+    monkeypatch.setattr(heldout_success, "text_figures", _text_figures)
+    line = [tmp_path / name for name in ("a1", "a2", "a3")]
+    result, _ = heldout_success.evaluate(tmp_path, None, 12, 5, "hf", adapters=line, seeds=2)
+    steps = [step["paired_with_previous"]["families"]["search"] for step in result["chain"]]
+    assert [(s["gained"], s["lost"]) for s in steps] == [(2, 0), (0, 1), (3, 0)]  # a2 lost what a1 had gained
+    assert [step["adapter_folder"] for step in result["chain"]] == [str(p) for p in line]
+    assert result["paired"]["families"]["search"]["gained"] == 4  # the last against the base, as with one adapter
+    assert result["adapter_folder"] == str(line[-1]) and result["adapter"]["families"]["search"]["rate"] == 1.0
+    assert closed == ["a1", "a2", "a3"]  # each version's engine stopped before the next starts
+    one, _ = heldout_success.evaluate(tmp_path, None, 12, 5, "hf", adapters=line[:1], seeds=2)
+    assert "chain" not in one and one["paired"]["families"]["search"]["gained"] == 2
+
+
+def test_an_adapter_that_is_not_a_peft_folder_is_refused_before_any_engine_starts(tmp_path, monkeypatch):
+    monkeypatch.setattr(heldout_success, "evaluate", lambda *a: pytest.fail("no engine for a bad --adapter"))
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "good").mkdir()
+    (tmp_path / "good" / "adapter_config.json").write_text("{}")
+    with pytest.raises(SystemExit):
+        heldout_success.main(["--folder", str(tmp_path), "--adapter", str(tmp_path / "good"),
+                              "--adapter", str(tmp_path / "missing")])
