@@ -58,6 +58,8 @@ def run(config, args) -> int:
           f"champion v{result.champion}; report in {result.report_dir}")
     if result.heldout is not None and (verdict := result.heldout.verdict()):
         print(f"liverl demo: {verdict}")
+    if result.heldout_error is not None:  # the last word must not read as if the gain had been measured
+        print(f"liverl demo: no held-out evidence of a gain: the held-out evaluation failed ({result.heldout_error})")
     if result.heldout is not None and (promotions := result.heldout.promotions_verdict()):
         print(f"liverl demo: held-out, {promotions}")
     if result.tenants:

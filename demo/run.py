@@ -37,6 +37,7 @@ class DemoResult:
     report_dir: Path | None
     heldout: object = None  # demo.heldout.HeldoutComparison on the real model, else None
     tenants: list | None = None  # demo.tenant_comparison.TenantComparison per tenant with demo.tenants.count, else None
+    heldout_error: str | None = None  # why the real model's held-out evaluation gave no figures, when it failed
 
 
 def run_demo(config: DemoLiverlConfig, say=print) -> DemoResult:
@@ -278,7 +279,7 @@ def _summarise(config: DemoLiverlConfig, traffic, say, stages: list[StageProcess
         say(f"      now serving v{served} (champion v{champion}): trained on table versions "
             f"{trained_on.table_versions} ({len(trained_on.all_sessions)} sessions with its ancestors), "
             f"Kafka offsets {trained_on.kafka_offsets}, parent v{trained_on.parent or '-'}")
-    heldout = None
+    heldout, heldout_error = None, None
     if demo.policy == "smollm2":
         from demo.heldout import compare_heldout
         from demo.product.configured import base_folder
@@ -288,6 +289,7 @@ def _summarise(config: DemoLiverlConfig, traffic, say, stages: list[StageProcess
         try:
             heldout = compare_heldout(config, base_folder(config), served, say, promoted_line(lineage))
         except (RuntimeError, OSError, subprocess.TimeoutExpired) as error:  # the rest of the summary still counts
+            heldout_error = str(error)
             say(f"      held-out evaluation failed: {error}")
         for line in heldout.lines() if heldout else ():
             say(f"      {line}")
@@ -297,4 +299,4 @@ def _summarise(config: DemoLiverlConfig, traffic, say, stages: list[StageProcess
 
         tenants = summarise_tenants(tenant_traffic, say)
     report_dir = write_report(config, traffic, verdict, fresh, lineage, say, heldout=heldout, tenants=tenants)
-    return DemoResult(traffic, verdict, fresh, lineage, str(champion), report_dir, heldout, tenants)
+    return DemoResult(traffic, verdict, fresh, lineage, str(champion), report_dir, heldout, tenants, heldout_error)

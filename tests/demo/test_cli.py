@@ -37,3 +37,21 @@ def test_a_demo_whose_horizon_outlasts_it_says_why_nothing_will_train(started, c
     out = capsys.readouterr().out
     assert "liverl demo: warning: no session can become a trajectory within this run's 10m00s" in out
     assert "pipelines.reward_horizon_s" in out
+
+
+def test_a_demo_whose_held_out_evaluation_failed_says_it_has_no_evidence_of_a_gain(monkeypatch, capsys):
+    import demo.run
+    from demo.freshness import Freshness
+    from demo.run import DemoResult
+    from demo.verdict import judge_rise
+    from liverl.cli import main
+
+    def failed_heldout(config, say):
+        return DemoResult(None, judge_rise({}, min_sessions=1), Freshness({}, 0), {}, "3", None,
+                          heldout_error="the held-out evaluation of base failed (exit 1)")
+
+    monkeypatch.setattr(demo.run, "run_demo", failed_heldout)
+    assert main(["demo", "--minutes", "1"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last == ("liverl demo: no held-out evidence of a gain: the held-out evaluation failed (the held-out "
+                    "evaluation of base failed (exit 1))")
