@@ -224,7 +224,7 @@ def compare_heldout(config: DemoLiverlConfig, base: Path, served_version: str, s
     folder = _version_folder(registry.download(served_version, work / f"v{served_version}"))
     if is_adapter_folder(folder):
         _check_adapter_of_base(folder, served_version)
-        line = [v for v in promoted if v.isdigit() and v != BASE_VERSION and int(v) < int(served_version)]
+        line = [v for v in promoted if int(v) < int(served_version)]  # promoted_line: numbered, the base left out
         folders = [_version_folder(registry.download(v, work / f"v{v}")) for v in line]
         if not all(is_adapter_folder(f) for f in folders):
             say("      promotions not checked one by one: some promoted versions are full weights, not adapters")

@@ -227,17 +227,17 @@ def evaluate(folder: Path, frozen: Path | None, n_tasks: int, seed: int, engine:
     result.update({**plan, "folder": str(folder), "frozen": str(frozen or folder), "engine": engine, "dtype": dtype,
                    "temperature": TEMPERATURE, "top_p": TOP_P})
     if adapter is not None:
-        chain, previous = [], plays
+        chain, previous, previous_label = [], plays, "base"
         for number, each in enumerate(adapters, start=1):
             label = "adapter" if len(adapters) == 1 else f"adapter{number}"
             trained, trained_plays = _play_adapter(folder, each, engine, dtype, frozen_generate, plan, log, label)
-            chain.append({"adapter_folder": str(each), "figures": trained,
-                          "paired_with_previous": paired_figures(previous, trained_plays)})
-            if len(adapters) > 1:
-                step = chain[-1]["paired_with_previous"]["all"]
-                log(f"{label} - {'base' if number == 1 else f'adapter{number - 1}'} all tasks "
-                    f"{step['difference']:+.3f}  95% [{step['ci95'][0]:+.3f}, {step['ci95'][1]:+.3f}]")
-            previous = trained_plays
+            step = paired_figures(previous, trained_plays)
+            chain.append({"adapter_folder": str(each), "figures": trained, "paired_with_previous": step})
+            if len(adapters) > 1:  # with one adapter its step is the adapter - base figures logged below
+                low, high = step["all"]["ci95"]
+                log(f"{label} - {previous_label} all tasks {step['all']['difference']:+.3f}  "
+                    f"95% [{low:+.3f}, {high:+.3f}]")
+            previous, previous_label = trained_plays, label
         if len(adapters) > 1:
             result["chain"] = chain
         result = {**result, "base": {k: result[k] for k in ARM_FIGURES}, "adapter_folder": str(adapter),
