@@ -27,9 +27,7 @@ class StageProcess:
         return self.process.poll() is None
 
     def log_tail(self, lines: int = 25) -> str:
-        if not self.log.exists():
-            return "(no log yet)"
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        return processes.log_tail(self.log, lines)
 
     def wait_ready(self, ready: Callable[[], bool], timeout_s: float) -> None:
         """Poll ready() until true; fail early, with the stage's log, if the stage died."""

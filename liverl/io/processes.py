@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -111,14 +112,14 @@ def wait_until(ready: Callable[[], bool], timeout_s: float, what: str, process: 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process is not None and process.poll() is not None:
-            raise RuntimeError(f"{what} exited with code {process.returncode}; log tail:\n{_tail(log)}")
+            raise RuntimeError(f"{what} exited with code {process.returncode}; log tail:\n{log_tail(log)}")
         try:
             if ready():
                 return
         except Exception:  # not up yet: connection refused, half-started HTTP server, ...
             pass
         time.sleep(interval_s)
-    raise TimeoutError(f"{what} was not ready after {timeout_s:.0f} s; log tail:\n{_tail(log)}")
+    raise TimeoutError(f"{what} was not ready after {timeout_s:.0f} s; log tail:\n{log_tail(log)}")
 
 
 def alive(pid: int) -> bool:
@@ -169,7 +170,20 @@ def _reap(pid: int) -> None:
         pass
 
 
-def _tail(log: Path | None, lines: int = 20) -> str:
+# A line that names an error: an exception's last line ("OSError: ...") or a logger's ERROR line.
+_ERROR_LINE = re.compile(r"\b[A-Za-z_.]*(Error|Exception): |\bERROR\b")
+
+
+def log_tail(log: Path | None, lines: int = 20, earlier_errors: int = 8) -> str:
+    """The log's last lines, after the first error lines that came before them.
+
+    A process that dies of a chained failure logs its root cause well before its end: a vLLM engine whose worker
+    failed ends in the engine's own traceback, and the worker's exception is pages above it."""
     if log is None or not log.exists():
         return "(no log)"
-    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+    text = log.read_text(errors="replace").splitlines()
+    tail = text[-lines:]
+    earlier = list(dict.fromkeys(line for line in text[:-lines] if _ERROR_LINE.search(line)))[:earlier_errors]
+    if not earlier:
+        return "\n".join(tail)
+    return "\n".join(["(earlier errors)", *earlier, "(last lines)", *tail])

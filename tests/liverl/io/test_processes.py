@@ -46,3 +46,18 @@ def test_no_port_is_handed_out_twice_and_parallel_workers_draw_from_disjoint_sli
         assert {base, base + 7, base + 10_000, base + 10_007} <= slices[-1]
         assert processes.free_port() in slices[-1]
     assert slices[0] and slices[1] and not slices[0] & slices[1]
+
+
+def test_a_log_tail_brings_the_root_cause_from_above_the_last_lines(tmp_path):
+    log = tmp_path / "serve.log"
+    worker = ["(Worker pid=7) ERROR worker failed to start", "Traceback (most recent call last):",
+              '  File "w.py", line 1, in init', "OSError: [Errno 98] Address already in use"]
+    log.write_text("\n".join(["starting", *worker, *[f"  engine frame {i}" for i in range(30)],
+                              "Exception: WorkerProc initialization failed"]) + "\n")
+    said = processes.log_tail(log, lines=5)
+    assert said.splitlines()[:3] == ["(earlier errors)", worker[0], worker[3]]
+    assert said.splitlines()[-1] == "Exception: WorkerProc initialization failed"
+    assert "starting" not in said and "engine frame 25" not in said
+    log.write_text("one\ntwo\nRuntimeError: late\n")
+    assert processes.log_tail(log, lines=5) == "one\ntwo\nRuntimeError: late"  # nothing above the tail: the tail alone
+    assert processes.log_tail(tmp_path / "absent.log") == "(no log)"
