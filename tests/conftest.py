@@ -61,7 +61,7 @@ def memory_share(request, tmp_path_factory) -> Iterator[None]:
 def return_freed_memory() -> None:
     """Hand what this process freed back to the machine (glibc's malloc_trim; elsewhere nothing).
 
-    glibc keeps freed memory in the process's heap for reuse: a worker that had loaded models in process held
+    glibc keeps freed memory in the process's heap for reuse: a worker done with its earlier modules held
     9.7 GB of resident memory while it waited for its turn, 8.6 GB of it freed heap, beside a module of 12 GB
     (docs/measurements.md, 2026-12-07 (fourth)); malloc_trim took it to 1.1 GB."""
     gc.collect()
