@@ -11,6 +11,7 @@ import fcntl
 import gc
 import shutil
 from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import pytest
@@ -44,17 +45,22 @@ def memory_share(request, tmp_path_factory) -> Iterator[None]:
 
     Every module ends by giving the memory its tests freed back to the machine (`return_freed_memory`)."""
     marker = request.node.get_closest_marker("big_memory")
-    if marker is None:
-        yield
-        return_freed_memory()
-        return
-    lock = tmp_path_factory.getbasetemp().parent / "big-memory.lock"
-    with lock.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX if marker.kwargs.get("alone") else fcntl.LOCK_SH)  # waits its turn
+    turn = nullcontext() if marker is None else _memory_turn(tmp_path_factory, marker.kwargs.get("alone", False))
+    with turn:
         try:
             yield
         finally:
-            return_freed_memory()  # before the other worker's big module may start
+            return_freed_memory()  # a big module's before the other worker's big module may start
+
+
+@contextmanager
+def _memory_turn(tmp_path_factory, alone: bool) -> Iterator[None]:
+    lock = tmp_path_factory.getbasetemp().parent / "big-memory.lock"
+    with lock.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)  # waits its turn
+        try:
+            yield
+        finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 

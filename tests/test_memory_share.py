@@ -53,7 +53,6 @@ def test_big_modules_run_beside_each_other_only_when_shared(tmp_path, marker, wa
 
 
 FREED_HEAP = '''
-import sys
 from tests.conftest import return_freed_memory
 
 def resident_mb():
