@@ -53,7 +53,7 @@ class DemoRealConfig(Section):
     """Nucleus sampling of the product's requests. The trainer scores each served token under the temperature and
     top-p it was sampled with, so any setting keeps the off-policy correction exact; a 135M model solves far more
     at 0.7 / 0.9 than at 1.0 / 1.0, and that is where it can learn."""
-    heldout_tasks: int = Field(60, ge=0, le=600)
+    heldout_tasks: int = Field(60, ge=0, le=1200)
     """Held-out plays of each policy in the summary (the base, every promoted version and the last served one, on the
     final split): heldout_tasks // heldout_seeds distinct tasks (the families in turn), each played under heldout_seeds
     sampling seeds, for success out-of-template and in-template with 95 % intervals, the general-text NLL and the
@@ -64,7 +64,8 @@ class DemoRealConfig(Section):
     heldout_engine: Literal["vllm", "hf"] = "vllm"
     """Engine of the held-out evaluation (`python -m demo.evaluate heldout`); vllm batches every round."""
     heldout_timeout_s: float = Field(900.0, gt=0, le=7200)
-    """Ceiling of the held-out evaluation of the base and one version; each further version adds half of it."""
+    """Ceiling of the held-out evaluation of the base and one version at up to 210 plays each; each further version
+    adds half of it, and more plays scale it (demo/heldout.py evaluation_timeout_s)."""
     helpers_folder: Path | None = None
     """The orchestrator's frozen helpers (a HF folder); unset: the converted base, <stack.data_dir>/base-smollm2."""
 

@@ -176,6 +176,16 @@ def heldout_plan(config: DemoLiverlConfig) -> tuple[int, int]:
     return max(1, real.heldout_tasks // real.heldout_seeds), real.heldout_seeds
 
 
+TIMEOUT_PLAYS = 210  # demo.real.heldout_timeout_s is the ceiling of the base and one version at up to these plays
+
+
+def evaluation_timeout_s(config: DemoLiverlConfig, adapters: int) -> float:
+    """The held-out evaluation's ceiling: heldout_timeout_s for the base and one version at up to TIMEOUT_PLAYS plays
+    each, scaled by the policies played (every further version plays the same tasks again) and by the plays."""
+    real = config.demo.real
+    return real.heldout_timeout_s * max(2, 1 + adapters) / 2 * max(1.0, real.heldout_tasks / TIMEOUT_PLAYS)
+
+
 def evaluate_folder(config: DemoLiverlConfig, folder: Path, frozen: Path, out: Path, seed: int,
                     adapters: Sequence[Path] = ()) -> dict:
     """The evaluator on one folder (and, paired, under each adapter of it, oldest first) on the final split, with
@@ -192,8 +202,7 @@ def evaluate_folder(config: DemoLiverlConfig, folder: Path, frozen: Path, out: P
     # The demo's stages have stopped: the evaluation's engine computes on every core.
     process = processes.start("held-out evaluation", argv, log, env=all_cores_environment())
     try:
-        # heldout_timeout_s is for the base and one version; each further version plays the same tasks again
-        code = process.wait(timeout=real.heldout_timeout_s * max(2, 1 + len(adapters)) / 2)
+        code = process.wait(timeout=evaluation_timeout_s(config, len(adapters)))
     finally:
         processes.stop(process.pid)  # its group: the vLLM engine it started must not outlive it (a timeout)
     if code != 0 or not out.is_file():

@@ -4,6 +4,8 @@
                                           champion (the trainer gate's online evidence, paired_reward.py)
     python -m demo.evaluate heldout ...   a chat policy (SmolLM2): success per family with Wilson intervals and the
                                           general-text NLL, base against a trained adapter (heldout_success.py)
+    python -m demo.evaluate power R.json  from a paired heldout result (of the dev split), how wide another plan's
+                                          interval would be: tasks x seeds (power.py)
 
-Both draw held-out work that no training session shares and share the statistics in stats.py.
+The first two draw held-out work that no training session shares and share the statistics in stats.py.
 """

@@ -9,6 +9,16 @@ from collections.abc import Callable, Sequence
 Z_95 = 1.959963984540054  # the standard normal's 97.5 % quantile
 
 
+def t_quantile(df: int, level: float = 0.95) -> float:
+    """Student t's two-sided quantile: a mean over a few dozen tasks has a variance that is itself estimated, and
+    the normal quantile would make its interval too narrow (2.03 against 1.96 at 35 degrees of freedom)."""
+    from scipy.stats import t as student_t
+
+    if df < 1:
+        raise ValueError(f"a t quantile needs at least one degree of freedom (got {df})")
+    return float(student_t.ppf(0.5 + level / 2, df))
+
+
 def wilson_interval(successes: int, n: int, z: float = Z_95) -> tuple[float, float]:
     """Wilson score interval of a binomial proportion: unlike the normal one it stays in [0, 1] and is not
     degenerate at 0 or n successes, which small held-out families of a weak model often give."""
@@ -23,8 +33,8 @@ def wilson_interval(successes: int, n: int, z: float = Z_95) -> tuple[float, flo
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def paired_difference(before: list[bool], after: list[bool], z: float = Z_95) -> dict:
-    """Success rate after minus before on the same tasks (same seeds), with a 95 % normal interval of the mean
+def paired_difference(before: list[bool], after: list[bool]) -> dict:
+    """Success rate after minus before on the same tasks (same seeds), with a 95 % t interval of the mean
     per-task difference: pairing removes the tasks' own difficulty from the noise, so the interval is far
     narrower than two independent intervals would suggest. n = 1 gives a zero-width interval."""
     if len(before) != len(after) or not before:
@@ -33,7 +43,7 @@ def paired_difference(before: list[bool], after: list[bool], z: float = Z_95) ->
     n = len(diffs)
     mean = sum(diffs) / n
     variance = sum((d - mean) ** 2 for d in diffs) / (n - 1) if n > 1 else 0.0
-    half = z * math.sqrt(variance / n)
+    half = t_quantile(n - 1) * math.sqrt(variance / n) if n > 1 else 0.0
     return {"n": n, "difference": mean, "ci95": [mean - half, mean + half],
             "gained": sum(d > 0 for d in diffs), "lost": sum(d < 0 for d in diffs)}
 
@@ -49,12 +59,12 @@ def jackknife_se(n: int, statistic: Callable[[list[int]], dict[str, float]]) -> 
     return se
 
 
-def paired_mean_difference(before: Sequence[Sequence[bool]], after: Sequence[Sequence[bool]],
-                           z: float = Z_95) -> dict:
+def paired_mean_difference(before: Sequence[Sequence[bool]], after: Sequence[Sequence[bool]]) -> dict:
     """Success after minus before on the same tasks, each task played under the same sampling seeds by both
     (before[i][s]: task i under seed s). The task is the unit: its difference is the mean over its seeds, and the
-    95 % normal interval is over tasks, since one task's plays share its difficulty and are not independent.
-    One seed gives paired_difference's figures. "gained" / "lost": tasks whose mean rose / fell."""
+    95 % Student t interval is over tasks (n - 1 degrees of freedom), since one task's plays share its difficulty
+    and are not independent. One seed gives paired_difference's figures. "gained" / "lost": tasks whose mean
+    rose / fell."""
     if len(before) != len(after) or not before:
         raise ValueError(f"paired outcomes need equal, non-empty lists (got {len(before)} and {len(after)})")
     if any(len(b) != len(a) or not b for b, a in zip(before, after)):
@@ -62,7 +72,7 @@ def paired_mean_difference(before: Sequence[Sequence[bool]], after: Sequence[Seq
     diffs = [statistics.fmean(int(x) for x in a) - statistics.fmean(int(x) for x in b) for b, a in zip(before, after)]
     n = len(diffs)
     mean = statistics.fmean(diffs)
-    half = z * math.sqrt(statistics.variance(diffs) / n) if n > 1 else 0.0
+    half = t_quantile(n - 1) * math.sqrt(statistics.variance(diffs) / n) if n > 1 else 0.0
     return {"n": n, "seeds": len(before[0]), "difference": mean, "ci95": [mean - half, mean + half],
             "gained": sum(d > 0 for d in diffs), "lost": sum(d < 0 for d in diffs)}
 

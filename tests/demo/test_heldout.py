@@ -134,6 +134,21 @@ def test_the_demo_draws_a_fresh_seed_every_run_and_plays_the_final_split(monkeyp
                and argv[argv.index("--tasks") + 1] == "70" for argv in argvs)
 
 
+def test_the_evaluations_ceiling_grows_with_the_versions_and_the_plays():
+    from demo.config import DemoLiverlConfig
+    from demo.heldout import evaluation_timeout_s
+
+    config = DemoLiverlConfig()
+    config.demo.real.heldout_timeout_s = 900.0
+    config.demo.real.heldout_tasks = 210
+    assert evaluation_timeout_s(config, 0) == evaluation_timeout_s(config, 1) == 900.0
+    assert evaluation_timeout_s(config, 4) == 2250.0  # base and four versions: five policies play
+    config.demo.real.heldout_tasks = 630
+    assert evaluation_timeout_s(config, 4) == 6750.0  # three times the plays each
+    config.demo.real.heldout_tasks = 60
+    assert evaluation_timeout_s(config, 1) == 900.0  # fewer plays keep the ceiling
+
+
 def test_version_folder_is_found_below_a_download(tmp_path):
     (tmp_path / "policy").mkdir()
     (tmp_path / "policy" / "config.json").write_text("{}")
