@@ -58,6 +58,9 @@ class PolicyServer:
         self._http = None
         self._http_task: asyncio.Task | None = None
         self._watcher: asyncio.Task | None = None
+        self.responses = None  # serving.http.responses.state.ResponseStore, made by start()
+        self.erasure_sweep = None  # serving.recording.erasure_sweep.ErasureSweep, when recording
+        self._sweeper: asyncio.Task | None = None
         self._metrics_server = None
 
     def _user_pseudonyms(self):
@@ -100,6 +103,10 @@ class PolicyServer:
         from serving.recording.stitching import Stitcher
 
         self.completions.stitcher = Stitcher.from_config(c, self.metrics.registry)  # header-less sessions (rule 6)
+        from serving.http.responses.state import ResponseStore
+
+        self.responses = ResponseStore.from_config(c)  # what previous_response_id continues
+        self._start_erasure_sweep()
         await self._start_grpc()
         await self._start_http()
         if c.metrics_port:
@@ -112,6 +119,22 @@ class PolicyServer:
         self.say(f"serving ready grpc={c.host}:{self.grpc_port} http={c.host}:{self.http_port} "
                  f"version={self.router.champion.version} engine={c.engine} alias={c.alias} swap_mode={c.swap_mode}"
                  + (f" replica={self.rollout.fleet.replica}" if self.rollout.fleet is not None else ""))
+
+    def _start_erasure_sweep(self) -> None:
+        """When recording (a key store says who was erased), what `liverl forget` erased leaves memory too."""
+        subjects = self.recorder.subjects if self.recorder is not None else None
+        if subjects is None:
+            return
+        from functools import partial
+
+        from serving.http.completions import session_erased
+        from serving.recording.erasure_sweep import ErasureSweep
+
+        stitcher = self.completions.stitcher
+        kept = [self.responses, *((stitcher.entries, stitcher.quoted) if stitcher is not None else ())]
+        self.erasure_sweep = ErasureSweep(kept, subjects.erasure_state, partial(session_erased, self.completions),
+                                          self.config.serving.erasure_sweep_s)
+        self._sweeper = asyncio.create_task(self.erasure_sweep.run())
 
     async def _wait_for_alias(self) -> str:
         """The version the alias points at; waits (polling) until the alias exists."""
@@ -155,12 +178,10 @@ class PolicyServer:
 
         from serving.http.api import build_http_app
         from serving.http.guard import HttpContext
-        from serving.http.responses.state import ResponseStore
 
         c = self.config.serving
         app = build_http_app(HttpContext(self.completions, self.model_info, self.rollout, self.keys, self.limiter,
-                                         c.max_request_bytes, c.body_timeout_s, self.engine_failure),
-                             ResponseStore.from_config(c))
+                                         c.max_request_bytes, c.body_timeout_s, self.engine_failure), self.responses)
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((c.host, c.http_port))
@@ -205,10 +226,11 @@ class PolicyServer:
 
     async def stop(self, grace_s: float = 10.0) -> None:
         """Stop taking requests, let those in flight finish (up to grace_s), flush records, free engines."""
-        if self._watcher is not None:
-            self._watcher.cancel()
-            with contextlib.suppress(BaseException):
-                await self._watcher
+        for task in (self._watcher, self._sweeper):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
         if self._health is not None:
             await self._health.enter_graceful_shutdown()
         if self._grpc is not None:

@@ -262,6 +262,10 @@ class ServingConfig(Section):
     stitch_ttl_s: float = Field(3600.0, gt=0, le=30 * 86400.0)
     """How long after a reply a call may continue its conversation's session; an agent idle longer starts a
     new session."""
+    erasure_sweep_s: float = Field(2.0, gt=0, le=3600.0)
+    """How often serving checks whether `liverl forget` erased anything it keeps in memory (kept responses,
+    stitched conversations, quoted tool-call arguments) and drops it (serving.recording.erasure_sweep); an
+    erased entry is never used again from the moment of the erasure, this bounds how long it stays in memory."""
     default_max_tokens: int = Field(64, ge=1)
     """Completion length when a request does not say."""
     gpu_memory_utilization: float = Field(0.2, gt=0.0, le=1.0)

@@ -191,10 +191,15 @@ def stitched_call(ctx: HttpContext, call: Call, conversation: Conversation | Non
 def erased_since(ctx: HttpContext, tenant: str, session_id: str, key_version: object) -> bool:
     """Whether a session kept in memory (as its records are keyed) or its tenant was erased since its key_version
     (`liverl forget` reaches what serving keeps too)."""
-    subjects = getattr(ctx.completions.recorder, "subjects", None)
+    return session_erased(ctx.completions, tenant, session_id, key_version)
+
+
+def session_erased(completions, tenant: str, session_id: str, key_version: object) -> bool:
+    """erased_since for what `completions` kept (also serving.recording.erasure_sweep's test)."""
+    subjects = getattr(completions.recorder, "subjects", None)
     if subjects is None:  # not recording: nothing of it is stored, and no key store says who was erased
         return False
-    redactor = ctx.completions.redactor(tenant)
+    redactor = completions.redactor(tenant)
     keyed = redactor.redact_id(session_id) if redactor is not None else session_id
     return subjects.erased_since(tenant, keyed, key_version)
 

@@ -53,6 +53,11 @@ class ServingSubjects:
             return True
         return self.pseudonyms.session(tenant, session_id) in self.store.forgotten(tenant)
 
+    def erasure_state(self, tenant: str) -> object:
+        """What an erasure in the tenant changes: its pseudonym key version (a tenant's erasure replaces it) and how
+        many subjects it has forgotten (a user's or a session's erasure adds to them)."""
+        return self.store.pseudonym_key_version(tenant), len(self.store.forgotten(tenant))
+
     def write(self, links: Links) -> None:
         """The links, durably, one append per tenant (with the keys of their sessions when make_keys); raises
         what the key store raises (the caller counts it: a failed write never fails a request)."""

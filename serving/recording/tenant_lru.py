@@ -54,6 +54,14 @@ class TenantLru(Generic[V]):
         """The entry as stored, expired or not, without marking it used."""
         return self._all.get((tenant, key))
 
+    def tenants(self) -> list[str]:
+        """The tenants holding entries now."""
+        return list(self._by_tenant)
+
+    def keys(self, tenant: str) -> list[Hashable]:
+        """The tenant's keys now, least recently used first (a copy: entries may be dropped while it is read)."""
+        return list(self._by_tenant.get(tenant, ()))
+
     def drop(self, tenant: str, key: Hashable) -> None:
         """Forget an entry now."""
         if (tenant, key) in self._all:

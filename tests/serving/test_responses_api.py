@@ -5,6 +5,7 @@ refusals, and the ModelCalls recorded exactly as chat's (token ids, logprobs, on
 from __future__ import annotations
 
 import json
+import time
 
 import httpx
 import openai
@@ -261,13 +262,31 @@ def test_a_forgotten_users_kept_conversation_cannot_be_continued(server):
     kept = acme.responses.create(input="fix the file", max_output_tokens=2, user="end-user-forget-me")
     other = acme.responses.create(input="fix the file", max_output_tokens=2, user="end-user-stays")
     assert server.server.recorder.flush(30)  # the user is linked to the session by the recording thread
+    recorded = _recorded(server, kept.id, other.id)
+    gone, stays = recorded[kept.id].session_id, recorded[other.id].session_id
+    assert {gone, stays} <= server.call(_sessions_in_memory(server.server))
     store = key_store(server.server.config)
     found = resolve(store, "acme", user="end-user-forget-me")
     assert found.sessions
     store.forget("acme", sorted(found.sessions), found.user)  # what `liverl forget --user` does to the keys
+    # it leaves memory by itself (the kept conversation and its stitching entries), not at their ttl of an hour
+    for _ in range(600):  # a sweep every serving.erasure_sweep_s: stop on it, the 60 s only a ceiling
+        if gone not in server.call(_sessions_in_memory(server.server)):
+            break
+        time.sleep(0.1)
+    in_memory = server.call(_sessions_in_memory(server.server))
+    assert gone not in in_memory and stays in in_memory
     with pytest.raises(openai.NotFoundError):
         acme.responses.create(input="ask", previous_response_id=kept.id, max_output_tokens=1)
     assert acme.responses.create(input="ask", previous_response_id=other.id, max_output_tokens=1).id
+
+
+async def _sessions_in_memory(policy_server) -> set[str]:
+    """The sessions of what serving keeps in memory (responses, stitched calls, quoted tool calls), read on its
+    own event loop."""
+    stitcher = policy_server.completions.stitcher
+    kept = [policy_server.responses, stitcher.entries, stitcher.quoted]
+    return {lru.peek(tenant, key).session_id for lru in kept for tenant in lru.tenants() for key in lru.keys(tenant)}
 
 
 @pytest.mark.parametrize("body, param", [

@@ -1,0 +1,80 @@
+"""What `liverl forget` erased, dropped from serving's memory too, not only made unreachable.
+
+Serving keeps recent calls in memory per tenant: the conversations POST /v1/responses may continue
+(serving.http.responses.state, with their text) and the conversations and tool calls header-less calls are stitched
+to (serving.recording.stitching, with a quoted tool call's arguments). Every use of a kept entry checks the key
+store, so an erased session's entry is never used again; without the sweep it would still sit in memory until its
+ttl (an hour by default). The sweep drops it: every interval it asks, for each tenant holding entries, whether the
+key store changed for it (its pseudonym key version, replaced by a tenant's erasure, and how many subjects it has
+forgotten); only then are that tenant's entries checked one by one, a batch at a time between which the event loop
+serves requests, and those of erased sessions dropped (on a tenant's erasure, all of them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from serving.recording.tenant_lru import TenantLru
+
+log = logging.getLogger("liverl.serving")
+
+BATCH = 1000  # entries checked between two turns of the event loop
+
+
+class Kept(Protocol):
+    session_id: str  # as the call named it (serving.http.completions.erased_since keys it as its records are)
+    key_version: object  # the tenant's pseudonym key version when it was kept
+
+
+class ErasureSweep:
+    def __init__(self, kept: Sequence[TenantLru], state: Callable[[str], object],
+                 erased: Callable[[str, str, object], bool], interval_s: float):
+        """kept: the maps to sweep; state(tenant): what changes when an erasure reaches the tenant;
+        erased(tenant, session_id, key_version): whether a kept entry's session or tenant was erased since."""
+        self.kept = kept
+        self.state = state
+        self.erased = erased
+        self.interval_s = interval_s
+        self._swept: dict[str, object] = {}  # each tenant's state when its entries were last checked
+        self.dropped = 0
+
+    def changed_tenants(self) -> list[tuple[str, object]]:
+        """The tenants holding entries whose key store state is not the one last swept (a tenant first seen is),
+        with that state; tenants that hold nothing any more are forgotten here too."""
+        holding = sorted({tenant for lru in self.kept for tenant in lru.tenants()})
+        self._swept = {tenant: state for tenant, state in self._swept.items() if tenant in holding}
+        states = [(tenant, self.state(tenant)) for tenant in holding]
+        return [(tenant, state) for tenant, state in states if self._swept.get(tenant, _UNSEEN) != state]
+
+    async def sweep(self) -> int:
+        """Drop the kept entries of every session (or tenant) erased since the last sweep; how many."""
+        dropped = 0
+        for tenant, state in self.changed_tenants():
+            for lru in self.kept:
+                keys = lru.keys(tenant)
+                for start in range(0, len(keys), BATCH):
+                    for key in keys[start:start + BATCH]:
+                        entry = lru.peek(tenant, key)
+                        if entry is not None and self.erased(tenant, entry.session_id, entry.key_version):
+                            lru.drop(tenant, key)
+                            dropped += 1
+                    await asyncio.sleep(0)
+            self._swept[tenant] = state  # read before its entries were: a change meanwhile is swept next time
+        self.dropped += dropped
+        return dropped
+
+    async def run(self) -> None:
+        """Sweep every interval_s until cancelled; a failed sweep is logged and the next one tries again."""
+        while True:
+            await asyncio.sleep(self.interval_s)
+            try:
+                if dropped := await self.sweep():
+                    log.info("serving erasure-sweep dropped=%d (kept in memory for erased sessions)", dropped)
+            except Exception:  # a key store that cannot be read now: the next interval tries again
+                log.exception("serving erasure-sweep failed")
+
+
+_UNSEEN = object()
