@@ -21,7 +21,7 @@ from serving.recording.tenant_lru import TenantLru
 
 log = logging.getLogger("liverl.serving")
 
-BATCH = 1000  # entries checked between two turns of the event loop
+BATCH = 1000  # entries (or tenants) checked between two turns of the event loop
 
 
 class Kept(Protocol):
@@ -41,18 +41,26 @@ class ErasureSweep:
         self._swept: dict[str, object] = {}  # each tenant's state when its entries were last checked
         self.dropped = 0
 
-    def changed_tenants(self) -> list[tuple[str, object]]:
+    async def changed_tenants(self) -> list[tuple[str, object]]:
         """The tenants holding entries whose key store state is not the one last swept (a tenant first seen is),
-        with that state; tenants that hold nothing any more are forgotten here too."""
+        with that state; tenants that hold nothing any more are forgotten here too. Two stats a tenant, a batch
+        of tenants between two turns of the event loop (open serving takes any tenant header)."""
         holding = sorted({tenant for lru in self.kept for tenant in lru.tenants()})
-        self._swept = {tenant: state for tenant, state in self._swept.items() if tenant in holding}
-        states = [(tenant, self.state(tenant)) for tenant in holding]
-        return [(tenant, state) for tenant, state in states if self._swept.get(tenant, _UNSEEN) != state]
+        present = set(holding)
+        self._swept = {tenant: state for tenant, state in self._swept.items() if tenant in present}
+        changed = []
+        for start in range(0, len(holding), BATCH):
+            for tenant in holding[start:start + BATCH]:
+                state = self.state(tenant)
+                if self._swept.get(tenant, _UNSEEN) != state:
+                    changed.append((tenant, state))
+            await asyncio.sleep(0)
+        return changed
 
     async def sweep(self) -> int:
         """Drop the kept entries of every session (or tenant) erased since the last sweep; how many."""
         dropped = 0
-        for tenant, state in self.changed_tenants():
+        for tenant, state in await self.changed_tenants():
             for lru in self.kept:
                 keys = lru.keys(tenant)
                 for start in range(0, len(keys), BATCH):

@@ -43,10 +43,10 @@ def test_a_forgotten_sessions_entries_leave_memory_and_nothing_else_does(tmp_pat
     sweep = _sweep(subjects, maps)
     assert asyncio.run(sweep.sweep()) == 0  # nothing erased: every tenant checked once, nothing dropped
     store.forget("acme", [subjects.pseudonyms.session("acme", "s-forget")])
-    assert [tenant for tenant, _ in sweep.changed_tenants()] == ["acme"]
+    assert [tenant for tenant, _ in asyncio.run(sweep.changed_tenants())] == ["acme"]
     assert asyncio.run(sweep.sweep()) == 2
     assert _sessions(maps) == [("acme", "s-stay"), ("zeta", "s-forget")]  # another tenant's same id is another's
-    assert sweep.changed_tenants() == []  # swept: the next interval checks no entry
+    assert asyncio.run(sweep.changed_tenants()) == []  # swept: the next interval checks no entry
 
 
 def test_a_tenants_erasure_empties_its_memory(tmp_path):
