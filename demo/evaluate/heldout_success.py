@@ -223,9 +223,13 @@ def evaluate(folder: Path, frozen: Path | None, n_tasks: int, seed: int, engine:
     plan = {"split": split, "tasks": n_tasks, "seed": seed, "sampling_seeds": sampling_seeds(seed, seeds)}
     log(f"held-out {split}: {n_tasks} tasks x {seeds} sampling seeds {plan['sampling_seeds']} "
         f"(reproduce with --seed {seed} --seeds {seeds} --split {split})")
+    for group, (count, distinct) in repeated_keys(heldout_tasks(n_tasks, split=split)).items():
+        log(f"held-out {split}: {group} has {count} tasks over {distinct} distinct keys: the split holds no more, so "
+            "some are played twice and counted as two tasks (its interval is somewhat too narrow)")
     result, plays = _play(folder, policy, frozen_generate, plan, log, "base" if adapter else "policy")
-    result.update({**plan, "folder": str(folder), "frozen": str(frozen or folder), "engine": engine, "dtype": dtype,
-                   "temperature": TEMPERATURE, "top_p": TOP_P})
+    result.update({**plan, "repeated_keys": repeated_keys(plays[0]), "folder": str(folder),
+                   "frozen": str(frozen or folder), "engine": engine, "dtype": dtype, "temperature": TEMPERATURE,
+                   "top_p": TOP_P})
     if adapter is not None:
         chain, previous, previous_label = [], plays, "base"
         for number, each in enumerate(adapters, start=1):
@@ -255,6 +259,15 @@ def evaluate(folder: Path, frozen: Path | None, n_tasks: int, seed: int, engine:
 
 
 ARM_FIGURES = ("families", "parts", "all", "general", "forgetting", "outcomes")
+
+
+def repeated_keys(tasks: Sequence[ChatTask]) -> dict[str, tuple[int, int]]:
+    """'<part> <family>' -> (tasks, distinct keys) for every group asked more tasks than its split has keys
+    (heldout_tasks then plays some twice)."""
+    groups: dict[str, list[str]] = {}
+    for task in tasks:
+        groups.setdefault(f"{task.part} {task.family}", []).append(task.key)
+    return {group: (len(keys), len(set(keys))) for group, keys in groups.items() if len(set(keys)) < len(keys)}
 
 
 def _play_adapter(folder: Path, adapter: Path, engine: str, dtype: str, frozen: Generate, plan: dict, log,

@@ -67,8 +67,10 @@ def shares_of_result(result: dict, part: str) -> VarianceShares:
     """The shares of one part (out-of-template or in-template) of a paired evaluator result."""
     if "base" not in result or "adapter" not in result:
         raise ValueError("not a paired result: play it with --adapter (the base and an adapter on the same seeds)")
-    pairs = [(b["success"], a["success"]) for b, a in zip(result["base"]["outcomes"], result["adapter"]["outcomes"],
-                                                          strict=True) if b["part"] == part]
+    base, adapter = result["base"]["outcomes"], result["adapter"]["outcomes"]
+    if [(o["key"], o["part"]) for o in base] != [(o["key"], o["part"]) for o in adapter]:
+        raise ValueError("the base's and the adapter's outcomes are not of the same tasks in the same order")
+    pairs = [(b["success"], a["success"]) for b, a in zip(base, adapter) if b["part"] == part]
     if not pairs:
         raise ValueError(f"the result has no {part} tasks")
     return variance_shares([b for b, _ in pairs], [a for _, a in pairs])

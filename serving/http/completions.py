@@ -182,9 +182,12 @@ def stitched_call(ctx: HttpContext, call: Call, conversation: Conversation | Non
         for event in link_events(stitch_found, tenant, caller.session_id, caller.agent_role, caller.agent_id, at_ms):
             completions.recorder.record_event_later(partial(_redacted, completions, tenant, event), at_ms)
 
+    version = key_version(completions, tenant)  # read as the call starts: a tenant erased while it runs replaces it
+
     def remember(reply: dict[str, Any]) -> None:
-        completions.stitcher.remember(conversation, reply, caller.session_id, call.request_id,
-                                      key_version(completions, tenant))
+        if session_erased(completions, tenant, caller.session_id, version):
+            return  # its session (or tenant) was erased before the reply: nothing of it is kept
+        completions.stitcher.remember(conversation, reply, caller.session_id, call.request_id, version)
     return remember
 
 

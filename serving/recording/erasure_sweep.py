@@ -7,7 +7,10 @@ store, so an erased session's entry is never used again; without the sweep it wo
 ttl (an hour by default). The sweep drops it: every interval it asks, for each tenant holding entries, whether the
 key store changed for it (its pseudonym key version, replaced by a tenant's erasure, and how many subjects it has
 forgotten); only then are that tenant's entries checked one by one, a batch at a time between which the event loop
-serves requests, and those of erased sessions dropped (on a tenant's erasure, all of them).
+serves requests, and those of erased sessions dropped (on a tenant's erasure, all of them). A stitching entry two
+sessions left (AMBIGUOUS) names neither, so it goes on any erasure in its tenant: it is never stitched to, and
+dropping it costs nothing but the note. What a call would keep after its session's erasure is not kept
+(serving.http.completions.stitched_call, serving.http.responses.api): the sweep only has to reach what came before.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from serving.recording.stitching import AMBIGUOUS
 from serving.recording.tenant_lru import TenantLru
 
 log = logging.getLogger("liverl.serving")
@@ -41,38 +45,49 @@ class ErasureSweep:
         self._swept: dict[str, object] = {}  # each tenant's state when its entries were last checked
         self.dropped = 0
 
-    async def changed_tenants(self) -> list[tuple[str, object]]:
+    async def changed_tenants(self) -> list[tuple[str, object, bool]]:
         """The tenants holding entries whose key store state is not the one last swept (a tenant first seen is),
-        with that state; tenants that hold nothing any more are forgotten here too. Two stats a tenant, a batch
-        of tenants between two turns of the event loop (open serving takes any tenant header)."""
-        holding = sorted({tenant for lru in self.kept for tenant in lru.tenants()})
-        present = set(holding)
-        self._swept = {tenant: state for tenant, state in self._swept.items() if tenant in present}
+        with that state and whether the sweep had seen the tenant (then an erasure reached it since); tenants that
+        hold nothing any more are forgotten here too. Two stats a tenant, a batch of tenants between two turns of
+        the event loop (open serving takes any tenant header)."""
+        holding = list(dict.fromkeys(tenant for lru in self.kept for tenant in lru.tenants()))
+        self._swept = {tenant: self._swept[tenant] for tenant in holding if tenant in self._swept}
         changed = []
         for start in range(0, len(holding), BATCH):
             for tenant in holding[start:start + BATCH]:
-                state = self.state(tenant)
+                try:
+                    state = self.state(tenant)
+                except Exception:  # this tenant's keys cannot be read now: the others are swept, it next time
+                    log.exception("serving erasure-sweep cannot read tenant %r's key store state", tenant)
+                    continue
                 if self._swept.get(tenant, _UNSEEN) != state:
-                    changed.append((tenant, state))
+                    changed.append((tenant, state, tenant in self._swept))
             await asyncio.sleep(0)
         return changed
 
     async def sweep(self) -> int:
         """Drop the kept entries of every session (or tenant) erased since the last sweep; how many."""
         dropped = 0
-        for tenant, state in await self.changed_tenants():
+        for tenant, state, erased_since_seen in await self.changed_tenants():
             for lru in self.kept:
                 keys = lru.keys(tenant)
                 for start in range(0, len(keys), BATCH):
                     for key in keys[start:start + BATCH]:
                         entry = lru.peek(tenant, key)
-                        if entry is not None and self.erased(tenant, entry.session_id, entry.key_version):
+                        if entry is not None and self._goes(tenant, entry, erased_since_seen):
                             lru.drop(tenant, key)
                             dropped += 1
                     await asyncio.sleep(0)
             self._swept[tenant] = state  # read before its entries were: a change meanwhile is swept next time
         self.dropped += dropped
         return dropped
+
+    def _goes(self, tenant: str, entry: Kept, erased_since_seen: bool) -> bool:
+        """Whether an entry leaves memory: its session or tenant was erased, or it names no one session (AMBIGUOUS)
+        and an erasure reached its tenant since the sweep last saw it."""
+        if entry.session_id == AMBIGUOUS:
+            return erased_since_seen
+        return self.erased(tenant, entry.session_id, entry.key_version)
 
     async def run(self) -> None:
         """Sweep every interval_s until cancelled; a failed sweep is logged and the next one tries again."""

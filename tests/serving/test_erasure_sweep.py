@@ -43,7 +43,7 @@ def test_a_forgotten_sessions_entries_leave_memory_and_nothing_else_does(tmp_pat
     sweep = _sweep(subjects, maps)
     assert asyncio.run(sweep.sweep()) == 0  # nothing erased: every tenant checked once, nothing dropped
     store.forget("acme", [subjects.pseudonyms.session("acme", "s-forget")])
-    assert [tenant for tenant, _ in asyncio.run(sweep.changed_tenants())] == ["acme"]
+    assert [(tenant, seen) for tenant, _, seen in asyncio.run(sweep.changed_tenants())] == [("acme", True)]
     assert asyncio.run(sweep.sweep()) == 2
     assert _sessions(maps) == [("acme", "s-stay"), ("zeta", "s-forget")]  # another tenant's same id is another's
     assert asyncio.run(sweep.changed_tenants()) == []  # swept: the next interval checks no entry
@@ -78,3 +78,35 @@ def test_the_sweep_runs_on_its_own_until_cancelled(tmp_path):
 
     asyncio.run(erase_then_wait())
     assert sweep.dropped == 1 and _sessions(maps) == [("acme", "s-stay")]
+
+
+def test_an_entry_two_sessions_left_goes_on_any_erasure_in_its_tenant(tmp_path):
+    """A stitching entry two sessions left names neither (AMBIGUOUS): it may hold an erased session's request."""
+    from serving.recording.stitching import AMBIGUOUS
+
+    store = FileKeyStore(tmp_path / "keys")
+    subjects = ServingSubjects(store, Pseudonyms(store))
+    maps = _kept(subjects, [("acme", AMBIGUOUS), ("acme", "s-stay"), ("zeta", AMBIGUOUS)])
+    sweep = _sweep(subjects, maps)
+    asyncio.run(sweep.sweep())
+    assert len(_sessions(maps)) == 3  # no erasure: kept
+    store.forget("acme", [subjects.pseudonyms.session("acme", "s-forget")])
+    asyncio.run(sweep.sweep())
+    assert _sessions(maps) == [("acme", "s-stay"), ("zeta", AMBIGUOUS)]
+
+
+def test_a_tenant_whose_keys_cannot_be_read_does_not_stop_the_others(tmp_path):
+    store = FileKeyStore(tmp_path / "keys")
+    subjects = ServingSubjects(store, Pseudonyms(store))
+    maps = _kept(subjects, [("acme", "s1"), ("zeta", "s1")])
+
+    def state(tenant):
+        if tenant == "acme":
+            raise OSError("permission denied")
+        return subjects.erasure_state(tenant)
+
+    sweep = ErasureSweep(maps, state, subjects.erased_since, interval_s=0.01)
+    asyncio.run(sweep.sweep())
+    store.forget_tenant("zeta")
+    assert asyncio.run(sweep.sweep()) == 1
+    assert _sessions(maps) == [("acme", "s1")]  # swept when it can be read

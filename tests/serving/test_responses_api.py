@@ -254,16 +254,19 @@ def test_a_new_tenants_first_response_can_be_continued(server):
 
 
 def test_a_forgotten_users_kept_conversation_cannot_be_continued(server):
-    """`liverl forget` reaches what serving keeps in memory for previous_response_id, not only what it stored."""
+    """`liverl forget` reaches what serving keeps in memory for previous_response_id, not only what it stored: it
+    leaves memory within a sweep, and a call still naming the erased session keeps nothing."""
     from liverl.privacy import key_store
     from liverl.privacy.subject import resolve
 
     acme = _client(server)
-    kept = acme.responses.create(input="fix the file", max_output_tokens=2, user="end-user-forget-me")
+    gone = "ticket-jane.doe@example.com"  # a session id holding an email: records carry its redacted stand-in
+    named = {"liverl_session_id": gone}
+    kept = acme.responses.create(input="fix the file", max_output_tokens=2, user="end-user-forget-me", metadata=named)
     other = acme.responses.create(input="fix the file", max_output_tokens=2, user="end-user-stays")
-    assert server.server.recorder.flush(30)  # the user is linked to the session by the recording thread
-    recorded = _recorded(server, kept.id, other.id)
-    gone, stays = recorded[kept.id].session_id, recorded[other.id].session_id
+    recorded = _recorded(server, kept.id, other.id)  # the user is linked to the session by the recording thread
+    assert recorded[kept.id].session_id != gone  # redacted in the record, as it is when the key store forgets it
+    stays = recorded[other.id].session_id
     assert {gone, stays} <= server.call(_sessions_in_memory(server.server))
     store = key_store(server.server.config)
     found = resolve(store, "acme", user="end-user-forget-me")
@@ -276,8 +279,11 @@ def test_a_forgotten_users_kept_conversation_cannot_be_continued(server):
         time.sleep(0.1)
     in_memory = server.call(_sessions_in_memory(server.server))
     assert gone not in in_memory and stays in in_memory
-    with pytest.raises(openai.NotFoundError):
-        acme.responses.create(input="ask", previous_response_id=kept.id, max_output_tokens=1)
+    again = acme.responses.create(input="and now?", max_output_tokens=1, metadata=named)  # still served
+    assert gone not in server.call(_sessions_in_memory(server.server))  # but nothing of it kept
+    for erased in (kept, again):
+        with pytest.raises(openai.NotFoundError):
+            acme.responses.create(input="ask", previous_response_id=erased.id, max_output_tokens=1)
     assert acme.responses.create(input="ask", previous_response_id=other.id, max_output_tokens=1).id
 
 

@@ -43,6 +43,7 @@ from serving.http.completions import (
     erased_since,
     key_version,
     reply_tool_calls,
+    session_erased,
     stitch,
     stitched_call,
 )
@@ -130,11 +131,12 @@ class ResponsesApi:
                 call_ids: frozenset[str], remember: Callable[[dict], None]) -> Callable[[dict, list[dict]], None]:
         """What keeps the finished response for previous_response_id (nothing under store false) and remembers it
         for stitching (serving.recording.stitching: also under store false, which keeps no text)."""
+        version = key_version(ctx.completions, tenant)  # as the call starts: a tenant erased meanwhile replaces it
+
         def keep(reply_message: dict, tool_calls: list[dict]) -> None:
             remember(reply_message)
-            if request.keeps:
+            if request.keeps and not session_erased(ctx.completions, tenant, call.session_id, version):
                 ids = call_ids | {c["id"] for c in tool_calls}
-                version = key_version(ctx.completions, tenant)
                 self.store.put(tenant, call.request_id,
                                self.store.new(call.session_id, (*messages, reply_message), ids, version))
         return keep

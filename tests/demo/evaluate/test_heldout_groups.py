@@ -146,3 +146,13 @@ def test_an_adapter_that_is_not_a_peft_folder_is_refused_before_any_engine_start
     with pytest.raises(SystemExit):
         heldout_success.main(["--folder", str(tmp_path), "--adapter", str(tmp_path / "good"),
                               "--adapter", str(tmp_path / "missing")])
+
+
+def test_a_group_asked_more_tasks_than_its_split_holds_is_named():
+    """The final split holds 28 in-template search keys: 210 tasks (35 a family and part) play 7 of them twice,
+    which the evaluator says; the out-of-template groups, and the demo's 70 tasks, repeat none."""
+    from demo.evaluate.heldout_success import repeated_keys
+    from demo.product.tasks.chat.generate import heldout_tasks
+
+    assert repeated_keys(heldout_tasks(210)) == {"in-template search": (35, 28)}
+    assert repeated_keys(heldout_tasks(70)) == {}

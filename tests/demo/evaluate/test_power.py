@@ -82,6 +82,12 @@ def test_the_command_refuses_an_unpaired_result_and_a_bad_plan(tmp_path, capsys)
     assert "not a paired result" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main([str(path), "--plan", "1x3"])
+    mismatched = _result([[True, False]] * 2, [[True, True]] * 2, ["out-of-template"] * 2)
+    mismatched["adapter"]["outcomes"][0]["key"] = "another task"
+    path.write_text(json.dumps(mismatched))
+    with pytest.raises(SystemExit):
+        main([str(path)])
+    assert "not of the same tasks" in capsys.readouterr().err
     for text in ("", "36", "36x0", "x3"):
         with pytest.raises(Exception):
             parse_plan(text)
