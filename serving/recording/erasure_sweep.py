@@ -8,8 +8,8 @@ ttl (an hour by default). The sweep drops it: every interval it asks, for each t
 key store changed for it (its pseudonym key version, replaced by a tenant's erasure, and how many subjects it has
 forgotten); only then are that tenant's entries checked one by one, a batch at a time between which the event loop
 serves requests, and those of erased sessions dropped (on a tenant's erasure, all of them). A stitching entry two
-sessions left (AMBIGUOUS) names neither, so it goes on any erasure in its tenant: it is never stitched to, and
-dropping it costs nothing but the note. What a call would keep after its session's erasure is not kept
+sessions left (AMBIGUOUS) names neither, so it goes on any erasure in its tenant: it is never stitched to, so
+dropping it loses only the mark that the conversation was ambiguous. What a call would keep after its session's erasure is not kept
 (serving.http.completions.stitched_call, serving.http.responses.api): the sweep only has to reach what came before.
 """
 
@@ -26,6 +26,7 @@ from serving.recording.tenant_lru import TenantLru
 log = logging.getLogger("liverl.serving")
 
 BATCH = 1000  # entries (or tenants) checked between two turns of the event loop
+_UNSEEN = object()  # the state of a tenant the sweep has not seen yet
 
 
 class Kept(Protocol):
@@ -98,6 +99,3 @@ class ErasureSweep:
                     log.info("serving erasure-sweep dropped=%d (kept in memory for erased sessions)", dropped)
             except Exception:  # a key store that cannot be read now: the next interval tries again
                 log.exception("serving erasure-sweep failed")
-
-
-_UNSEEN = object()
