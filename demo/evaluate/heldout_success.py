@@ -223,11 +223,12 @@ def evaluate(folder: Path, frozen: Path | None, n_tasks: int, seed: int, engine:
     plan = {"split": split, "tasks": n_tasks, "seed": seed, "sampling_seeds": sampling_seeds(seed, seeds)}
     log(f"held-out {split}: {n_tasks} tasks x {seeds} sampling seeds {plan['sampling_seeds']} "
         f"(reproduce with --seed {seed} --seeds {seeds} --split {split})")
-    for group, (count, distinct) in repeated_keys(heldout_tasks(n_tasks, split=split)).items():
+    repeated = repeated_keys(heldout_tasks(n_tasks, split=split))  # the plan's tasks, as every arm plays them
+    for group, (count, distinct) in repeated.items():
         log(f"held-out {split}: {group} has {count} tasks over {distinct} distinct keys: the split holds no more, so "
             "some are played twice and counted as two tasks (its interval is somewhat too narrow)")
     result, plays = _play(folder, policy, frozen_generate, plan, log, "base" if adapter else "policy")
-    result.update({**plan, "repeated_keys": repeated_keys(plays[0]), "folder": str(folder),
+    result.update({**plan, "repeated_keys": repeated, "folder": str(folder),
                    "frozen": str(frozen or folder), "engine": engine, "dtype": dtype, "temperature": TEMPERATURE,
                    "top_p": TOP_P})
     if adapter is not None:

@@ -191,14 +191,9 @@ def stitched_call(ctx: HttpContext, call: Call, conversation: Conversation | Non
     return remember
 
 
-def erased_since(ctx: HttpContext, tenant: str, session_id: str, key_version: object) -> bool:
-    """Whether a session kept in memory (as its records are keyed) or its tenant was erased since its key_version
-    (`liverl forget` reaches what serving keeps too)."""
-    return session_erased(ctx.completions, tenant, session_id, key_version)
-
-
 def session_erased(completions, tenant: str, session_id: str, key_version: object) -> bool:
-    """erased_since for what `completions` kept (also serving.recording.erasure_sweep's test)."""
+    """Whether a session kept in memory (as its records are keyed) or its tenant was erased since its key_version
+    (`liverl forget` reaches what serving keeps too; serving.recording.erasure_sweep asks the same)."""
     subjects = getattr(completions.recorder, "subjects", None)
     if subjects is None:  # not recording: nothing of it is stored, and no key store says who was erased
         return False
@@ -209,7 +204,7 @@ def session_erased(completions, tenant: str, session_id: str, key_version: objec
 
 def _stitch_erased(ctx: HttpContext, tenant: str, kept: Remembered) -> bool:
     """Whether a remembered call's session (or its tenant) was erased since."""
-    return erased_since(ctx, tenant, kept.session_id, kept.key_version)
+    return session_erased(ctx.completions, tenant, kept.session_id, kept.key_version)
 
 
 def key_version(completions, tenant: str) -> object:

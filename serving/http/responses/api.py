@@ -40,7 +40,6 @@ from serving.http.completions import (
     _id_headers,
     _name,
     _run,
-    erased_since,
     key_version,
     reply_tool_calls,
     session_erased,
@@ -144,7 +143,7 @@ class ResponsesApi:
 
 def _erased(ctx: HttpContext, tenant: str, previous: StoredResponse) -> bool:
     """Whether the kept conversation's session (as its records are keyed) or its tenant was erased since."""
-    return erased_since(ctx, tenant, previous.session_id, previous.key_version)
+    return session_erased(ctx.completions, tenant, previous.session_id, previous.key_version)
 
 
 async def _render(ctx: HttpContext, principal: Principal, body: Body, request: ResponsesRequest,
