@@ -19,8 +19,13 @@ while the adapter applies to the weights the champion's engine serves, and the s
 
 The canary takes canary_fraction of the SESSIONS, not of the requests, so that every call of a session is served by
 one version and the trainer's gate can compare the outcome of whole sessions served by each (trainer/gate/canary.py):
-a session goes to the canary when a keyed hash of (tenant, session id) falls below canary_fraction. The key is fixed,
-so every replica sends a session the same way. A call that names no session takes the canary at random.
+a session goes to the canary when a hash of (the canary's version, the session's keyed pseudonym) falls below
+canary_fraction. The pseudonym is the tenant's secret key store key's (liverl.privacy.pseudonyms), shared by every
+replica, so every replica sends a session the same way; a client cannot tell which session ids the canary will take
+(with a key in the source it could, and send its good sessions to one version and its bad ones to the other: the gate
+would then judge the client's choice, not the candidate); and each candidate draws its sessions afresh. A call that
+names no session takes the canary at random; a session whose pseudonym cannot be made (the key store unreadable)
+goes to the champion.
 """
 
 from __future__ import annotations
@@ -28,10 +33,12 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
+import logging
 import random
+import secrets
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -40,6 +47,8 @@ from serving.engines.engine import Adapter, Delta, Engine, Sampling
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
+
+log = logging.getLogger("liverl.serving")
 
 
 @dataclass(eq=False)
@@ -108,16 +117,26 @@ class Slot:
             return False
 
 
-CANARY_KEY = b"liverl-canary-sessions"  # the session hash's key: the same on every replica
+def process_session_key(secret: bytes) -> Callable[[str, str], str]:
+    """A session's keyed name under a secret of this process alone: a router without the key store's (tests, a
+    lone replica). Replicas that each hold their own would place one session differently."""
+
+    def session_key(tenant: str, session_id: str) -> str:
+        return hashlib.blake2b(f"{tenant}/{session_id}".encode(), digest_size=16, key=secret).hexdigest()
+
+    return session_key
 
 
 class Router:
-    def __init__(self, canary_fraction: float = 0.0, rng: random.Random | None = None, canary_key: bytes = CANARY_KEY):
+    def __init__(self, canary_fraction: float = 0.0, rng: random.Random | None = None,
+                 session_key: Callable[[str, str], str] | None = None):
+        """session_key(tenant, session_id): the session's secret keyed name that places it (the server sets the
+        key store's session pseudonym; without one, a key of this process's own)."""
         self.champion: Slot | None = None
         self.canary: Slot | None = None
         self.canary_fraction = canary_fraction
         self._rng = rng or random.Random()
-        self._canary_key = canary_key
+        self.session_key = session_key or process_session_key(secrets.token_bytes(32))
         self.tenants: dict[str, Slot] = {}  # tenant -> its own champion adapter (serving/swap/groups.py)
         self.tenant_canaries: dict[str, Slot] = {}  # tenant -> its canary adapter, for canary_fraction of its requests
 
@@ -130,21 +149,28 @@ class Router:
         own = self.tenants.get(tenant) if self.tenants else None
         if self.tenant_canaries:
             canary = self.tenant_canaries.get(tenant)
-            if canary is not None and fits_champion(canary, slot) and self._to_canary(tenant, session_id):
+            if canary is not None and fits_champion(canary, slot) and self._to_canary(tenant, session_id, canary):
                 own = canary
         if own is not None and fits_champion(own, slot):
             own.acquire()
             return own
-        if self.canary is not None and self._to_canary(tenant, session_id):
+        if self.canary is not None and self._to_canary(tenant, session_id, self.canary):
             slot = self.canary
         slot.acquire()
         return slot
 
-    def _to_canary(self, tenant: str, session_id: str) -> bool:
-        """Whether this call goes to a canary: its session's fixed place in [0, 1) below canary_fraction."""
+    def _to_canary(self, tenant: str, session_id: str, canary: Slot) -> bool:
+        """Whether this call goes to `canary`: its session's place in [0, 1), fixed for the canary's version, below
+        canary_fraction."""
         if not session_id:
             return self._rng.random() < self.canary_fraction
-        digest = hashlib.blake2b(f"{tenant}/{session_id}".encode(), digest_size=8, key=self._canary_key).digest()
+        try:
+            name = self.session_key(tenant, session_id)
+        except Exception:  # the key store unreadable: the champion, which every session may be served
+            log.warning("the canary cannot place a session of tenant %r (its key is unreadable): the champion "
+                        "serves it", tenant, exc_info=True)
+            return False
+        digest = hashlib.blake2b(f"{canary.version}/{name}".encode(), digest_size=8).digest()
         return int.from_bytes(digest, "big") / 2.0 ** 64 < self.canary_fraction
 
     def switch(self, new: Slot) -> Slot | None:

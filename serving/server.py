@@ -63,7 +63,7 @@ class PolicyServer:
         self._sweeper: asyncio.Task | None = None
         self._metrics_server = None
 
-    def _user_pseudonyms(self):
+    def _pseudonyms(self):
         """The key store's keyed pseudonyms (the recorder's, when recording: one tenant key cache per process)."""
         if self.recorder is not None and self.recorder.subjects is not None:
             return self.recorder.subjects.pseudonyms
@@ -90,6 +90,8 @@ class PolicyServer:
             self.recorder = Recorder(self.config.kafka, self.work_dir / "spool", self.metrics, c.record_queue_size,
                                      c.spool_max_bytes, c.record_linger_s,
                                      seal=sealer.seal_all if sealer else None, subjects=subjects).start()
+        pseudonyms = self._pseudonyms()
+        self.router.session_key = pseudonyms.session  # the canary's sessions: secret, and alike on every replica
         self.rollout = Rollout(c, self.router, self.metrics, self.registry, self.work_dir / "versions", self.say)
         if c.policy_dir is not None:
             await self.rollout.start_with(c.policy_dir_version, Path(c.policy_dir))
@@ -99,7 +101,7 @@ class PolicyServer:
         self.completions = Completions(self.router, self.recorder, self.metrics, self.config.mlflow.registered_model,
                                        limits, c.tenant_id, self.config.ingest.redaction,
                                        OptOut.of(self.config.ingest))
-        self.completions.user_pseudonym = self._user_pseudonyms().user  # OpenAI's `user` is never stored as given
+        self.completions.user_pseudonym = pseudonyms.user  # OpenAI's `user` is never stored as given
         from serving.recording.stitching import Stitcher
 
         self.completions.stitcher = Stitcher.from_config(c, self.metrics.registry)  # header-less sessions (rule 6)

@@ -4,6 +4,8 @@ Versions differ in their weights, so a record's logprobs tell which weights real
 tokens: every check below compares them with a plain forward pass of the version it claims.
 """
 
+from pathlib import Path
+
 import grpc
 import pytest
 
@@ -32,6 +34,19 @@ def _generate(stub, session, max_tokens=4, seed=0):
                                           sampling=common_pb2.SamplingParams(temperature=1.0, max_tokens=max_tokens,
                                                                              seed=seed))
     return stub.Generate(request, metadata=ADMIN, timeout=60)
+
+
+def _canary_places(config, sessions, canary_version):
+    """The version each session gets from a second replica on the same key store (the server's sessions are placed
+    by their keyed pseudonyms: one of a process's own key would agree on each session with probability 1/2)."""
+    from liverl.privacy import key_store
+    from liverl.privacy.pseudonyms import Pseudonyms
+    from serving.router import Router, Slot
+
+    router = Router(config.serving.canary_fraction, session_key=Pseudonyms(key_store(config)).session)
+    router.champion = Slot("1", None, None, Path("."), "")
+    router.canary = Slot(canary_version, None, None, Path("."), "")
+    return [router.acquire(config.serving.tenant_id, session).version for session in sessions]
 
 
 @pytest.fixture
@@ -164,6 +179,7 @@ def test_canary_splits_traffic_with_per_version_metrics(config, tiny_policy_dir,
     assert promoted is canary_slot  # reused, not loaded twice
     assert info_after.policy_version == "2" and info_after.canary_version == ""
     assert set(versions) == {"1", "2"}  # P(one side empty) = 2 * 0.5^30
+    assert versions == _canary_places(config, [f"s-canary-{i}" for i in range(30)], "2")  # the key store's places
     for version in ("1", "2"):
         counted = metrics.value("liverl_serving_requests_total", {"version": version, "api": "grpc", "outcome": "ok"})
         assert counted == versions.count(version)
