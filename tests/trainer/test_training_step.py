@@ -10,7 +10,7 @@ from trainer.io.policy_io import load_policy
 from trainer.step.advantages import Baselines
 from trainer.step.batching import collate, pack, token_logprobs, trajectory_samples
 from trainer.step.builder import StepPlan
-from trainer.step.engine import build_engine
+from trainer.step.engine import build_engine, full_state_dict
 from trainer.step.trajectory import from_row
 
 # Segment 1 is a fresh prompt (a rewritten context), so its tokens never saw segment 0.
@@ -215,6 +215,36 @@ def test_a_packed_step_trains_like_a_padded_one(tiny_policy_dir, trajectories):
     print(f"\nmax |packed - padded| weight after one step: {worst:.2e}")
     assert worst < 1e-6
     assert "useful" in results[True].line(1, [0])
+
+
+@pytest.mark.parametrize("stage", [0, 2, 3])
+def test_a_step_of_more_micro_batches_than_its_accumulation_is_one_optimizer_update(tiny_policy_dir, trajectories,
+                                                                                      stage):
+    # A step may hold more micro-batches than one accumulation: plans merged while it waited for its rows
+    # (trainer/step/wait.py; the real demo's steps at one micro-batch of 2048 tokens). It is one update on all of
+    # them, the update of one micro-batch holding them all. Before, DeepSpeed updated once per accumulation's worth.
+    from trainer.step.packing import micro_batches
+    from trainer.step.training_step import run_step
+
+    rows = [trajectories.segmented_row(f"u-{i}", texts, float(i % 2)) for i, texts in enumerate(SEGMENTS)]
+    rows.append(trajectories.row("u-old", "fix the file : edit file done", 0.5))
+    plan = StepPlan(trajectories=[from_row(row, 0) for row in rows], weights=[1.0, 0.5, 1.0], lags=[0] * 3)
+    weights, updates, layouts = {}, {}, {}
+    for budget in (4096, 32):
+        config = _config(budget)
+        config.trainer.deepspeed.gradient_accumulation_steps = 1
+        config.trainer.deepspeed.zero_stage = stage
+        samples = [s for t in plan.trajectories for s in trajectory_samples(t, 1.0, config.trainer.max_seq_len)]
+        layouts[budget] = len(micro_batches(samples, config.trainer.deepspeed))
+        engine = build_engine(load_policy(tiny_policy_dir), config.trainer)
+        run_step(engine, plan, 1, Baselines(), config)
+        updates[budget] = engine.global_steps
+        weights[budget] = full_state_dict(engine)
+    assert layouts[4096] == 1 and layouts[32] > 1
+    assert updates == {4096: 1, 32: 1}, f"optimizer updates in one step: {updates}"
+    worst = max(float((weights[4096][name] - weights[32][name]).abs().max()) for name in weights[4096])
+    print(f"\nZeRO-{stage}: max |one micro-batch - {layouts[32]} micro-batches| weight after one step: {worst:.2e}")
+    assert worst < 1e-6
 
 
 def test_a_step_on_any_number_of_ranks_refuses_a_missing_reference_policy():

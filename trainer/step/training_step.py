@@ -74,9 +74,10 @@ def run_step(engine, plan: StepPlan, step: int, baselines: Baselines, config: Li
     samples = [sample for _, sample in owned]
     groups = micro_batches(samples, tc.deepspeed)
     per_step = tc.deepspeed.gradient_accumulation_steps * ranks.world
-    # DeepSpeed steps every `accumulation` micro-batches (per rank): a short step is padded with zero-weight
-    # fillers. Only a lone trajectory whose segments overflow the step's budget needs more; it then spans whole
-    # optimizer steps (padded to a multiple) rather than leaking gradients into the next trainer step.
+    # Every rank gets the same count of micro-batches, a multiple of its accumulation: a short step is padded with
+    # zero-weight fillers. A step may hold more than one accumulation's worth (plans merged while the step waited
+    # for its rows, trainer/step/wait.py; a lone trajectory whose segments overflow the budget): it is still ONE
+    # optimizer update, on all of them (the boundary set below), never one per accumulation's worth of its rows.
     # No micro-batch at all (every trajectory an unsuccessful import): no optimizer step.
     groups += [[[filler(samples[0])]]] * (-len(groups) % per_step) if samples else []
     mine = deal(len(groups), ranks.world, ranks.rank)
@@ -89,7 +90,8 @@ def run_step(engine, plan: StepPlan, step: int, baselines: Baselines, config: Li
     score = ranks.any(needs_logits(own, tc.loss))
     tokens = max(int(ranks.sum([float(loss_tokens(engine, own, tc.loss, score))])[0]), 1)
     sums = [0.0] * len(SUMMED)  # Σ over this rank's tokens
-    for batch in own:
+    for index, batch in enumerate(own):
+        engine.set_gradient_accumulation_boundary(index == len(own) - 1)  # before the forward, as DeepSpeed asks
         weights, losses, scored = batch_loss(engine, batch, tc.loss, reference)
         # Token-level mean over the step's tokens that get a loss term (unweighted count, so staleness weights
         # scale the gradient); DeepSpeed divides each micro-batch loss by the accumulation and averages the
