@@ -237,7 +237,7 @@ def test_a_step_of_more_micro_batches_than_its_accumulation_is_one_optimizer_upd
         samples = [s for t in plan.trajectories for s in trajectory_samples(t, 1.0, config.trainer.max_seq_len)]
         layouts[budget] = len(micro_batches(samples, config.trainer.deepspeed))
         engine = build_engine(load_policy(tiny_policy_dir), config.trainer)
-        run_step(engine, plan, 1, Baselines(), config)
+        assert run_step(engine, plan, 1, Baselines(), config).metrics["micro_batches"] == layouts[budget]
         updates[budget] = engine.global_steps
         weights[budget] = full_state_dict(engine)
     assert layouts[4096] == 1 and layouts[32] > 1

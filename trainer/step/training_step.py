@@ -149,6 +149,7 @@ def step_result(plan: StepPlan, rewards: list[float], samples: list[Sample], bat
         "imported": float(sum(t.imported for t in plan.trajectories)),
         "tokens_per_s": real_tokens / elapsed,  # all ranks together
         "useful_share": real_tokens / max(sum(batch.computed_tokens for batch in batches), 1),
+        "micro_batches": float(len(batches)),  # all ranks', fillers included; one optimizer update whatever it is
         "trajectories": float(len(plan.trajectories)),
         "segments": float(len(samples)),
         "staleness_mean": sum(max(lag, 0) for lag in plan.lags) / max(len(plan.lags), 1),
