@@ -66,6 +66,10 @@ class DemoRealConfig(Section):
     heldout_timeout_s: float = Field(900.0, gt=0, le=7200)
     """Ceiling of the held-out evaluation of the base and one version at up to 210 plays each; each further version
     adds half of it, and more plays scale it (demo/heldout.py evaluation_timeout_s)."""
+    training_draw: Literal["key", "template"] = "key"
+    """How the traffic draws its coding and search tasks: "key", every training key alike (coding's templates with a
+    K each take 96 % of its tasks); "template", every training template alike, then one of its keys
+    (demo/product/tasks/chat/generate.py draw_key)."""
     helpers_folder: Path | None = None
     """The orchestrator's frozen helpers (a HF folder); unset: the converted base, <stack.data_dir>/base-smollm2."""
 

@@ -91,4 +91,5 @@ def run_configured_traffic(
         stop=stop,
         on_session=on_session,
         helpers=helpers,
+        training_draw=demo.real.training_draw,
     )

@@ -69,6 +69,7 @@ def run_traffic(
     sessions_per_s: float = 0.0,
     judge: Callable[[Task, OutcomeReport], OutcomeReport] | None = None,
     helpers=None,
+    training_draw: str = "key",
 ) -> TrafficStats:
     """Run sessions until n_sessions finished, duration_s passed or `stop` is set (whichever comes first).
 
@@ -80,7 +81,8 @@ def run_traffic(
 
     helpers: None, the toy product (policy: a Policy, e.g. GrpcPolicy); or the orchestrator's frozen helpers
     (chat_session.FrozenHelpers) for the chat tasks' training split (policy: an HttpChatPolicy; judge,
-    subagents_call_policy and the user's coding habits of the toy tasks do not apply).
+    subagents_call_policy and the user's coding habits of the toy tasks do not apply). training_draw: how the chat
+    tasks are drawn (demo.product.tasks.chat.generate.draw_key: "key" or "template").
     """
     if n_sessions is None and duration_s is None and stop is None:
         raise ValueError("give n_sessions, duration_s or a stop event, or the traffic never ends")
@@ -108,7 +110,7 @@ def run_traffic(
             from demo.product.chat_session import run_chat_session
             from demo.product.tasks.chat.generate import training_task
 
-            task = training_task(family, rng, f"real-{family}-{seed}-{index}")
+            task = training_task(family, rng, f"real-{family}-{seed}-{index}", training_draw)
             result = run_chat_session(task, policy, helpers, recorder, rng, user=user, feedback=feedback,
                                       feedback_delay_s=feedback_delay_s,
                                       user_id=f"{user_id_prefix}-{rng.randrange(100)}", seed=seed)

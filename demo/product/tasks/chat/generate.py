@@ -25,6 +25,7 @@ FAMILIES: dict[str, type[ChatTask]] = {"coding": ChatCodingTask, "search": ChatS
                                        "orchestrator": ChatOrchestratorTask}
 ORCHESTRATOR_PARTS = (2, 3)
 HELDOUT_SEED_PREFIX = "liverl-real-heldout"
+TRAINING_DRAWS = ("key", "template")  # how training tasks are drawn (draw_key); demo.real.training_draw
 
 
 def split_of(family: str, key: str) -> str:
@@ -48,9 +49,25 @@ def enumerated_keys(family: str, split: str, part: str | None = None) -> tuple[s
                  if split_of(family, key) == split and (part is None or part_of(family, key) == part))
 
 
-def draw_key(family: str, rng: random.Random, split: str, part: str | None = None) -> str:
+@lru_cache(maxsize=16)
+def keys_by_template(family: str, split: str) -> tuple[tuple[str, ...], ...]:
+    """The split's keys of an enumerable family, one tuple per template (in template order)."""
+    grouped: dict[str, list[str]] = {}
+    for key in enumerated_keys(family, split):
+        grouped.setdefault(FAMILIES[family].templates_of(key)[0], []).append(key)
+    return tuple(tuple(keys) for _, keys in sorted(grouped.items()))
+
+
+def draw_key(family: str, rng: random.Random, split: str, part: str | None = None, draw: str = "key") -> str:
+    """A key of the split (and part). draw: "key", every key alike (a template with more keys, such as one per K,
+    comes more often); "template", a template first, every template alike, then one of its keys (coding and
+    search; the orchestrator's keys are drawn fact by fact either way)."""
     if family not in FAMILIES:
         raise ValueError(f"unknown task family {family!r}; choose from {', '.join(FAMILIES)}")
+    if draw not in TRAINING_DRAWS:
+        raise ValueError(f"unknown training draw {draw!r}; choose from {', '.join(TRAINING_DRAWS)}")
+    if family != "orchestrator" and draw == "template" and part is None:
+        return rng.choice(rng.choice(keys_by_template(family, split)))
     if family != "orchestrator":
         return rng.choice(enumerated_keys(family, split, part))
     docs = load_corpus()
@@ -65,9 +82,10 @@ def make_task(family: str, key: str, task_id: str) -> ChatTask:
     return FAMILIES[family](task_id, key)
 
 
-def training_task(family: str, rng: random.Random, task_id: str) -> ChatTask:
-    """A fresh training task of `family`, drawn with rng, never from a held-out split nor of a held-out template."""
-    return make_task(family, draw_key(family, rng, TRAINING), task_id)
+def training_task(family: str, rng: random.Random, task_id: str, draw: str = "key") -> ChatTask:
+    """A fresh training task of `family`, drawn with rng (draw: see draw_key), never from a held-out split nor of a
+    held-out template."""
+    return make_task(family, draw_key(family, rng, TRAINING, draw=draw), task_id)
 
 
 def heldout_tasks(n: int, seed: int = 0, split: str = FINAL,

@@ -36,6 +36,26 @@ def test_training_tasks_are_never_heldout_tasks_whatever_the_seed():
     assert min(drawn.values()) == 800
 
 
+def test_a_template_draw_gives_every_training_template_alike_and_never_a_heldout_key():
+    heldout = {t.key for split in (DEV, FINAL) for t in heldout_tasks(210, 0, split)}
+    for family in ("coding", "search"):
+        templates = {FAMILIES[family].templates_of(key)[0] for key in enumerated_keys(family, TRAINING)}
+        rng, n = random.Random(7), 400 * len(templates)
+        by_key = Counter(FAMILIES[family].templates_of(training_task(family, rng, "t").key)[0] for _ in range(n))
+        by_template = Counter()
+        for i in range(n):
+            task = training_task(family, rng, f"t-{i}", draw="template")
+            assert task.split == TRAINING and task.key not in heldout, task.key
+            by_template[FAMILIES[family].templates_of(task.key)[0]] += 1
+        assert set(by_template) == templates
+        share = 1 / len(templates)  # each within 5 binomial standard deviations of its share
+        assert all(abs(count - n * share) < 5 * (n * share * (1 - share)) ** 0.5 for count in by_template.values())
+        if family == "coding":  # a key draw gives the one-key templates (largest, total, ...) next to nothing
+            assert min(by_key.get(t, 0) for t in templates) < n * share / 5
+    with pytest.raises(ValueError, match="unknown training draw"):
+        training_task("coding", random.Random(0), "t", draw="")
+
+
 def _templates(family: str, key: str) -> tuple[str, ...]:
     return FAMILIES[family].templates_of(key)
 
