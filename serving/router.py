@@ -20,12 +20,13 @@ while the adapter applies to the weights the champion's engine serves, and the s
 The canary takes canary_fraction of the SESSIONS, not of the requests, so that every call of a session is served by
 one version and the trainer's gate can compare the outcome of whole sessions served by each (trainer/gate/canary.py):
 a session goes to the canary when a hash of (the canary's version, the session's keyed pseudonym) falls below
-canary_fraction. The pseudonym is the tenant's secret key store key's (liverl.privacy.pseudonyms), shared by every
-replica, so every replica sends a session the same way; a client cannot tell which session ids the canary will take
-(with a key in the source it could, and send its good sessions to one version and its bad ones to the other: the gate
-would then judge the client's choice, not the candidate); and each candidate draws its sessions afresh. A call that
-names no session takes the canary at random; a session whose pseudonym cannot be made (the key store unreadable)
-goes to the champion.
+canary_fraction. The pseudonym is keyed by the tenant's secret in the key store (liverl.privacy.pseudonyms), which
+every replica shares, so every replica sends a session the same way; a client cannot choose session ids the canary
+will take (with a key in the source it could, and send its good sessions to one version and its bad ones to the
+other: the gate would then judge the client's choice, not the candidate); and each candidate draws its sessions
+afresh. What a client learns once a session is served (each reply names its version) is not hidden. A call that
+names no session takes the canary at random. While a tenant's key cannot be read, its sessions are placed by a
+secret of this process: still whole and unpredictable, only no longer alike on other replicas.
 """
 
 from __future__ import annotations
@@ -136,7 +137,9 @@ class Router:
         self.canary: Slot | None = None
         self.canary_fraction = canary_fraction
         self._rng = rng or random.Random()
-        self.session_key = session_key or process_session_key(secrets.token_bytes(32))
+        self._process_key = process_session_key(secrets.token_bytes(32))
+        self.session_key = session_key or self._process_key
+        self._unplaced: set[str] = set()  # tenants whose key could not be read (logged once each)
         self.tenants: dict[str, Slot] = {}  # tenant -> its own champion adapter (serving/swap/groups.py)
         self.tenant_canaries: dict[str, Slot] = {}  # tenant -> its canary adapter, for canary_fraction of its requests
 
@@ -166,10 +169,13 @@ class Router:
             return self._rng.random() < self.canary_fraction
         try:
             name = self.session_key(tenant, session_id)
-        except Exception:  # the key store unreadable: the champion, which every session may be served
-            log.warning("the canary cannot place a session of tenant %r (its key is unreadable): the champion "
-                        "serves it", tenant, exc_info=True)
-            return False
+        except Exception:  # the key store unreadable: this process's key (not the champion: the tenant's sessions
+            # would then all go to one side of the gate's comparison)
+            if tenant not in self._unplaced:
+                self._unplaced.add(tenant)
+                log.warning("the canary places tenant %r's sessions by this process's own key (its key store key "
+                            "is unreadable): other replicas may place them otherwise", tenant, exc_info=True)
+            name = self._process_key(tenant, session_id)
         digest = hashlib.blake2b(f"{canary.version}/{name}".encode(), digest_size=8).digest()
         return int.from_bytes(digest, "big") / 2.0 ** 64 < self.canary_fraction
 

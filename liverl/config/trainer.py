@@ -83,7 +83,8 @@ class DeepSpeedConfig(Section):
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     """Training precision; exports are always fp32 safetensors."""
     gradient_accumulation_steps: int = Field(2, ge=1)
-    """Micro-batches per optimizer step and rank: a step takes this × world size micro-batches of rows."""
+    """Micro-batches a step is planned to (this × world size micro-batches of rows) and padded to a multiple of. A
+    step that holds more (plans merged while it waited for its rows) is still one optimizer update on all of them."""
     micro_batch_tokens: int = Field(4096, ge=1)
     """Token budget of one micro-batch, counted as computed (rows × widest row, padding included); one window
     at least."""

@@ -32,11 +32,13 @@ candidate promoted: the evidence was about the former one) or the off-policy tes
 canary runs at a time: a newer candidate deferred meanwhile waits for the next one. A trainer that stops leaves the
 alias set; the next start removes it (a canary is not saved).
 
-Assumptions: serving routes by a secret keyed hash of the session id, independent of its content and unknown to
-clients, so the two versions' sessions are draws from the same traffic; sessions are independent; rewards bounded
-in gate.reward_range; the session's end time is not chosen by its reward in a way that differs between the versions. A tenant without an adapter of its own
-is served the shared champion: its canary is compared with that (serving follows a tenant's canary alias without its
-champion alias, serving/swap/alias_watcher.py), and a pass makes the candidate the tenant's first champion.
+Assumptions: serving routes by a secret keyed hash of the session id, independent of its content and not chosen by
+clients, so the two versions' sessions are draws from the same traffic (a client that behaves otherwise once a reply
+names its version is not guarded against); sessions are independent; rewards bounded in gate.reward_range; the
+session's end time is not chosen by its reward in a way that differs between the versions. A tenant without an
+adapter of its own is served the shared champion: its canary is compared with that (serving follows a tenant's
+canary alias without its champion alias, serving/swap/alias_watcher.py), and a pass makes the candidate the tenant's
+first champion.
 """
 
 from __future__ import annotations

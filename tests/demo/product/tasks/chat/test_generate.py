@@ -9,8 +9,8 @@ from collections import Counter
 import pytest
 
 from demo.product.tasks.chat.base import DEV, FINAL, IN_TEMPLATE, OUT_OF_TEMPLATE, TRAINING
-from demo.product.tasks.chat.generate import (FAMILIES, all_keys, enumerated_keys, heldout_tasks, part_of, split_of,
-                                              training_task)
+from demo.product.tasks.chat.generate import (FAMILIES, all_keys, draw_key, enumerated_keys, heldout_tasks, part_of,
+                                              split_of, training_task)
 
 
 def test_final_set_has_210_distinct_tasks_over_the_families_and_parts_and_is_fixed_by_its_seed():
@@ -54,6 +54,8 @@ def test_a_template_draw_gives_every_training_template_alike_and_never_a_heldout
             assert min(by_key.get(t, 0) for t in templates) < n * share / 5
     with pytest.raises(ValueError, match="unknown training draw"):
         training_task("coding", random.Random(0), "t", draw="")
+    with pytest.raises(ValueError, match="no part"):
+        draw_key("coding", random.Random(0), TRAINING, IN_TEMPLATE, draw="template")
 
 
 def _templates(family: str, key: str) -> tuple[str, ...]:
