@@ -61,6 +61,9 @@ class DemoRealConfig(Section):
     heldout_seeds: int = Field(3, ge=1, le=10)
     """Sampling seeds (drawn fresh every run) each held-out task is played under by both policies. At a fixed
     heldout_tasks the evaluation costs the same whatever this is: more seeds, fewer distinct tasks."""
+    heldout_split: Literal["final", "dev"] = "final"
+    """The held-out split the summary plays: "final", the one the demo reports and nothing is tuned on; "dev", the
+    one configs are tuned on (an experiment's run, whose figures never count for the final claim)."""
     heldout_engine: Literal["vllm", "hf"] = "vllm"
     """Engine of the held-out evaluation (`python -m demo.evaluate heldout`); vllm batches every round."""
     heldout_timeout_s: float = Field(900.0, gt=0, le=7200)

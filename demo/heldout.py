@@ -1,14 +1,15 @@
 """The real-model demo's closing measure: held-out success, base versus the last served version.
 
-The base and the served version play the same held-out real tasks of the final split (the one no config is tuned
-on) under the same sampling seeds (`python -m demo.evaluate heldout`, its own process, so its engine's memory goes
-when it ends), the helpers answered by the base in both. The first sampling seed is drawn fresh every run (printed
-in the summary, so the run can be reproduced with --seed), and each task is played under demo.real.heldout_seeds
-seeds. A LoRA version plays merged into a copy of the base, in the same process as the base; a full-weights
-version plays in a process of its own, under the same seeds. The summary gives out-of-template success (templates
-training never drew) first, then in-template, per family and overall with 95 % Wilson intervals and the spread
-over seeds; the paired difference (served minus base) with its 95 % interval over tasks; the NLL ratio served /
-base on the forgetting set with its bootstrap interval; and the gate's general-text NLL of both.
+The base and the served version play the same held-out real tasks of the final split (the one no config is tuned on;
+an experiment's run plays the dev split instead, demo.real.heldout_split) under the same sampling seeds (`python -m
+demo.evaluate heldout`, its own process, so its engine's memory goes when it ends), the helpers answered by the base
+in both. The first sampling seed is drawn fresh every run (printed in the summary, so the run can be reproduced with
+--seed), and each task is played under demo.real.heldout_seeds seeds. A LoRA version plays merged into a copy of the
+base, in the same process as the base; a full-weights version plays in a process of its own, under the same seeds.
+The summary gives out-of-template success (templates training never drew) first, then in-template, per family and
+overall with 95 % Wilson intervals and the spread over seeds; the paired difference (served minus base) with its
+95 % interval over tasks; the NLL ratio served / base on the forgetting set with its bootstrap interval; and the gate's
+general-text NLL of both.
 
 Every promotion is checked the same way: the run's promoted versions, oldest first, play in the same process under
 the same seeds, and each is paired with the version it replaced as champion (the first, with the base). A promotion
@@ -122,7 +123,9 @@ class HeldoutComparison:
                 said.append(f"{part} {_difference(figures, paired_counts=False)}: {shown}")
         if not said:
             return None
-        return f"held-out success v{self.served_version} - base, " + "; ".join(said)
+        split = self.base.get("split", "final")
+        where = "" if split == "final" else f" on the {split} split (configs are tuned on it: not the final claim)"
+        return f"held-out success v{self.served_version} - base{where}, " + "; ".join(said)
 
     def as_dict(self) -> dict:
         return {"served_version": self.served_version, "base": self.base, "served": self.served,
@@ -188,12 +191,13 @@ def evaluation_timeout_s(config: DemoLiverlConfig, adapters: int) -> float:
 
 def evaluate_folder(config: DemoLiverlConfig, folder: Path, frozen: Path, out: Path, seed: int,
                     adapters: Sequence[Path] = ()) -> dict:
-    """The evaluator on one folder (and, paired, under each adapter of it, oldest first) on the final split, with
-    the demo's held-out size, seeds from `seed` and engine; its JSON result."""
+    """The evaluator on one folder (and, paired, under each adapter of it, oldest first) on the demo's held-out
+    split (the final one unless demo.real.heldout_split says dev), size, seeds from `seed` and engine; its JSON
+    result."""
     real = config.demo.real
     tasks, seeds = heldout_plan(config)
     argv = [sys.executable, "-m", "demo.evaluate", "heldout", "--folder", str(folder), "--frozen", str(frozen),
-            "--tasks", str(tasks), "--seeds", str(seeds), "--seed", str(seed), "--split", "final",
+            "--tasks", str(tasks), "--seeds", str(seeds), "--seed", str(seed), "--split", real.heldout_split,
             "--engine", real.heldout_engine, "--json", str(out)]
     for adapter in adapters:
         argv += ["--adapter", str(adapter)]
@@ -224,8 +228,8 @@ def compare_heldout(config: DemoLiverlConfig, base: Path, served_version: str, s
     frozen = config.demo.real.helpers_folder or base
     tasks, seeds = heldout_plan(config)
     seed = secrets.randbelow(2**31 - 16)  # fresh every run: no one draw of the base's sampling is tuned against
-    say(f"      held-out (final split): {tasks} real tasks x {seeds} sampling seeds from {seed} each for the base and "
-        f"v{served_version} ({config.demo.real.heldout_engine})")
+    say(f"      held-out ({config.demo.real.heldout_split} split): {tasks} real tasks x {seeds} sampling seeds from "
+        f"{seed} each for the base and v{served_version} ({config.demo.real.heldout_engine})")
     if not served_version.isdigit() or served_version == BASE_VERSION:  # nothing trained was served: the base itself
         base_result = evaluate_folder(config, base, frozen, work / "base.json", seed)
         return HeldoutComparison(base_result, base_result, BASE_VERSION)

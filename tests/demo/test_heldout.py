@@ -132,6 +132,14 @@ def test_the_demo_draws_a_fresh_seed_every_run_and_plays_the_final_split(monkeyp
     assert seeds[0] != seeds[1] and seeds[0] != str(config.demo.seed)
     assert all(argv[argv.index("--split") + 1] == "final" and argv[argv.index("--seeds") + 1] == "3"
                and argv[argv.index("--tasks") + 1] == "70" for argv in argvs)
+    # An experiment plays the dev split, and its verdict says so: its figures never stand for the final claim.
+    config.demo.real.heldout_split = "dev"
+    said = []
+    heldout.compare_heldout(config, tmp_path / "base", "1", said.append)
+    assert argvs[-1][argvs[-1].index("--split") + 1] == "dev" and "held-out (dev split)" in said[0]
+    dev = {**_result(4, 2.5), "split": "dev"}
+    assert HeldoutComparison(dev, dev, "7", _paired((0.01, 0.2), (0.01, 0.2))).verdict().startswith(
+        "held-out success v7 - base on the dev split (configs are tuned on it: not the final claim), ")
 
 
 def test_the_evaluations_ceiling_grows_with_the_versions_and_the_plays():
