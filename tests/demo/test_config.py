@@ -45,3 +45,13 @@ def test_unknown_policy_and_unbounded_heldout_are_refused():
         _load("demo.toml", "--demo.policy", "gpt")
     with pytest.raises(ValidationError, match="heldout_tasks"):
         _load("demo-smollm2.toml", "--demo.real.heldout_tasks", "100000")
+
+
+def test_an_experiment_names_its_split_and_draw_and_nothing_else_is_taken():
+    config = _load("demo-smollm2.toml", "--demo.real.heldout_split", "dev", "--demo.real.training_draw", "template")
+    assert (config.demo.real.heldout_split, config.demo.real.training_draw) == ("dev", "template")
+    assert (_load("demo-smollm2.toml").demo.real.heldout_split, _load("demo-smollm2.toml").demo.real.training_draw) \
+        == ("final", "key")  # unset: the final split, key by key, as series A and B ran
+    for setting, value in (("heldout_split", "training"), ("heldout_split", ""), ("training_draw", "")):
+        with pytest.raises(ValidationError):
+            _load("demo-smollm2.toml", f"--demo.real.{setting}", value)
