@@ -119,13 +119,11 @@ class Slot:
 
 
 def process_session_key(secret: bytes) -> Callable[[str, str], str]:
-    """A session's keyed name under a secret of this process alone: a router without the key store's (tests, a
+    """A session's keyed pseudonym under a secret of this process alone: a router without the key store's (tests, a
     lone replica). Replicas that each hold their own would place one session differently."""
+    from liverl.privacy.pseudonyms import keyed_digest
 
-    def session_key(tenant: str, session_id: str) -> str:
-        return hashlib.blake2b(f"{tenant}/{session_id}".encode(), digest_size=16, key=secret).hexdigest()
-
-    return session_key
+    return lambda tenant, session_id: f"s-{keyed_digest(secret, 's', f'{tenant}/{session_id}')}"
 
 
 class Router:

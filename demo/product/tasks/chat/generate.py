@@ -68,10 +68,10 @@ def draw_key(family: str, rng: random.Random, split: str, part: str | None = Non
         raise ValueError(f"unknown training draw {draw!r}; choose from {', '.join(TRAINING_DRAWS)}")
     if draw == "template" and part is not None:
         raise ValueError("a template draw takes the whole split: it has no part (held-out sets draw by key)")
-    if family != "orchestrator" and draw == "template":
-        return rng.choice(rng.choice(keys_by_template(family, split)))
     if family != "orchestrator":
-        return rng.choice(enumerated_keys(family, split, part))
+        by_template = draw == "template"
+        return rng.choice(rng.choice(keys_by_template(family, split)) if by_template
+                          else enumerated_keys(family, split, part))
     docs = load_corpus()
     while True:
         picked = rng.sample(docs, rng.choice(ORCHESTRATOR_PARTS))
